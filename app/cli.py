@@ -1,0 +1,206 @@
+"""The `commonplace` command: run the processes, migrate, move plain files in and out,
+manage tokens. Client commands (note, week, search, run …) come with the API client."""
+
+from __future__ import annotations
+
+import os
+import signal
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import click
+import sqlalchemy as sa
+
+from app import create_app
+
+
+def _app():
+    return create_app()
+
+
+def _db(app):
+    return app.extensions["db"]
+
+
+def migrate(app) -> None:
+    from app import db as dbmod
+
+    database = _db(app)
+    backup = dbmod.upgrade(database, Path(app.config["DATA_DIR"]) / "backups")
+    if backup:
+        click.echo(f"backed up the database to {backup}")
+
+
+def _ensure_this_week(app) -> None:
+    from app.weeks import ensure_letter, iso_week, today
+
+    with _db(app).write() as session:
+        _, created = ensure_letter(session, iso_week(today(app.config["TIMEZONE"])), "commonplace")
+    if created:
+        click.echo("created this week's letter")
+
+
+def gunicorn_argv(bind: str) -> list[str]:
+    # gthread: one process holds the SQLite writer lock briefly; threads serve slow clients
+    # (and, later, long polls) without a worker each.
+    return [
+        sys.executable, "-m", "gunicorn", "--bind", bind, "--worker-class", "gthread",
+        "--workers", "2", "--threads", "4", "--graceful-timeout", "10",
+        "--access-logfile", "-", "app:create_app()",
+    ]
+
+
+@click.group()
+def main() -> None:
+    """Commonplace: a personal notebook and experiment journal."""
+
+
+@main.command()
+def up() -> None:
+    """Everything for one machine: migrate, then serve. Ctrl-C stops it all."""
+    app = _app()
+    migrate(app)
+    _ensure_this_week(app)
+    bind = app.config["BIND"]
+    if app.config["AUTH_MODE"] == "dev":
+        click.secho("dev mode: loopback is the owner (set COMMONPLACE_OWNERS for tailnet use)",
+                    fg="yellow", err=True)
+    children = [subprocess.Popen(gunicorn_argv(bind))]
+    click.echo(f"Commonplace is running at http://{bind}/  (data in {app.config['DATA_DIR']})")
+    _supervise(children)
+
+
+def _supervise(children: list[subprocess.Popen]) -> None:
+    """Wait until a child exits or we are told to stop; then stop every child we started."""
+    stopping = False
+
+    def _stop(_sig, _frame):
+        nonlocal stopping
+        stopping = True
+
+    signal.signal(signal.SIGTERM, _stop)
+    signal.signal(signal.SIGINT, _stop)
+    try:
+        while not stopping and all(child.poll() is None for child in children):
+            time.sleep(0.2)
+    finally:
+        for child in children:
+            if child.poll() is None:
+                child.terminate()
+        deadline = time.monotonic() + 15
+        for child in children:
+            try:
+                child.wait(timeout=max(0.1, deadline - time.monotonic()))
+            except subprocess.TimeoutExpired:
+                child.kill()
+    failed = [c for c in children if c.returncode not in (0, -signal.SIGTERM)]
+    if failed and not stopping:
+        raise SystemExit(1)
+
+
+@main.command()
+def web() -> None:
+    """The web process alone: gunicorn on COMMONPLACE_BIND."""
+    app = _app()
+    os.execv(sys.executable, gunicorn_argv(app.config["BIND"]))
+
+
+@main.group()
+def db() -> None:
+    """Database maintenance."""
+
+
+@db.command("upgrade")
+def db_upgrade() -> None:
+    """Back up the SQLite file, then apply pending migrations."""
+    app = _app()
+    migrate(app)
+    click.echo("database is up to date")
+
+
+@main.command("import")
+@click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
+def import_cmd(folder: Path) -> None:
+    """Import a folder of markdown files (front matter, or YYYY-MM-DD*.md names)."""
+    from app.mirror import import_folder
+
+    app = _app()
+    migrate(app)
+    report = import_folder(_db(app), folder)
+    click.echo(f"created {report.created}, updated {report.updated}, "
+               f"unchanged {report.unchanged}, errors {len(report.errors)}")
+    for error in report.errors:
+        click.echo(f"  {error}", err=True)
+    if report.errors:
+        raise SystemExit(1)
+
+
+@main.command("export")
+@click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
+def export_cmd(folder: Path) -> None:
+    """Write every entry as a markdown file with front matter under FOLDER."""
+    from app.mirror import export_folder
+
+    app = _app()
+    migrate(app)
+    click.echo(f"exported {export_folder(_db(app), folder)} entries to {folder}")
+
+
+@main.group()
+def token() -> None:
+    """Bearer tokens for the CLI, scripts, feed readers and runners."""
+
+
+@token.command("create")
+@click.argument("name")
+@click.option("--role", type=click.Choice(["owner", "viewer", "runner", "feed"]),
+              default="owner", show_default=True)
+def token_create(name: str, role: str) -> None:
+    """Create a token; it is shown once and stored only as a hash."""
+    from app.auth import hash_token, new_token
+    from app.models import Token
+
+    app = _app()
+    migrate(app)
+    secret = new_token()
+    with _db(app).write() as session:
+        if session.scalar(sa.select(Token).where(Token.name == name)):
+            raise click.ClickException(f"a token named {name!r} exists; revoke it first")
+        session.add(Token(name=name, role=role, token_hash=hash_token(secret)))
+    click.echo(secret)
+
+
+@token.command("list")
+def token_list() -> None:
+    from app.models import Token
+
+    app = _app()
+    migrate(app)
+    with _db(app).read() as session:
+        for row in session.scalars(sa.select(Token).order_by(Token.name)):
+            state = f"revoked {row.revoked_at:%Y-%m-%d}" if row.revoked_at else "active"
+            used = f"{row.last_used_at:%Y-%m-%d %H:%M}" if row.last_used_at else "never"
+            click.echo(f"{row.name}\t{row.role}\t{state}\tlast used {used}")
+
+
+@token.command("revoke")
+@click.argument("name")
+def token_revoke(name: str) -> None:
+    from app.models import Token, utcnow
+
+    app = _app()
+    migrate(app)
+    with _db(app).write() as session:
+        row = session.scalar(sa.select(Token).where(Token.name == name))
+        if row is None:
+            raise click.ClickException(f"no token named {name!r}")
+        row.revoked_at = row.revoked_at or utcnow()
+        # Free the name for a replacement while keeping the row for the record.
+        row.name = f"{name}~revoked~{row.id}"
+    click.echo(f"revoked {name}")
+
+
+if __name__ == "__main__":
+    main()
