@@ -1,0 +1,127 @@
+"""render(): markdown in, sanitized HTML plus what the app indexes out."""
+
+from __future__ import annotations
+
+import re
+import secrets
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import quote
+
+import markdown
+from markdown.extensions.toc import slugify_unicode
+
+from .plaintext import extract
+from .sanitize import MARKER_ATTR, make_cleaner
+from .syntax import CommonplaceExtension, RenderState
+
+
+@dataclass(frozen=True)
+class WikiLink:
+    target: str  # normalised as written: "Some Title", "2024-W13", "2024-03-31"
+    text: str  # display text: the alias after "|", else the target
+    context: str  # plain text of the enclosing paragraph / list item, ~240 chars
+
+
+@dataclass(frozen=True)
+class Rendered:
+    html: str  # sanitized body, safe to insert into a page as-is
+    toc_html: str  # sanitized table of contents; "" with fewer than 2 headings
+    links: list[WikiLink]  # document order, de-duplicated by target
+    tags: list[str]  # lowercased, de-duplicated, document order
+    text: str  # plain text for full-text indexing
+
+
+def default_resolve_link(target: str) -> tuple[str, bool]:
+    return "/search?q=" + quote(target, safe=""), False
+
+
+def default_tag_url(tag: str) -> str:
+    return "/tags/" + quote(tag, safe="/")
+
+
+# C0 controls (bar tab/newline/CR) have no place in a note, and STX/ETX would let the
+# text impersonate Python-Markdown's own stash placeholders.
+_CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
+
+
+def _heading_slug(value: str, separator: str) -> str:
+    # "h-" keeps heading ids out of the page template's id namespace (see sanitize).
+    return "h-" + (slugify_unicode(value, separator) or "section")
+
+
+_EXTENSIONS = [
+    "fenced_code", "codehilite", "tables", "footnotes", "toc", "admonition", "sane_lists",
+    "pymdownx.tasklist",
+]  # fmt: skip
+
+
+def _markdown(state: RenderState) -> markdown.Markdown:
+    # A fresh instance per call: Markdown objects hold per-document state and are not
+    # safe to share between gunicorn threads.
+    configs: dict[str, dict[str, Any]] = {
+        "codehilite": {"css_class": "highlight", "guess_lang": False, "noclasses": False},
+        "toc": {"permalink": True, "slugify": _heading_slug, "marker": ""},
+        "tables": {"use_align_attribute": True},  # not style="text-align: ..."
+        "pymdownx.tasklist": {"custom_checkbox": False, "clickable_checkbox": False},
+    }
+    return markdown.Markdown(
+        extensions=[*_EXTENSIONS, CommonplaceExtension(state)],
+        extension_configs=configs,
+        output_format="html",
+    )
+
+
+def _count_headings(tokens: list[dict[str, Any]]) -> int:
+    return sum(1 + _count_headings(t["children"]) for t in tokens)
+
+
+def render(
+    body_md: str,
+    *,
+    resolve_link: Callable[[str], tuple[str, bool]] = default_resolve_link,
+    tag_url: Callable[[str], str] = default_tag_url,
+    embeds: Mapping[str, Callable[[str], str]] | None = None,
+) -> Rendered:
+    """Render a note's markdown to sanitized HTML, collecting links, tags and text.
+
+    `resolve_link(target) -> (url, exists)` places wiki links; `tag_url(tag)` places
+    tags; `embeds[name](source)` renders a ```` ```name ```` block to trusted HTML.
+    """
+    source = _CONTROL_RE.sub("", body_md)
+    nonce = secrets.token_hex(16)
+    while nonce in source:  # practically never; but then no text can spell it
+        nonce = secrets.token_hex(16)
+    state = RenderState(nonce, resolve_link, tag_url, embeds or {})
+    md = _markdown(state)
+    body = md.convert(source)
+    toc = md.toc if _count_headings(md.toc_tokens) >= 2 else ""  # type: ignore[attr-defined]
+
+    clean = make_cleaner(nonce)
+    html, toc_html = clean(body), clean(toc) if toc else ""
+
+    embed_re = re.compile(rf"CPEMBED{nonce}I(\d+)E")
+    found = extract(html, nonce, embed_re)
+
+    links: dict[str, WikiLink] = {}
+    seen = found.link_order + list(range(len(state.links)))  # unseen ones last
+    for index in seen:
+        target, text = state.links[index]
+        if target not in links:
+            links[target] = WikiLink(target, text, found.link_context.get(index, ""))
+    tags = dict.fromkeys(
+        state.tags[i].lower() for i in found.tag_order + list(range(len(state.tags)))
+    )
+
+    marker_re = re.compile(rf' {MARKER_ATTR}="{nonce}:[wt]:\d+"')
+    html = marker_re.sub("", html)
+    toc_html = marker_re.sub("", toc_html)
+    if state.embed_html:
+        # Trusted HTML goes in only now, after sanitizing.
+        def embed(m: re.Match[str]) -> str:
+            return state.embed_html[int(m.group(1))]
+
+        html = re.sub(rf"<p>{embed_re.pattern}</p>", embed, html)
+        html = embed_re.sub(embed, html)
+    return Rendered(html, toc_html, list(links.values()), list(tags), found.text)

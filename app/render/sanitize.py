@@ -1,0 +1,132 @@
+"""The sanitizer: nh3 (Rust ammonia) run on the *output* of Python-Markdown.
+
+Python-Markdown does not sanitize, and escaping raw HTML alone does not stop
+`[x](javascript:...)`, so every byte of rendered user content passes through this
+allowlist. It names exactly what the pipeline's features produce, plus harmless raw
+HTML (`<kbd>`, `<sup>`, `<details>`). Anything not listed is dropped; scripting and
+embedding elements are dropped together with their content.
+"""
+
+import re
+from collections.abc import Callable
+
+import nh3
+from pygments.token import STANDARD_TYPES
+
+# Marks the anchors the pipeline itself made (wiki links, tags) so they can be found in
+# the sanitized output. Kept only when it carries this render's secret nonce, and
+# removed before the HTML leaves the pipeline.
+MARKER_ATTR = "data-cp-ref"
+
+HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
+
+TAGS = {
+    "a", "abbr", "b", "blockquote", "br", "caption", "cite", "code", "dd", "del",
+    "details", "dfn", "div", "dl", "dt", "em", "figcaption", "figure", "hr", "i", "img",
+    "input", "ins", "kbd", "li", "mark", "ol", "p", "pre", "q", "s", "samp", "small",
+    "span", "strong", "sub", "summary", "sup", "table", "tbody", "td", "tfoot", "th",
+    "thead", "time", "tr", "u", "ul", "var", "wbr", *HEADINGS,
+}  # fmt: skip
+
+# Removed *with* their content: their text is never meant to be read as prose.
+CLEAN_CONTENT_TAGS = {
+    "script", "style", "template", "noscript", "iframe", "object", "embed", "applet",
+    "svg", "math", "noembed", "noframes", "xmp", "textarea", "select", "title",
+}  # fmt: skip
+
+ATTRIBUTES: dict[str, set[str]] = {
+    "a": {"href", "title", MARKER_ATTR},
+    "abbr": {"title"},
+    "dfn": {"title"},
+    "img": {"src", "alt", "title", "width", "height"},
+    "ol": {"start", "reversed"},
+    "td": {"colspan", "rowspan"},
+    "th": {"colspan", "rowspan", "scope"},
+    "input": {"checked"},
+    "details": {"open"},
+    "time": {"datetime"},
+    # ids: heading anchors (toc) and footnotes; see _ID_RE.
+    "li": {"id"},
+    "sup": {"id"},
+    **{h: {"id"} for h in HEADINGS},
+}
+
+_ALIGN = {"align": {"left", "center", "right"}}
+TAG_ATTRIBUTE_VALUES = {"th": _ALIGN, "td": _ALIGN}
+
+# Task-list checkboxes are the only reason <input> is allowed: every input, whatever
+# the user wrote, comes out as a disabled checkbox.
+SET_TAG_ATTRIBUTE_VALUES = {"input": {"type": "checkbox", "disabled": ""}}
+
+ADMONITION_TYPES = {
+    "note", "tip", "hint", "important", "info", "warning", "caution", "attention",
+    "danger", "error", "bug", "success", "question", "failure", "example", "quote",
+    "abstract", "seealso", "todo",
+}  # fmt: skip
+
+PYGMENTS_CLASSES = {cls for cls in STANDARD_TYPES.values() if cls}
+
+# `class` is allowed only through this per-tag list of names (ammonia forbids listing
+# `class` in ATTRIBUTES as well), so user HTML cannot borrow arbitrary page classes.
+ALLOWED_CLASSES = {
+    "a": {"wikilink", "missing", "tag", "headerlink", "footnote-ref", "footnote-backref"},
+    "div": {"highlight", "toc", "footnote", "admonition", *ADMONITION_TYPES},
+    "p": {"admonition-title"},
+    "span": PYGMENTS_CLASSES,
+    "ul": {"task-list"},
+    "li": {"task-list-item"},
+}
+
+URL_SCHEMES = {"http", "https", "mailto"}
+IMAGE_URL_SCHEMES = {"http", "https"}
+
+# Our ids are "h-<slug>" (headings) and "fn:<n>" / "fnref:<n>" (footnotes). A user id
+# like "log" could otherwise collide with (or clobber) an id the page template uses.
+_ID_RE = re.compile(r"^(?:h-|fn:|fnref:)\S+$")
+_DIGITS_RE = re.compile(r"^\d{1,5}$")
+_SCHEME_RE = re.compile(r"^([a-z][a-z0-9+.-]*):")
+_URL_NOISE_RE = re.compile(r"[\x00-\x20]")
+
+
+def _url_ok(value: str, schemes: set[str]) -> bool:
+    # nh3 already checks schemes the way browsers parse URLs. This stricter second look
+    # also ignores *inner* spaces and controls ("java    script:" is a harmless relative
+    # URL to a browser, but nothing we need), and applies per-attribute schemes: nh3 has
+    # one scheme list for every URL attribute, and images must not be mailto:.
+    m = _SCHEME_RE.match(_URL_NOISE_RE.sub("", value).lower())
+    return m is None or m.group(1) in schemes
+
+
+def make_cleaner(nonce: str) -> Callable[[str], str]:
+    """A sanitizer for one render; it keeps only markers that carry `nonce`."""
+    marker_prefix = nonce + ":"
+
+    def attribute_filter(tag: str, attr: str, value: str) -> str | None:
+        if attr == MARKER_ATTR:
+            return value if value.startswith(marker_prefix) else None
+        if attr == "id":
+            return value if _ID_RE.match(value) else None
+        if attr in ("width", "height", "start", "colspan", "rowspan"):
+            return value if _DIGITS_RE.match(value.strip()) else None
+        if attr == "href":
+            return value if _url_ok(value, URL_SCHEMES) else None
+        if attr == "src":
+            return value if _url_ok(value, IMAGE_URL_SCHEMES) else None
+        return value
+
+    def clean(html: str) -> str:
+        return nh3.clean(
+            html,
+            tags=TAGS,
+            clean_content_tags=CLEAN_CONTENT_TAGS,
+            attributes=ATTRIBUTES,
+            attribute_filter=attribute_filter,
+            tag_attribute_values=TAG_ATTRIBUTE_VALUES,
+            set_tag_attribute_values=SET_TAG_ATTRIBUTE_VALUES,
+            allowed_classes=ALLOWED_CLASSES,
+            url_schemes=URL_SCHEMES,
+            link_rel="noopener noreferrer",
+            strip_comments=True,
+        )
+
+    return clean

@@ -1,0 +1,182 @@
+"""Commonplace's own markdown syntax, as Python-Markdown processors.
+
+- `[[Title]]`, `[[Title|text]]`, `[[2024-W13]]`, `[[2024-03-31]]` wiki links
+- `#tags`
+- fenced blocks whose info string names an embed (```` ```run ````)
+- `# Heading` needs a space after the hashes, so `#tag` at the start of a line is a tag
+"""
+
+from __future__ import annotations
+
+import html
+import logging
+import re
+import xml.etree.ElementTree as etree
+from collections.abc import Callable, Mapping
+from dataclasses import dataclass, field
+
+from markdown import Markdown
+from markdown.blockprocessors import HashHeaderProcessor
+from markdown.extensions import Extension
+from markdown.extensions.fenced_code import FencedBlockPreprocessor
+from markdown.inlinepatterns import InlineProcessor
+from markdown.preprocessors import Preprocessor
+from markdown.util import AtomicString
+
+from .sanitize import MARKER_ATTR
+
+log = logging.getLogger(__name__)
+
+_WEEK_RE = re.compile(r"^(\d{4})-[wW](\d{2})$")
+
+
+def normalise_target(raw: str) -> str:
+    """Collapse whitespace; spell ISO weeks with a capital W ("2024-W13")."""
+    target = " ".join(raw.split())
+    week = _WEEK_RE.match(target)
+    return f"{week[1]}-W{week[2]}" if week else target
+
+
+@dataclass
+class RenderState:
+    """What one render collects while Python-Markdown walks the document.
+
+    Wiki links and tags are recorded in the order the inline processor meets them,
+    which is not document order; the anchors carry `MARKER_ATTR="<nonce>:w:<i>"` so the
+    sanitized HTML can be walked afterwards in document order.
+    """
+
+    nonce: str
+    resolve_link: Callable[[str], tuple[str, bool]]
+    tag_url: Callable[[str], str]
+    embeds: Mapping[str, Callable[[str], str]]
+    links: list[tuple[str, str]] = field(default_factory=list)  # (target, text)
+    tags: list[str] = field(default_factory=list)  # as written
+    embed_html: list[str] = field(default_factory=list)
+    _resolved: dict[str, tuple[str, bool]] = field(default_factory=dict)
+
+    def marker(self, kind: str, index: int) -> str:
+        return f"{self.nonce}:{kind}:{index}"
+
+    def embed_token(self, index: int) -> str:
+        # Letters and digits only, so markdown and the sanitizer leave it alone; the
+        # nonce is secret and fresh per render, so user text cannot forge one.
+        return f"CPEMBED{self.nonce}I{index}E"
+
+    def resolve(self, target: str) -> tuple[str, bool]:
+        if target not in self._resolved:
+            self._resolved[target] = self.resolve_link(target)
+        return self._resolved[target]
+
+
+WIKILINK_RE = r"\[\[([^\[\]|\n]+)(?:\|([^\[\]\n]*))?\]\]"
+
+
+class WikiLinkProcessor(InlineProcessor):
+    ANCESTOR_EXCLUDES = ("a",)  # never an anchor inside a markdown link
+
+    def __init__(self, state: RenderState, md: Markdown):
+        super().__init__(WIKILINK_RE, md)
+        self.state = state
+
+    def handleMatch(self, m: re.Match[str], data: str):  # type: ignore[override]
+        target = normalise_target(m.group(1))
+        if not target:
+            return None, None, None
+        text = " ".join((m.group(2) or "").split()) or target
+        url, exists = self.state.resolve(target)
+        el = etree.Element("a")
+        el.set("class", "wikilink" if exists else "wikilink missing")
+        el.set("href", url)
+        el.set(MARKER_ATTR, self.state.marker("w", len(self.state.links)))
+        # Atomic: the alias is plain text, not markdown (no tags or links inside).
+        el.text = AtomicString(text)
+        self.state.links.append((target, text))
+        return el, m.start(0), m.end(0)
+
+
+# A tag starts with a letter and follows the start of the text, whitespace or "(",
+# so URL fragments (http://x/#frag), entities (&#39;) and "C#" are not tags.
+TAG_RE = r"(?<![^\s(])#([^\W\d_][\w/-]*)"
+
+
+class TagProcessor(InlineProcessor):
+    ANCESTOR_EXCLUDES = ("a",)
+
+    def __init__(self, state: RenderState, md: Markdown):
+        super().__init__(TAG_RE, md)
+        self.state = state
+
+    def handleMatch(self, m: re.Match[str], data: str):  # type: ignore[override]
+        tag = m.group(1).rstrip("/-_")
+        el = etree.Element("a")
+        el.set("class", "tag")
+        el.set("href", self.state.tag_url(tag.lower()))
+        el.set(MARKER_ATTR, self.state.marker("t", len(self.state.tags)))
+        el.text = AtomicString("#" + tag)
+        self.state.tags.append(tag)
+        return el, m.start(0), m.start(1) + len(tag)
+
+
+class EmbedPreprocessor(Preprocessor):
+    """Swap registered embed fences for a placeholder paragraph, before fenced_code.
+
+    The callable's HTML is trusted and may hold inline SVG, which the sanitizer would
+    strip, so it is kept aside and substituted for the placeholder after sanitizing.
+    """
+
+    def __init__(self, state: RenderState, md: Markdown):
+        super().__init__(md)
+        self.state = state
+
+    def run(self, lines: list[str]) -> list[str]:
+        text = "\n".join(lines)
+        out: list[str] = []
+        index = 0
+        # Same fence grammar as fenced_code, so a block is an embed exactly when
+        # fenced_code would otherwise have highlighted it.
+        for m in FencedBlockPreprocessor.FENCED_BLOCK_RE.finditer(text):
+            name = m.group("lang")
+            if m.group("attrs") is not None or name not in self.state.embeds:
+                continue
+            out.append(text[index : m.start()])
+            out.append(f"\n\n{self.state.embed_token(len(self.state.embed_html))}\n\n")
+            self.state.embed_html.append(self._call(name, m.group("code")))
+            index = m.end()
+        out.append(text[index:])
+        return "".join(out).split("\n")
+
+    def _call(self, name: str, source: str) -> str:
+        try:
+            return str(self.state.embeds[name](source))
+        except Exception as exc:  # an embed must not take the whole page down
+            log.warning("embed %r failed", name, exc_info=True)
+            message = f"{name}: {type(exc).__name__}: {exc}"
+            return f'<div class="embed-error">Embed failed — {html.escape(message)}</div>'
+
+
+class SpacedHashHeaderProcessor(HashHeaderProcessor):
+    # Python-Markdown takes "#tag" at the start of a line for a heading; require the
+    # space (as CommonMark does) so that line-leading #tags stay tags.
+    RE = re.compile(
+        r"(?:^|\n)(?P<level>#{1,6})(?=[ \t]|\n|$)"
+        r"(?P<header>(?:\\.|[^\\#]|#+(?=[^#\n]))*?)#*(?:\n|$)"
+    )
+
+
+class CommonplaceExtension(Extension):
+    def __init__(self, state: RenderState):
+        super().__init__()
+        self.state = state
+
+    def extendMarkdown(self, md: Markdown) -> None:
+        md.parser.blockprocessors.register(SpacedHashHeaderProcessor(md.parser), "hashheader", 70)
+        if self.state.embeds:
+            # after normalize_whitespace (30), before fenced_code (25)
+            md.preprocessors.register(EmbedPreprocessor(self.state, md), "cp_embeds", 27)
+        # after markdown links (160), so "[see [[X]]](url)" stays one link whose text
+        # is literal; "[[X]]" itself can never be a defined reference link
+        md.inlinePatterns.register(WikiLinkProcessor(self.state, md), "cp_wikilink", 155)
+        # after links, autolinks and raw inline HTML (90): a "#" inside a URL or an
+        # attribute has been consumed by then
+        md.inlinePatterns.register(TagProcessor(self.state, md), "cp_tag", 85)
