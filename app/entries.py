@@ -61,8 +61,13 @@ class Conflict(NotebookError):
             f"entry {entry.id} is at revision {entry.revision}; "
             f"this edit was based on revision {base_revision}"
         )
-        self.entry = entry
         self.base_revision = base_revision
+        # A snapshot: the session rolls back after this, and the merge view needs the text.
+        self.current = {
+            "id": entry.id, "revision": entry.revision, "title": entry.title,
+            "body": entry.body_md, "tags": entry.tag_list, "status": entry.status,
+            "date": entry.date.isoformat(), "kind": entry.kind,
+        }
 
 
 # -- validation ---------------------------------------------------------------------------
@@ -430,7 +435,7 @@ def tag_counts(session: Session) -> list[tuple[str, int]]:
             sa.select(EntryTag.tag, sa.func.count())
             .group_by(EntryTag.tag)
             .order_by(sa.func.count().desc(), EntryTag.tag)
-        ).tuples()
+        )
     )
 
 

@@ -32,11 +32,7 @@ def init_app(app: Flask) -> None:
 
     @app.errorhandler(Conflict)
     def _conflict(exc: Conflict):
-        entry = exc.entry
-        current = {"id": entry.id, "revision": entry.revision, "title": entry.title,
-                   "body": entry.body_md, "tags": entry.tag_list, "status": entry.status,
-                   "date": entry.date.isoformat()}
-        return error_response(409, exc.code, exc.message, current=current)
+        return error_response(409, exc.code, exc.message, current=exc.current)
 
     @app.errorhandler(NotebookError)
     def _notebook(exc: NotebookError):

@@ -26,7 +26,7 @@ from sqlalchemy.orm import Session
 from app.models import Entry
 
 log = logging.getLogger(__name__)
-ENTRY_FILE_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})(?:-(.*))?$")
+ENTRY_FILE_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})(?:[-_ ]+(.*))?$")
 LETTER_FILE_RE = re.compile(r"^(\d{4})-W(\d{2})$")
 
 
@@ -131,7 +131,7 @@ class Parsed:
     path: Path
     kind: str
     date: dt.date
-    slug: str | None
+    slug: str | None  # from the file name, as written
     title: str
     body: str
     tags: list[str]
@@ -174,7 +174,7 @@ def parse_file(path: Path) -> Parsed:
         if heading:
             title = heading[1].strip()
         elif named and named[2]:
-            title = named[2].replace("-", " ").strip().capitalize()
+            title = re.sub(r"[-_]+", " ", named[2]).strip().capitalize()
         else:
             title = f"Week {stem}" if kind == "week" else date.isoformat()
     tags = meta.get("tags") or []
@@ -210,9 +210,12 @@ def import_folder(db, folder: Path, author: str = "import") -> ImportReport:
                     existing = session.scalar(sa.select(Entry).where(
                         Entry.kind == "week", Entry.iso_week == iso_week(parsed.date)))
                 else:
-                    slug = parsed.slug or entries.slugify(parsed.title)
+                    # The file's name or its title: whichever named the entry last time.
+                    slugs = {entries.slugify(parsed.slug or parsed.title),
+                             entries.slugify(parsed.title)}
                     existing = session.scalar(sa.select(Entry).where(
-                        Entry.kind == "entry", Entry.date == parsed.date, Entry.slug == slug))
+                        Entry.kind == "entry", Entry.date == parsed.date,
+                        Entry.slug.in_(slugs)).order_by(Entry.id).limit(1))
                 fields = {"title": parsed.title, "body": parsed.body, "tags": parsed.tags,
                           "status": parsed.status}
                 if existing is None:

@@ -221,6 +221,7 @@ def get_week(week: str):
         # A GET that writes: the write lock is taken here, not at the request's start.
         with current_app.extensions["db"].write() as writer:
             weeks.ensure_letter(writer, week, author="commonplace")
+        session.rollback()  # end our read snapshot so the new letter is visible
         letter = weeks.find_letter(session, week)
     if letter is None:
         raise NotFound(f"no letter for {week}")

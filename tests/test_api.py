@@ -1,0 +1,302 @@
+"""The JSON API through the real app: contract, conflicts, and bad input that changes nothing."""
+
+import io
+import json
+
+import pytest
+import sqlalchemy as sa
+
+from app.models import Attachment, Entry, Revision, Token
+from app.weeks import iso_week, today
+
+PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
+
+
+def count(db, model):
+    with db.read() as session:
+        return session.scalar(sa.select(sa.func.count()).select_from(model))
+
+
+def post(client, body, **kw):
+    return client.post("/api/v1/entries", json=body, **kw)
+
+
+def test_healthz(client):
+    assert client.get("/healthz").get_json() == {"status": "ok"}
+
+
+def test_create_get_update_delete(client):
+    r = post(client, {"date": "2024-03-31", "title": "Working notes", "body": "# Hi\n\ntext",
+                      "tags": ["ml", "gpu"], "status": "published"})
+    assert r.status_code == 201
+    created = r.get_json()
+    assert {"id", "revision", "url"} <= created.keys()
+    assert created["revision"] == 1 and created["url"] == f"/entries/{created['id']}/working-notes"
+    assert client.get(created["url"]).status_code == 200
+    got = client.get(f"/api/v1/entries/{created['id']}").get_json()
+    assert got["body"] == "# Hi\n\ntext" and got["tags"] == ["ml", "gpu"]
+    assert got["week"] == "2024-W13" and "<h1" in got["html"]
+    r = client.put(f"/api/v1/entries/{created['id']}", json={"body": "changed",
+                                                             "base_revision": 1})
+    assert r.status_code == 200 and r.get_json()["revision"] == 2
+    revs = client.get(f"/api/v1/entries/{created['id']}/revisions").get_json()["revisions"]
+    assert [r["number"] for r in revs] == [2, 1]
+    r = client.get(f"/api/v1/entries/{created['id']}/revisions/1").get_json()
+    assert r["body"] == "# Hi\n\ntext"
+    assert client.delete(f"/api/v1/entries/{created['id']}?base_revision=2").status_code == 204
+    assert client.get(f"/api/v1/entries/{created['id']}").status_code == 404
+
+
+def test_stale_put_is_409_with_the_current_text(client, db):
+    entry = post(client, {"title": "Shared", "body": "base"}).get_json()
+    url = f"/api/v1/entries/{entry['id']}"
+    assert client.put(url, json={"body": "phone", "base_revision": 1}).status_code == 200
+    r = client.put(url, json={"body": "laptop", "base_revision": 1})
+    assert r.status_code == 409
+    error = r.get_json()["error"]
+    assert error["code"] == "conflict" and error["current"]["body"] == "phone"
+    assert error["current"]["revision"] == 2
+    assert client.get(url).get_json()["body"] == "phone"
+    assert count(db, Entry) == 1 and count(db, Revision) == 2
+
+
+def test_restore_through_the_api(client):
+    entry = post(client, {"title": "R", "body": "one"}).get_json()
+    url = f"/api/v1/entries/{entry['id']}"
+    client.put(url, json={"body": "two", "base_revision": 1})
+    r = client.post(url + "/restore", json={"revision": 1, "base_revision": 2})
+    assert r.status_code == 200 and r.get_json()["body"] == "one" and r.get_json()["revision"] == 3
+
+
+def test_week_is_created_on_demand_for_this_week_only(client):
+    week = iso_week(today("UTC"))
+    r = client.get(f"/api/v1/weeks/{week}")
+    assert r.status_code == 200
+    letter = r.get_json()["letter"]
+    assert letter["kind"] == "week" and "## Experiments" in letter["body"]
+    assert client.get(f"/api/v1/weeks/{week}").get_json()["letter"]["id"] == letter["id"]
+    assert client.get("/api/v1/weeks/2019-W01").status_code == 404
+    assert client.get("/api/v1/weeks/2019-W54").status_code == 422
+
+
+def test_week_lists_its_entries(client):
+    post(client, {"date": "2024-03-26", "title": "Tuesday"})
+    post(client, {"date": "2024-04-01", "title": "Next week"})
+    client.put("/api/v1/letter-template", json={"template": "## Only"})
+    week = iso_week(today("UTC"))
+    assert client.get(f"/api/v1/weeks/{week}").get_json()["letter"]["body"] == "## Only"
+
+
+def test_search_and_list_filters(client):
+    post(client, {"date": "2024-03-26", "title": "Bubble math", "body": "pipeline", "tags": ["pp"]})
+    post(client, {"date": "2024-04-26", "title": "Other", "body": "pipeline too"})
+    r = client.get("/api/v1/search?q=pipeline").get_json()
+    assert [h["title"] for h in r["results"]][0] in {"Bubble math", "Other"}
+    assert "<mark>" in r["results"][0]["snippet"]
+    assert [e["title"] for e in client.get("/api/v1/entries?tag=pp").get_json()["entries"]] == [
+        "Bubble math"]
+    assert [e["title"] for e in client.get("/api/v1/entries?from=2024-04-01")
+            .get_json()["entries"]] == ["Other"]
+    r = client.get("/api/v1/search?q=%22open")
+    assert r.status_code == 400 and "quote" in r.get_json()["error"]["message"]
+
+
+def test_openapi_document_lists_the_routes(client):
+    doc = client.get("/api/v1/openapi.json").get_json()
+    assert doc["openapi"].startswith("3.")
+    for path in ("/api/v1/entries", "/api/v1/entries/{entry_id}", "/api/v1/weeks/{week}",
+                 "/api/v1/search", "/api/v1/entries/{entry_id}/revisions"):
+        assert path in doc["paths"]
+
+
+BAD_CREATES = [
+    ("not json", {"data": "title=x", "content_type": "application/x-www-form-urlencoded"}),
+    ("broken json", {"data": "{", "content_type": "application/json"}),
+    ("json array", {"data": "[]", "content_type": "application/json"}),
+    ("json string", {"data": '"x"', "content_type": "application/json"}),
+    ("no title", {"json": {"body": "x"}}),
+    ("title not string", {"json": {"title": 5}}),
+    ("bad date", {"json": {"title": "t", "date": "2024-13-40"}}),
+    ("date wrong type", {"json": {"title": "t", "date": [2024]}}),
+    ("tags wrong type", {"json": {"title": "t", "tags": {"a": 1}}}),
+    ("bad tag", {"json": {"title": "t", "tags": ["a b c!"]}}),
+    ("bad status", {"json": {"title": "t", "status": "public"}}),
+    ("unknown field", {"json": {"title": "t", "kind": "week"}}),
+    ("huge body", {"json": {"title": "t", "body": "x" * 1_000_001}}),
+    ("too many tags", {"json": {"title": "t", "tags": [f"t{i}" for i in range(31)]}}),
+]
+
+
+@pytest.mark.parametrize("name, kwargs", BAD_CREATES, ids=[b[0] for b in BAD_CREATES])
+def test_bad_creates_are_4xx_json_and_change_nothing(client, db, name, kwargs):
+    r = client.post("/api/v1/entries", **kwargs)
+    assert 400 <= r.status_code < 500
+    assert r.get_json()["error"]["message"]
+    assert count(db, Entry) == 0 and count(db, Revision) == 0
+
+
+@pytest.mark.parametrize("body", [
+    {"body": "x"}, {"body": "x", "base_revision": "1"}, {"body": "x", "base_revision": True},
+    {"body": "x", "base_revision": None}, {"title": "", "base_revision": 1},
+    {"status": "x", "base_revision": 1}, {"slug": "x", "base_revision": 1},
+])
+def test_bad_updates_change_nothing(client, body):
+    entry = post(client, {"title": "Keep", "body": "kept"}).get_json()
+    r = client.put(f"/api/v1/entries/{entry['id']}", json=body)
+    assert r.status_code in (400, 422)
+    after = client.get(f"/api/v1/entries/{entry['id']}").get_json()
+    assert (after["title"], after["body"], after["revision"]) == ("Keep", "kept", 1)
+
+
+@pytest.mark.parametrize("method, path", [
+    ("get", "/api/v1/entries/999"), ("put", "/api/v1/entries/999"),
+    ("delete", "/api/v1/entries/999"), ("get", "/api/v1/entries/999/revisions"),
+    ("get", "/api/v1/entries/abc"), ("get", "/api/v1/nothing"),
+    ("post", "/api/v1/entries/999/restore"), ("post", "/api/v1/entries/999/attachments"),
+])
+def test_unknown_ids_are_404_json(client, method, path):
+    r = getattr(client, method)(path, json={"base_revision": 1, "revision": 1})
+    assert r.status_code == 404 and r.get_json()["error"]["code"]
+
+
+@pytest.mark.parametrize("query", ["limit=0", "limit=x", "limit=100000", "offset=-1"])
+def test_bad_paging_is_422(client, query):
+    assert client.get(f"/api/v1/entries?{query}").status_code == 422
+
+
+def test_oversized_request_is_413(client, db):
+    r = client.post("/api/v1/entries", data=b"x" * (21 * 1024 * 1024),
+                    content_type="application/json")
+    assert r.status_code == 413 and count(db, Entry) == 0
+
+
+def test_attachment_upload_and_safe_serving(client, app):
+    entry = post(client, {"title": "Pics"}).get_json()
+    url = f"/api/v1/entries/{entry['id']}/attachments"
+    r = client.post(url, data={"file": (io.BytesIO(PNG), "../../evil name.png")})
+    assert r.status_code == 201
+    stored = r.get_json()
+    assert stored["markdown"].startswith("![evil-name.png](/attachments/")
+    served = client.get(stored["url"])
+    assert served.status_code == 200 and served.data == PNG
+    assert served.headers["Content-Type"] == "image/png"
+    assert "sandbox" in served.headers["Content-Security-Policy"]
+    assert served.headers["X-Content-Type-Options"] == "nosniff"
+    files = list((app.config["DATA_DIR"] / "attachments").rglob("*"))
+    assert any(f.name == stored["sha256"] for f in files)
+    # the same bytes again are stored once
+    client.post(url, data={"file": (io.BytesIO(PNG), "again.png")})
+    assert len([f for f in (app.config["DATA_DIR"] / "attachments").rglob(stored["sha256"])]) == 1
+
+
+def test_svg_is_served_as_an_inert_document(client):
+    entry = post(client, {"title": "SVG"}).get_json()
+    svg = b'<svg xmlns="http://www.w3.org/2000/svg" onload="alert(1)"><script>alert(2)</script></svg>'
+    r = client.post(f"/api/v1/entries/{entry['id']}/attachments",
+                    data={"file": (io.BytesIO(svg), "x.svg")})
+    served = client.get(r.get_json()["url"])
+    csp = served.headers["Content-Security-Policy"]
+    assert "sandbox" in csp and "script-src" not in csp and "default-src 'none'" in csp
+
+
+@pytest.mark.parametrize("payload, name, status", [
+    (b"<!DOCTYPE html><script>alert(1)</script>", "page.html", 415),
+    (b"<html><body>hi</body></html>", "x.png", 415),
+    (b"\x7fELF\x02\x01\x01\x00" + b"\x00" * 32, "bin", 415),
+    (b"", "empty.txt", 422),
+    (b"x" * (10 * 1024 * 1024 + 1), "big.txt", 413),
+])
+def test_bad_attachments_are_refused_and_nothing_kept(client, db, payload, name, status):
+    entry = post(client, {"title": "A"}).get_json()
+    r = client.post(f"/api/v1/entries/{entry['id']}/attachments",
+                    data={"file": (io.BytesIO(payload), name)})
+    assert r.status_code == status
+    assert count(db, Attachment) == 0
+
+
+def test_attachment_without_file_field(client):
+    entry = post(client, {"title": "A"}).get_json()
+    r = client.post(f"/api/v1/entries/{entry['id']}/attachments", data={"other": "x"})
+    assert r.status_code == 422
+
+
+def test_unknown_attachment_is_404(client):
+    assert client.get("/attachments/" + "0" * 64 + "/x.png").status_code == 404
+    assert client.get("/attachments/zz/x.png").status_code == 404
+
+
+# -- access (the interim single-owner check) ----------------------------------------------
+
+def test_serve_mode_trusts_the_header_from_loopback_only(make_app):
+    app = make_app(AUTH_MODE="serve", OWNERS=["owner@example.com"], VIEWERS=["view@example.com"])
+    client = app.test_client()
+    owner = {"Tailscale-User-Login": "owner@example.com"}
+    assert client.get("/api/v1/entries", headers=owner).status_code == 200
+    assert client.post("/api/v1/entries", json={"title": "x"}, headers=owner).status_code == 201
+    # the same header from a tailnet address (not through serve) is ignored
+    r = client.get("/api/v1/entries", headers=owner, environ_base={"REMOTE_ADDR": "100.64.0.7"})
+    assert r.status_code == 403
+    # Funnel (public internet) is never an identity
+    r = client.get("/api/v1/entries", headers={**owner, "Tailscale-Funnel-Request": "?1"})
+    assert r.status_code == 403
+    viewer = {"Tailscale-User-Login": "view@example.com"}
+    assert client.get("/api/v1/entries", headers=viewer).status_code == 200
+    assert client.post("/api/v1/entries", json={"title": "x"}, headers=viewer).status_code == 403
+    r = client.get("/api/v1/entries", headers={"Tailscale-User-Login": "eve@example.com"})
+    assert r.status_code == 403 and r.get_json()["error"]["seen_as"] == "eve@example.com"
+    assert client.get("/api/v1/entries").status_code == 403
+    assert client.get("/healthz").status_code == 200
+
+
+@pytest.mark.parametrize("headers", [
+    {"Sec-Fetch-Site": "cross-site"}, {"Sec-Fetch-Site": "same-site"},
+    {"Origin": "https://evil.example"}, {"Origin": "null"},
+])
+def test_cross_site_writes_are_refused(client, db, headers):
+    r = client.post("/api/v1/entries", json={"title": "csrf"}, headers=headers)
+    assert r.status_code == 403 and count(db, Entry) == 0
+
+
+def test_same_origin_writes_pass(client):
+    r = client.post("/api/v1/entries", json={"title": "ok"},
+                    headers={"Origin": "http://localhost", "Sec-Fetch-Site": "same-origin"})
+    assert r.status_code == 201
+
+
+def test_tokens_feed_and_revocation(make_app):
+    from app.auth import hash_token
+
+    app = make_app(AUTH_MODE="serve", OWNERS=["owner@example.com"])
+    db = app.extensions["db"]
+    with db.write() as session:
+        session.add(Token(name="cli", role="owner", token_hash=hash_token("cp_owner")))
+        session.add(Token(name="reader", role="feed", token_hash=hash_token("cp_feed")))
+    client = app.test_client()
+    remote = {"REMOTE_ADDR": "100.64.0.9"}  # a token works from anywhere
+    bearer = {"Authorization": "Bearer cp_owner"}
+    r = client.post("/api/v1/entries", json={"title": "by token", "status": "published"},
+                    headers=bearer, environ_base=remote)
+    assert r.status_code == 201
+    assert client.get("/api/v1/entries", headers={"Authorization": "Bearer nope"}).status_code == 401
+    # a feed token opens the feed and nothing else
+    assert client.get("/feed.atom?token=cp_feed", environ_base=remote).status_code == 200
+    assert client.get("/api/v1/entries?token=cp_feed", environ_base=remote).status_code == 403
+    assert client.get("/feed.atom?token=wrong", environ_base=remote).status_code == 403
+    with db.write() as session:
+        session.scalar(sa.select(Token).where(Token.name == "cli")).revoked_at = \
+            sa.func.current_timestamp()
+    assert client.get("/api/v1/entries", headers=bearer, environ_base=remote).status_code == 401
+
+
+def test_every_response_carries_the_security_headers(client):
+    for path in ("/", "/api/v1/entries", "/healthz", "/api/v1/nothing", "/feed.atom"):
+        r = client.get(path)
+        assert "script-src 'self'" in r.headers["Content-Security-Policy"]
+        assert r.headers["X-Content-Type-Options"] == "nosniff"
+        assert r.headers["X-Frame-Options"] == "DENY"
+
+
+def test_errors_are_json_with_code_and_message(client):
+    r = client.get("/api/v1/entries/12345")
+    body = json.loads(r.data)
+    assert set(body["error"]) >= {"code", "message"}
