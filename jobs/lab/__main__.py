@@ -1,0 +1,71 @@
+"""Command line of the lab.
+
+    python -m jobs.lab list [--json]
+    python -m jobs.lab describe <experiment>
+    python -m jobs.lab run <experiment> [--params '<json>'] --out DIR [--timeout S]
+    python -m jobs.lab table DIR [DIR ...]
+
+``run`` prints ``progress step=<i> total=<n> key=value ...`` lines and free-form
+log lines to stdout, writes DIR/result.json and DIR/events.jsonl, and exits with
+the codes listed in jobs/lab/launch.py (0 ok, 2 invalid params, 3 correctness,
+4 rank failure, 5 timeout, 6 unsupported, 7 cancelled).
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import sys
+
+from jobs.lab import registry
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="python -m jobs.lab")
+    sub = ap.add_subparsers(dest="cmd", required=True)
+    ls = sub.add_parser("list", help="the experiment catalogue")
+    ls.add_argument("--json", action="store_true")
+    ds = sub.add_parser("describe", help="one experiment's schema as JSON")
+    ds.add_argument("experiment")
+    rn = sub.add_parser("run", help="run one experiment under torchrun")
+    rn.add_argument("experiment")
+    rn.add_argument("--params", default="{}", help="JSON object of parameters")
+    rn.add_argument("--out", required=True, help="directory for result.json and events")
+    rn.add_argument("--timeout", type=float, default=None, help="watchdog, seconds")
+    tb = sub.add_parser("table", help="one table from result.json files")
+    tb.add_argument("dirs", nargs="+")
+    args = ap.parse_args(argv)
+
+    if args.cmd == "list":
+        if args.json:
+            print(json.dumps(registry.catalogue(), indent=1))
+        else:
+            for exp in registry.catalogue():
+                print(f"{exp['name']:<16} {exp['title']}")
+        return 0
+    if args.cmd == "describe":
+        try:
+            print(json.dumps(registry.describe(args.experiment), indent=1))
+        except registry.UnknownExperiment:
+            print(f"error: unknown experiment {args.experiment}", file=sys.stderr)
+            return 2
+        return 0
+    if args.cmd == "table":
+        from jobs.lab.report import table
+
+        print(table(args.dirs))
+        return 0
+
+    from jobs.lab import launch
+
+    try:
+        params = json.loads(args.params)
+    except json.JSONDecodeError as exc:
+        print(f"error: invalid parameter params: not JSON ({exc})", file=sys.stderr)
+        return launch.EXIT["invalid_params"]
+    timeout = args.timeout if args.timeout is not None else launch.DEFAULT_TIMEOUT_S
+    return launch.run(args.experiment, params, args.out, timeout)
+
+
+if __name__ == "__main__":
+    sys.exit(main())

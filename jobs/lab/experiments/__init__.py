@@ -1,0 +1,1 @@
+"""Experiments: each module has ``run(ctx, params) -> dict`` (the result, on rank 0)."""

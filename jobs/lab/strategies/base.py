@@ -1,0 +1,135 @@
+"""What every strategy offers the experiment loop: a training step, the pieces of
+gradient and parameter it holds (for the correctness gate), its model-state bytes
+and its cost-model prediction."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+from typing import Any, Callable, ClassVar
+
+import torch
+from torch import nn
+
+from jobs.lab import costmodel
+from jobs.lab.model import Batch, ModelConfig
+from jobs.lab.runtime import Context
+
+LR, MOMENTUM = 0.05, 0.9
+
+
+@dataclass(frozen=True)
+class TrainSpec:
+    cfg: ModelConfig
+    batch_size: int  # global sequences per optimizer step
+    micro_batches: int = 1
+    bucket_cap_mb: float = 0.25
+
+    @property
+    def cap_elems(self) -> int:
+        return max(1, int(self.bucket_cap_mb * 2**20) // 4)
+
+    @property
+    def tokens(self) -> int:
+        return self.batch_size * self.cfg.seq_len
+
+    def flops(self, tokens: int | None = None) -> float:
+        c = self.cfg
+        fpt = costmodel.flops_per_token(c.kind, c.layers, c.hidden, c.seq_len, c.vocab)
+        return fpt * (self.tokens if tokens is None else tokens)
+
+
+@dataclass
+class Piece:
+    """A local tensor that must equal ``select(reference)`` (the whole reference
+    tensor when select is None) - a shard, a slice or the full thing."""
+
+    name: str
+    tensor: torch.Tensor | None
+    select: Callable[[torch.Tensor], torch.Tensor] | None = None
+
+
+@dataclass
+class StepOut:
+    loss: float  # this rank's share, weighted so that the shares sum to the global mean
+    weight: float
+
+
+def sgd(params: list[nn.Parameter]) -> torch.optim.Optimizer:
+    return torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
+
+
+def local_pieces(model: nn.Module, what: str, prefix: str = "") -> list[Piece]:
+    out = []
+    for name, p in model.named_parameters():
+        name = name[len(prefix):] if prefix and name.startswith(prefix) else name
+        out.append(Piece(name, p.grad if what == "grad" else p.data))
+    return out
+
+
+def optimizer_state_bytes(opt: torch.optim.Optimizer) -> int:
+    total = 0
+    for state in opt.state.values():
+        for v in state.values():
+            if isinstance(v, torch.Tensor):
+                total += _local(v).numel() * v.element_size()
+    return total
+
+
+def _local(t: torch.Tensor) -> torch.Tensor:
+    return t.to_local() if hasattr(t, "to_local") else t
+
+
+def model_state(params: list[torch.Tensor], opt: torch.optim.Optimizer | None,
+                extra_grad_bytes: int = 0) -> dict[str, int]:
+    p = sum(_local(x).numel() * x.element_size() for x in params)
+    g = sum(_local(x.grad).numel() * x.grad.element_size() for x in params
+            if x.grad is not None) + extra_grad_bytes
+    o = optimizer_state_bytes(opt) if opt is not None else 0
+    return {"params": p, "grads": g, "optimizer": o, "total": p + g + o}
+
+
+class Strategy:
+    name: ClassVar[str] = ""
+    label: ClassVar[str] = ""
+    builtin: ClassVar[bool] = False  # PyTorch's own implementation
+    instrumented: ClassVar[bool] = True  # its collectives go through ctx.comm
+    ranks_active: ClassVar[str] = "all"  # "all" or "rank0" (single-device baseline)
+
+    def __init__(self, ctx: Context, spec: TrainSpec) -> None:
+        self.ctx, self.spec = ctx, spec
+
+    # -- training
+    def train_step(self, batch: Batch) -> StepOut:
+        raise NotImplementedError
+
+    # -- correctness gate
+    def grad_pieces(self) -> list[Piece]:
+        raise NotImplementedError
+
+    def param_pieces(self) -> list[Piece]:
+        raise NotImplementedError
+
+    def replicated(self) -> list[tuple[Any, list[tuple[str, torch.Tensor]]]]:
+        """(process group, named tensors) that must be bit-identical across that group."""
+        return []
+
+    # -- measurement and prediction
+    def parameters(self) -> list[torch.Tensor]:
+        raise NotImplementedError
+
+    def model_state(self) -> dict[str, int]:
+        raise NotImplementedError
+
+    def predicted_comm(self) -> dict[str, dict[str, Any]] | None:
+        """Bytes (and calls) per optimizer step on this rank, by collective kind."""
+        return {}
+
+    def predict(self, cal: costmodel.Calibration) -> dict[str, Any]:
+        raise NotImplementedError
+
+    def predicted_memory(self) -> dict[str, float]:
+        raise NotImplementedError
+
+    def extra(self) -> dict[str, Any]:
+        """Strategy-specific measurements (in-flight micro-batches, buckets ...)."""
+        return {}

@@ -1,0 +1,132 @@
+"""Data parallelism by hand (picotron's DataParallelNaive / DataParallelBucket).
+
+Every rank holds the whole model and 1/d of the batch; gradients are averaged with
+all_reduce so every replica takes the same step. The naive version all-reduces each
+gradient after backward; the bucketed one groups gradients into flat buckets and
+starts a bucket's all_reduce from a post-accumulate-grad hook as soon as its last
+gradient exists, overlapping communication with the rest of backward. With m
+micro-batches the first m-1 backward passes skip the sync (``no_sync``).
+"""
+
+from __future__ import annotations
+
+import torch
+
+from jobs.lab import costmodel
+from jobs.lab.model import Batch, build_model, loss_fn
+from jobs.lab.strategies.base import Piece, StepOut, Strategy, local_pieces, model_state, sgd
+
+
+class DataParallelNaive(Strategy):
+    name = "dp_naive"
+    label = "data parallel, naive (all-reduce after backward)"
+
+    def __init__(self, ctx, spec) -> None:
+        super().__init__(ctx, spec)
+        self.model = build_model(spec.cfg, ctx.device)
+        self.opt = sgd(list(self.model.parameters()))
+        self.require_backward_grad_sync = True
+
+    def sync_gradients(self) -> None:
+        for p in self.model.parameters():
+            self.ctx.comm.all_reduce(p.grad)
+            p.grad.div_(self.ctx.world)
+
+    def train_step(self, batch: Batch) -> StepOut:
+        ctx, m, tl = self.ctx, self.spec.micro_batches, self.ctx.timeline
+        local = batch.split(ctx.world)[ctx.rank].to(ctx.device)  # (B/d, T)
+        self.opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for i, mb in enumerate(local.split(m)):
+            # no_sync: only the last micro-batch's backward triggers communication
+            self.require_backward_grad_sync = i == m - 1
+            with tl.span("forward", mb=i):
+                loss = loss_fn(self.spec.cfg.kind)(self.model(mb.inputs), mb.targets) / m
+            with tl.span("backward", mb=i):
+                loss.backward()
+            total += loss.item()
+        self.sync_gradients()
+        with tl.span("optimizer"):
+            self.opt.step()
+        return StepOut(total, 1.0 / ctx.world)
+
+    # -- gate
+    def grad_pieces(self) -> list[Piece]:
+        return local_pieces(self.model, "grad")
+
+    def param_pieces(self) -> list[Piece]:
+        return local_pieces(self.model, "param")
+
+    def replicated(self):
+        return [(None, list(self.model.named_parameters()))]
+
+    # -- measurement and prediction
+    def parameters(self):
+        return list(self.model.parameters())
+
+    def model_state(self) -> dict[str, int]:
+        return model_state(self.parameters(), self.opt)
+
+    def predicted_memory(self) -> dict[str, float]:
+        return costmodel.memory_per_rank("dp", self.spec.cfg.param_count())
+
+    def predicted_comm(self):
+        numels = [p.numel() for p in self.model.parameters()]
+        return costmodel.dp_comm(numels, 4, self.name, self.spec.cap_elems)
+
+    def predict(self, cal: costmodel.Calibration) -> dict:
+        flops = self.spec.flops(self.spec.tokens // self.ctx.world)
+        overlap = 0.0
+        if self.name != "dp_naive" and self.ctx.is_cuda:
+            # buckets overlap with backward (~2/3 of compute); on CPU gloo's threads
+            # compete with compute for the cores, so no overlap is assumed there
+            overlap = (2 / 3) * flops / cal.flops
+        return costmodel.predict_dp(flops, self.predicted_comm(), cal, overlap)
+
+
+class DataParallelBucket(DataParallelNaive):
+    name = "dp_bucket"
+    label = "data parallel, bucketed + overlapped"
+
+    def __init__(self, ctx, spec) -> None:
+        super().__init__(ctx, spec)
+        params = list(self.model.parameters())
+        self.plan = costmodel.plan_buckets([p.numel() for p in params], spec.cap_elems)
+        self.buckets = []
+        for b in self.plan:
+            members = [params[i] for i in b["params"]]
+            flat = torch.zeros(b["numel"], device=ctx.device, dtype=params[0].dtype)
+            self.buckets.append({"params": members, "flat": flat, "ready": 0, "work": None})
+            for p in members:
+                p.register_post_accumulate_grad_hook(self._make_hook(len(self.buckets) - 1))
+
+    def _make_hook(self, index: int):
+        def hook(_param: torch.Tensor) -> None:
+            if not self.require_backward_grad_sync:
+                return
+            bucket = self.buckets[index]
+            bucket["ready"] += 1
+            if bucket["ready"] == len(bucket["params"]):  # last gradient of the bucket
+                torch.cat([p.grad.reshape(-1) for p in bucket["params"]], out=bucket["flat"])
+                bucket["work"] = self.ctx.comm.all_reduce(bucket["flat"], async_op=True,
+                                                          bucket=index)
+        return hook
+
+    def sync_gradients(self) -> None:
+        for bucket in self.buckets:
+            bucket["work"].wait()
+            bucket["flat"].div_(self.ctx.world)
+            offset = 0
+            for p in bucket["params"]:
+                n = p.numel()
+                p.grad.copy_(bucket["flat"][offset:offset + n].view_as(p))
+                offset += n
+            bucket["ready"], bucket["work"] = 0, None
+
+    def model_state(self) -> dict[str, int]:
+        state = super().model_state()
+        state["comm_buffers"] = sum(b["flat"].numel() * 4 for b in self.buckets)
+        return state
+
+    def extra(self) -> dict:
+        return {"buckets": len(self.buckets)}

@@ -1,0 +1,79 @@
+"""PyTorch's DistributedDataParallel, its all-reduces routed through the counting
+wrapper by a comm hook (the same averaging as DDP's default hook)."""
+
+from __future__ import annotations
+
+from contextlib import nullcontext
+
+import torch
+from torch.nn.parallel import DistributedDataParallel as DDP
+
+from jobs.lab import costmodel
+from jobs.lab.model import Batch, build_model, loss_fn
+from jobs.lab.strategies.base import Piece, StepOut, Strategy, local_pieces, model_state, sgd
+
+
+class TorchDDP(Strategy):
+    name = "ddp"
+    label = "torch DistributedDataParallel"
+    builtin = True
+
+    def __init__(self, ctx, spec) -> None:
+        super().__init__(ctx, spec)
+        model = build_model(spec.cfg, ctx.device)
+        self.model = DDP(model, device_ids=[ctx.device] if ctx.is_cuda else None,
+                         bucket_cap_mb=spec.bucket_cap_mb)
+        self.model.register_comm_hook(None, self._allreduce_hook)
+        self.opt = sgd(list(self.model.parameters()))
+
+    def _allreduce_hook(self, _state, bucket):
+        # (no annotations: DDP compares them with dist.GradBucket and Future, and
+        # postponed annotations would make it a string)
+        buf = bucket.buffer()
+        buf.div_(self.ctx.world)
+        return self.ctx.comm.all_reduce_future(buf, bucket=bucket.index())
+
+    def train_step(self, batch: Batch) -> StepOut:
+        ctx, m, tl = self.ctx, self.spec.micro_batches, self.ctx.timeline
+        local = batch.split(ctx.world)[ctx.rank].to(ctx.device)
+        self.opt.zero_grad(set_to_none=True)
+        total = 0.0
+        for i, mb in enumerate(local.split(m)):
+            last = i == m - 1
+            with (self.model.no_sync() if not last else nullcontext()):
+                with tl.span("forward", mb=i):
+                    loss = loss_fn(self.spec.cfg.kind)(self.model(mb.inputs), mb.targets) / m
+                with tl.span("backward", mb=i):
+                    loss.backward()
+            total += loss.item()
+        with tl.span("optimizer"):
+            self.opt.step()
+        return StepOut(total, 1.0 / ctx.world)
+
+    def grad_pieces(self) -> list[Piece]:
+        return local_pieces(self.model, "grad", prefix="module.")
+
+    def param_pieces(self) -> list[Piece]:
+        return local_pieces(self.model, "param", prefix="module.")
+
+    def replicated(self):
+        return [(None, list(self.model.module.named_parameters()))]
+
+    def parameters(self):
+        return list(self.model.parameters())
+
+    def model_state(self) -> dict[str, int]:
+        return model_state(self.parameters(), self.opt)
+
+    def predicted_memory(self) -> dict[str, float]:
+        return costmodel.memory_per_rank("ddp", self.spec.cfg.param_count())
+
+    def predicted_comm(self):
+        numels = [p.numel() for p in self.model.parameters()]
+        return costmodel.dp_comm(numels, 4, self.name, self.spec.cap_elems)
+
+    def predict(self, cal: costmodel.Calibration) -> dict:
+        flops = self.spec.flops(self.spec.tokens // self.ctx.world)
+        overlap = (2 / 3) * flops / cal.flops if self.ctx.is_cuda else 0.0
+        return costmodel.predict_dp(flops, self.predicted_comm(), cal, overlap)
+

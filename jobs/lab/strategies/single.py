@@ -1,0 +1,52 @@
+"""The single-device reference: the whole model, the whole batch, one process.
+
+In a multi-rank run only rank 0 trains; the others wait. It is the baseline every
+other strategy's speed is compared with (and the gate's reference is the same code).
+"""
+
+from __future__ import annotations
+
+from jobs.lab import costmodel
+from jobs.lab.model import Batch, build_model, loss_fn
+from jobs.lab.strategies.base import Piece, StepOut, Strategy, local_pieces, model_state, sgd
+
+
+class SingleDevice(Strategy):
+    name = "single"
+    label = "single device (reference)"
+    ranks_active = "rank0"
+
+    def __init__(self, ctx, spec) -> None:
+        super().__init__(ctx, spec)
+        self.model = build_model(spec.cfg, ctx.device)
+        self.opt = sgd(list(self.model.parameters()))
+
+    def train_step(self, batch: Batch) -> StepOut:
+        b = batch.to(self.ctx.device)
+        tl = self.ctx.timeline
+        self.opt.zero_grad(set_to_none=True)
+        with tl.span("forward", mb=0):
+            loss = loss_fn(self.spec.cfg.kind)(self.model(b.inputs), b.targets)
+        with tl.span("backward", mb=0):
+            loss.backward()
+        with tl.span("optimizer"):
+            self.opt.step()
+        return StepOut(loss.item(), 1.0)
+
+    def grad_pieces(self) -> list[Piece]:
+        return local_pieces(self.model, "grad")
+
+    def param_pieces(self) -> list[Piece]:
+        return local_pieces(self.model, "param")
+
+    def parameters(self):
+        return list(self.model.parameters())
+
+    def model_state(self) -> dict[str, int]:
+        return model_state(self.parameters(), self.opt)
+
+    def predicted_memory(self) -> dict[str, float]:
+        return costmodel.memory_per_rank("single", self.spec.cfg.param_count())
+
+    def predict(self, cal: costmodel.Calibration) -> dict:
+        return costmodel.predict_single(self.spec.flops(), cal)

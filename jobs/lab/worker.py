@@ -1,0 +1,142 @@
+"""The torchrun entry point: one process per rank.
+
+    python -m torch.distributed.run --standalone --nproc-per-node=N \
+        -m jobs.lab.worker <experiment> --params '<json>' --out DIR
+
+Rank 0 writes DIR/result.json; every rank writes DIR/events.rank<r>.jsonl. A
+correctness failure is a *result* (status "failed", reason code "correctness"),
+not a crash: the workers exit 0 and the launcher maps it to its exit code.
+Only a crash or a collective timeout makes a worker exit non-zero.
+"""
+
+from __future__ import annotations
+
+import argparse
+import importlib.util
+import json
+import os
+import sys
+import time
+from datetime import datetime, timezone
+from typing import Any
+
+import torch.distributed as dist
+
+from jobs.lab import registry, runtime
+
+RESULT_SCHEMA_VERSION = 1
+
+IMPLEMENTATIONS = {
+    "collectives": "jobs.lab.experiments.collectives",
+    "gemm_roofline": "jobs.lab.experiments.roofline",
+    "gpt_mfu": "jobs.lab.experiments.mfu",
+    "data_parallel": "jobs.lab.experiments.training",
+    "pipeline": "jobs.lab.experiments.training",
+    "tensor_parallel": "jobs.lab.experiments.training",
+    "zero": "jobs.lab.experiments.training",
+}
+
+
+def write_json(path: str, obj: Any) -> None:
+    """Atomic: a reader never sees half a result."""
+    tmp = f"{path}.tmp{os.getpid()}"
+    with open(tmp, "w") as fh:
+        json.dump(obj, fh, indent=1, default=_jsonable)
+    os.replace(tmp, path)
+
+
+def _jsonable(o: Any) -> Any:
+    if hasattr(o, "item"):
+        return o.item()
+    return str(o)
+
+
+def _clean(o: Any) -> Any:
+    """inf/nan are not JSON: they become null."""
+    if isinstance(o, float) and (o != o or o in (float("inf"), float("-inf"))):
+        return None
+    if isinstance(o, dict):
+        return {str(k): _clean(v) for k, v in o.items()}
+    if isinstance(o, (list, tuple)):
+        return [_clean(v) for v in o]
+    return o
+
+
+def load_plugin() -> None:
+    """COMMONPLACE_LAB_PLUGIN=/path/to/file.py is executed before the experiment; tests
+    use it to register a deliberately broken strategy under an existing name."""
+    path = os.environ.get("COMMONPLACE_LAB_PLUGIN")
+    if not path:
+        return
+    spec = importlib.util.spec_from_file_location("commonplace_lab_plugin", path)
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+
+
+def envelope(experiment: str, params: dict, started: float, status: str,
+             reason: dict | None, environment: dict, body: dict) -> dict:
+    return _clean({
+        "schema_version": RESULT_SCHEMA_VERSION,
+        "experiment": experiment,
+        "params": params,
+        "status": status,
+        "reason": reason,
+        "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(),
+        "finished_at": datetime.now(timezone.utc).isoformat(),
+        "duration_s": time.time() - started,
+        "environment": environment,
+        **body,
+    })
+
+
+def main(argv: list[str] | None = None) -> int:
+    ap = argparse.ArgumentParser(prog="jobs.lab.worker")
+    ap.add_argument("experiment")
+    ap.add_argument("--params", default="{}")
+    ap.add_argument("--out", required=True)
+    args = ap.parse_args(argv)
+    started = time.time()
+    params = registry.validate(args.experiment, json.loads(args.params))
+    rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
+    os.makedirs(args.out, exist_ok=True)
+    result_path = os.path.join(args.out, "result.json")
+    try:
+        device = runtime.resolve_device(params.get("device", "auto"), world)
+    except runtime.Unsupported as exc:
+        if rank == 0:
+            write_json(result_path, envelope(
+                args.experiment, params, started, "failed",
+                {"code": "unsupported", "message": str(exc)},
+                runtime.environment(None, "cpu", world), {}))
+        print(f"error: {exc}", file=sys.stderr, flush=True)
+        return 0
+    load_plugin()
+    ctx = runtime.init(device)
+    ctx.out_dir = args.out
+    runtime.say(f"worker rank={ctx.rank} pid={os.getpid()} backend={ctx.backend}")
+    ctx.log(f"experiment {args.experiment} on {world} rank(s), {ctx.backend}, device {device}")
+    module = importlib.import_module(IMPLEMENTATIONS[args.experiment])
+    if module.__name__.endswith(".training"):
+        body = module.run(ctx, args.experiment, params)
+    else:
+        body = module.run(ctx, params)
+    ctx.timeline.write(os.path.join(args.out, f"events.rank{ctx.rank}.jsonl"))
+    if ctx.rank == 0:
+        failed = [s for s in body.get("strategies", []) if not s["correctness"]["passed"]]
+        reason = None
+        if failed:
+            first = failed[0]
+            reason = {"code": "correctness",
+                      "message": f"strategy {first['strategy']}: "
+                                 f"{first['correctness']['reason']}"}
+        status = "failed" if reason else "succeeded"
+        write_json(result_path, envelope(args.experiment, params, started, status, reason,
+                                         runtime.environment(ctx, device, world), body))
+        ctx.log(f"wrote {result_path} (status {status})")
+    dist.barrier()
+    dist.destroy_process_group()
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
