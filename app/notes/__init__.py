@@ -4,4 +4,4 @@ from flask import Blueprint
 
 bp = Blueprint("notes", __name__)
 
-from app.notes import attachments, feed, views  # noqa: E402,F401  (routes register on bp)
+from app.notes import attachments, editing, feed, views  # noqa: E402,F401  (routes register on bp)

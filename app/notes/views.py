@@ -1,8 +1,276 @@
-"""Placeholder pages until the notebook pages land (owned by the pages work)."""
+"""The notebook's reading pages: home, entry, letter, site map, tags, search, settings.
 
+Views parse the request, call app.entries / app.weeks / app.search, and render. Forms that
+change entries live in app.notes.editing.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import hashlib
+import itertools
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+import sqlalchemy as sa
+from flask import Response, abort, current_app, g, redirect, render_template, request, url_for
+from sqlalchemy.orm import load_only
+
+from app import entries, search, weeks
+from app.db import get_session
+from app.entries import NotFound
+from app.models import Entry
 from app.notes import bp
+from app.render import pygments_css
+
+SEARCH_PAGE = 20
+TEMPLATE_LIMIT = 20_000
+# Entries may be up to entries.MAX_BODY characters; a form posts them URL-encoded, which
+# can triple their size. Werkzeug refuses form fields over 500 kB by default.
+FORM_MEMORY = 8 * 1024 * 1024
+
+
+@bp.record_once
+def _allow_long_bodies(state) -> None:
+    state.app.config.setdefault("MAX_FORM_MEMORY_SIZE", FORM_MEMORY)
+
+
+# -- who may do what ----------------------------------------------------------------------
+
+
+def can_write() -> bool:
+    return bool(g.get("identity") and g.identity.can_write)
+
+
+def require_owner() -> None:
+    """Pages that only lead to a write (forms) are for owners; viewers get a clear 403."""
+    if not can_write():
+        abort(403, description="read-only access: only the notebook's owners can change it")
+
+
+def visible(entry: Entry) -> bool:
+    return entry.status == "published" or can_write()
+
+
+def visible_entry(entry_id: int) -> Entry:
+    """The entry, or NotFound — a draft does not exist for someone who cannot write."""
+    entry = entries.get(get_session(), entry_id)
+    if not visible(entry):
+        raise NotFound(f"no entry {entry_id}")
+    return entry
+
+
+def author() -> str:
+    return g.identity.login
+
+
+# -- weeks --------------------------------------------------------------------------------
+
+
+def today() -> dt.date:
+    return weeks.today(current_app.config["TIMEZONE"])
+
+
+def current_week() -> str:
+    return weeks.iso_week(today())
+
+
+def ensure_current_letter() -> None:
+    """Create this week's letter if it is missing. Runs before the request's own session
+    reads anything, so that session's snapshot already contains the letter."""
+    db = current_app.extensions["db"]
+    week = current_week()
+    with db.read() as session:
+        if weeks.find_letter(session, week):
+            return
+    with db.write() as session:
+        weeks.ensure_letter(session, week, author="commonplace")
+
+
+def shift_week(week: str, days: int) -> str:
+    monday, _ = weeks.week_bounds(week)
+    return weeks.iso_week(monday + dt.timedelta(days=days))
+
+
+# -- template helpers ---------------------------------------------------------------------
+
+
+@functools.cache
+def _asset_version(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:10]
+
+
+def asset_url(name: str) -> str:
+    """A static file's URL with a content hash, so a changed file is never served stale."""
+    path = Path(current_app.static_folder or "") / name
+    return url_for("static", filename=name, v=_asset_version(str(path)))
+
+
+@bp.app_context_processor
+def _page_context() -> dict:
+    return {"can_write": can_write(), "identity": g.get("identity"),
+            "this_week": current_week(), "asset_url": asset_url}
+
+
+# Globals rather than context: imported macros do not see a template's context.
+bp.add_app_template_global(entries.entry_url, "entry_url")
+bp.add_app_template_global(entries.tag_url, "tag_url")
+
+
+@bp.app_template_filter("localtime")
+def _localtime(moment: dt.datetime) -> str:
+    """A stored UTC time shown in the notebook's time zone."""
+    zone = ZoneInfo(current_app.config["TIMEZONE"])
+    return moment.replace(tzinfo=dt.UTC).astimezone(zone).strftime("%Y-%m-%d %H:%M")
+
+
+@bp.app_template_filter("longdate")
+def _longdate(day: dt.date) -> str:
+    return f"{day:%a} {day.day} {day:%b %Y}"
+
+
+# -- pages --------------------------------------------------------------------------------
 
 
 @bp.get("/")
 def home():
-    return "Commonplace"
+    ensure_current_letter()
+    session = get_session()
+    letter = weeks.find_letter(session, current_week())
+    recent = [e for e in entries.recent(session, 15) if visible(e)]
+    return render_template("notes/home.html", letter=letter, recent=recent,
+                           today=today())
+
+
+@bp.get("/entries/<int:entry_id>")
+@bp.get("/entries/<int:entry_id>/<slug>")
+def entry(entry_id: int, slug: str | None = None):
+    item = visible_entry(entry_id)
+    if item.kind == "week" or slug != item.slug:
+        return redirect(entries.entry_url(item))
+    session = get_session()
+    prev, nxt = entries.neighbours(session, item, include_drafts=can_write())
+    backlinks = [b for b in entries.backlinks(session, item) if visible(b.source)]
+    return render_template("notes/entry.html", entry=item, prev=prev, next=nxt,
+                           backlinks=backlinks)
+
+
+@bp.get("/weeks/<week>")
+def week(week: str):
+    try:
+        weeks.parse_week(week)
+    except ValueError as exc:
+        abort(404, description=str(exc))
+    if week == current_week():
+        ensure_current_letter()
+    session = get_session()
+    letter = weeks.find_letter(session, week)
+    if letter is not None and not visible(letter):
+        letter = None
+    items = [e for e in weeks.week_entries(session, week) if visible(e)]
+    backlinks = ([b for b in entries.backlinks(session, letter) if visible(b.source)]
+                 if letter else [])
+    monday, sunday = weeks.week_bounds(week)
+    return render_template(
+        "notes/week.html", week=week, letter=letter, items=items, backlinks=backlinks,
+        monday=monday, sunday=sunday, prev_week=shift_week(week, -7),
+        next_week=shift_week(week, 7), is_current=week == current_week(),
+    )
+
+
+@bp.post("/weeks/<week>/letter")
+def start_letter(week: str):
+    try:
+        weeks.parse_week(week)
+    except ValueError as exc:
+        abort(404, description=str(exc))
+    session = get_session()
+    weeks.ensure_letter(session, week, author=author())
+    session.commit()
+    return redirect(url_for("notes.week", week=week), code=303)
+
+
+def _year_of(entry: Entry) -> str:
+    return entry.iso_week[:4]
+
+
+@bp.get("/sitemap")
+def sitemap():
+    query = (
+        sa.select(Entry)
+        .options(load_only(Entry.id, Entry.kind, Entry.date, Entry.iso_week, Entry.title,
+                           Entry.slug, Entry.status, Entry.tags))
+        .order_by(Entry.iso_week.desc(), Entry.kind.desc(), Entry.date, Entry.id)
+    )
+    if not can_write():
+        query = query.where(Entry.status == "published")
+    rows = list(get_session().scalars(query))
+    years = [
+        (year, [(wk, list(group)) for wk, group in itertools.groupby(items, lambda e: e.iso_week)])
+        for year, items in itertools.groupby(rows, _year_of)
+    ]
+    return render_template("notes/sitemap.html", years=years, count=len(rows),
+                           tags=entries.tag_counts(get_session()))
+
+
+@bp.get("/tags/<path:tag>")
+def tag(tag: str):
+    items = [e for e in entries.tagged(get_session(), tag.lower()) if visible(e)]
+    if not items:
+        abort(404, description=f"no entries are tagged #{tag}")
+    return render_template("notes/tag.html", tag=tag.lower(), items=items)
+
+
+def _offset() -> int:
+    raw = request.args.get("offset", "0")
+    if not raw.isdigit() or int(raw) > 100_000:
+        abort(400, description="offset must be a whole number up to 100000")
+    return int(raw)
+
+
+@bp.get("/search")
+def search_page():
+    q = request.args.get("q", "")
+    offset = _offset()
+    results, error = None, None
+    try:
+        results = search.search(get_session(), q, limit=SEARCH_PAGE, offset=offset,
+                                include_drafts=can_write())
+    except search.QueryError as exc:
+        error = str(exc)
+    body = render_template("notes/search.html", q=q, results=results, error=error,
+                           offset=offset, page_size=SEARCH_PAGE)
+    return body, 400 if error else 200
+
+
+@bp.route("/settings/template", methods=["GET", "POST"])
+def settings_template():
+    require_owner()
+    session = get_session()
+    error, saved = None, request.args.get("saved") == "1"
+    if request.method == "POST":
+        text = request.form.get("template", "").replace("\r\n", "\n")
+        if len(text) > TEMPLATE_LIMIT:
+            error = f"the template is longer than {TEMPLATE_LIMIT} characters"
+        else:
+            weeks.set_letter_template(session, text)
+            session.commit()
+            return redirect(url_for("notes.settings_template", saved=1), code=303)
+    else:
+        text = weeks.letter_template(session)
+    body = render_template("notes/settings.html", template=text, error=error, saved=saved,
+                           limit=TEMPLATE_LIMIT)
+    return body, 422 if error else 200
+
+
+@functools.cache
+def _pygments_css() -> str:
+    return pygments_css()
+
+
+@bp.get("/pygments.css")
+def pygments_stylesheet():
+    response = Response(_pygments_css(), mimetype="text/css")
+    response.headers["Cache-Control"] = "public, max-age=86400"
+    return response
