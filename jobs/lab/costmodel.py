@@ -256,3 +256,35 @@ def predict_pp(stage_flops_mb: list[float], p: int, m: int, mb_bytes: int,
         {"compute": m * t_fb, "comm": m * 2 * t_p2p, "bubble": (p - 1) * slot},
         "T = (m+p-1)*(t_f+t_b+2*t_p2p); bubble = (p-1)/(m+p-1)",
         bubble_fraction=bubble_fraction(p, m))
+
+
+# ---------------------------------------------------------------- pipeline stages
+
+
+def stage_layers(L: int, p: int, rank: int) -> range:
+    """Blocks of stage `rank`: L/p each, the first L % p stages taking one more."""
+    base, extra = divmod(L, p)
+    start = rank * base + min(rank, extra)
+    return range(start, start + base + (1 if rank < extra else 0))
+
+
+def stage_params(kind: str, L: int, h: int, s: int, v: int, p: int, rank: int) -> int:
+    n = len(stage_layers(L, p, rank))
+    if kind == "gpt":
+        total = n * (12 * h * h + 13 * h)
+        total += (v * h + s * h) if rank == 0 else 0
+        total += (2 * h + h * v) if rank == p - 1 else 0
+    else:
+        total = n * (8 * h * h + 5 * h)
+        total += (h * h + h) if rank == 0 else 0
+        total += (h * h + h) if rank == p - 1 else 0
+    return total
+
+
+def stage_flops_per_token(kind: str, L: int, h: int, s: int, v: int, p: int, rank: int) -> int:
+    """6 * (matmul parameters of the stage) + the attention term of its blocks."""
+    n = len(stage_layers(L, p, rank))
+    if kind == "gpt":
+        matmul = n * (12 * h * h + 13 * h) + ((2 * h + h * v) if rank == p - 1 else 0)
+        return 6 * matmul + 12 * n * h * s
+    return 6 * stage_params(kind, L, h, s, v, p, rank)

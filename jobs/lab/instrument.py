@@ -182,16 +182,21 @@ class _Saved:
 
 class SavedActivations:
     """Live and peak bytes of the tensors autograd saves for backward, counting each
-    storage once and leaving parameters out: on CPU this is the activation memory."""
+    storage once and leaving parameters out: on CPU this is the activation memory.
+    ``SavedActivations.active`` is the meter in use, so a schedule can read it."""
+
+    active: SavedActivations | None = None
 
     def __init__(self, params: list[torch.Tensor]) -> None:
-        self.param_storages = {p.untyped_storage().data_ptr() for p in params}
+        self.param_storages = {getattr(p, "_local_tensor", p).untyped_storage().data_ptr()
+                               for p in params}
         self.live: dict[int, list[int]] = {}
         self.current = self.peak = 0
         self._hooks = torch.autograd.graph.saved_tensors_hooks(self._pack, self._unpack)
 
     def _pack(self, t: torch.Tensor) -> Any:
-        storage = t.untyped_storage()
+        local = getattr(t, "_local_tensor", t)  # a DTensor's storage is its local shard's
+        storage = local.untyped_storage()
         key = storage.data_ptr()
         if key in self.param_storages or t.device.type == "meta":
             return t
@@ -219,9 +224,11 @@ class SavedActivations:
 
     def __enter__(self) -> SavedActivations:
         self._hooks.__enter__()
+        SavedActivations.active = self
         return self
 
     def __exit__(self, *exc: Any) -> None:
+        SavedActivations.active = None
         self._hooks.__exit__(*exc)
 
 

@@ -80,16 +80,25 @@ def _kill_group(proc: subprocess.Popen) -> None:
 
 
 def _reason_from_output(lines: deque[str], rc: int) -> str:
-    """One line for a crashed run: the last error the ranks printed, else the code."""
-    for line in reversed(lines):  # a rank's own exception line is the most telling
-        m = re.match(r"\[rank(\d+)\]: (\w+(Error|Exception|Timeout)\b.*)", line.strip())
-        if m:
-            return f"rank {m.group(1)} failed: {m.group(2)[:300]}"
-    keys = ("Error", "error:", "Exception", "exitcode", "Signal", "timed out", "Timeout")
-    for line in reversed(lines):
-        text = line.strip()
-        if text and any(k in text for k in keys) and not text.startswith("progress "):
-            return f"rank failure (torchrun exit {rc}): {text[:300]}"
+    """One line for a crashed run: the root-cause rank's own exception if torchrun
+    named one, else the last exception any rank printed, else the exit code."""
+    text = [ln.strip() for ln in lines]
+    root = None
+    for i, ln in enumerate(text):
+        if ln.startswith("Root Cause"):
+            for nxt in text[i:i + 6]:
+                m = re.match(r"rank\s*:\s*(\d+)", nxt)
+                if m:
+                    root = m.group(1)
+                    break
+    errors = [m for m in (re.match(r"\[rank(\d+)\]: (\w+(Error|Exception|Timeout)\b.*)", ln)
+                          for ln in text) if m and m.group(2).split(":", 1)[-1].strip()]
+    mine = [m for m in errors if m.group(1) == root] or errors
+    if mine:
+        return f"rank {mine[-1].group(1)} failed: {mine[-1].group(2)[:300]}"
+    for ln in reversed(text):
+        if "exitcode" in ln or "Signal" in ln:
+            return f"rank failure (torchrun exit {rc}): {ln[:300]}"
     return f"rank failure: torchrun exited with {rc}"
 
 
@@ -109,7 +118,7 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
         return EXIT["invalid_params"]
 
     cmd = command(experiment, params, out)
-    tail: deque[str] = deque(maxlen=60)
+    tail: deque[str] = deque(maxlen=400)
     log = open(os.path.join(out, "output.log"), "w")
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=environment(params),

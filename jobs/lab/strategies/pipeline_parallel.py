@@ -1,0 +1,211 @@
+"""Pipeline parallelism by hand: naive model parallel, GPipe (AFAB) and 1F1B.
+
+The model's blocks are cut into p consecutive stages, one per rank; stage 0 also
+owns the embedding, the last stage the head and the loss. A batch is cut into m
+micro-batches. GPipe runs all m forwards, then all m backwards, so each stage holds
+m micro-batches of activations; 1F1B (PipeDream-flush, Narayanan et al. 2021) starts
+backward as soon as the last stage can, so stage r holds at most min(p - r, m).
+Both leave (p-1)/(m+p-1) of the step idle; naive model parallelism is m = 1.
+The schedules read like the diagrams: warm-up, steady state, cool-down.
+"""
+
+from __future__ import annotations
+
+import torch
+from torch import nn
+
+from jobs.lab import costmodel
+from jobs.lab.instrument import SavedActivations
+from jobs.lab.model import Batch, build_model, loss_fn
+from jobs.lab.strategies.base import Piece, StepOut, Strategy, local_pieces, model_state, sgd
+from jobs.lab.strategies.pp_communications import StageComm
+
+
+class Stage(nn.Module):
+    """The part of the model one rank owns; parameter names keep the full model's
+    (prefixed "model."), so gradients can be checked against the reference."""
+
+    def __init__(self, model: nn.Module, rank: int, p: int) -> None:
+        super().__init__()
+        keep = {str(i) for i in costmodel.stage_layers(len(model.blocks), p, rank)}
+        for key in list(model.blocks.keys()):
+            if key not in keep:
+                del model.blocks[key]
+        self.first, self.last = rank == 0, rank == p - 1
+        for name in () if self.first else model.EMBED_MODULES:
+            delattr(model, name)
+        for name in () if self.last else model.FINISH_MODULES:
+            delattr(model, name)
+        self.model = model
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        m = self.model
+        if self.first:
+            x = m.embed(x)
+        for blk in m.blocks.values():
+            x = blk(x)  # (b, T, h)
+        return m.finish(x) if self.last else x
+
+
+class PipelineBase(Strategy):
+    schedule = "gpipe"
+
+    def __init__(self, ctx, spec) -> None:
+        super().__init__(ctx, spec)
+        cfg = spec.cfg
+        self.p, self.rank = ctx.world, ctx.rank
+        self.m = self.micro_batches()
+        self.stage = Stage(build_model(cfg, ctx.device), self.rank, self.p)
+        self.opt = sgd(list(self.stage.parameters()))
+        self.mb_rows = spec.batch_size // self.m
+        self.io = StageComm(ctx, (self.mb_rows, cfg.seq_len, cfg.hidden), cfg.torch_dtype)
+        self.loss = loss_fn(cfg.kind)
+        self.max_in_flight = 0
+        self.first_mb_saved_bytes: int | None = None
+
+    def micro_batches(self) -> int:
+        return self.spec.micro_batches
+
+    # -- one micro-batch each way
+    def forward_mb(self, i: int, x: torch.Tensor, mbs: list[Batch]) -> torch.Tensor:
+        with self.ctx.timeline.span("forward", mb=i, stage=self.rank):
+            y = self.stage(x)
+            if self.io.last:  # the last stage's output is the loss of the micro-batch
+                y = self.loss(y, mbs[i].targets) / self.m
+                self.losses.append(y.item())
+        self.in_flight.append((x, y))
+        self.max_in_flight = max(self.max_in_flight, len(self.in_flight))
+        meter = SavedActivations.active
+        if meter is not None and self.first_mb_saved_bytes is None:
+            self.first_mb_saved_bytes = meter.current  # one micro-batch's activations
+        return y
+
+    def backward_mb(self, i: int, grad_out: torch.Tensor | None) -> torch.Tensor | None:
+        x, y = self.in_flight.pop(0)
+        with self.ctx.timeline.span("backward", mb=i, stage=self.rank):
+            torch.autograd.backward(y, grad_tensors=grad_out)  # grad_out None on the loss
+        return None if self.io.first else x.grad
+
+    def input_of(self, i: int, mbs: list[Batch]) -> torch.Tensor:
+        return mbs[i].inputs if self.io.first else self.io.recv_forward(i)
+
+    # -- the step
+    def train_step(self, batch: Batch) -> StepOut:
+        mbs = batch.to(self.ctx.device).split(self.m)
+        self.opt.zero_grad(set_to_none=True)
+        self.in_flight: list[tuple[torch.Tensor, torch.Tensor]] = []
+        self.losses: list[float] = []
+        self.run_schedule(mbs)
+        with self.ctx.timeline.span("optimizer"):
+            self.opt.step()
+        return StepOut(sum(self.losses), 1.0 if self.io.last else 0.0)
+
+    def run_schedule(self, mbs: list[Batch]) -> None:
+        """GPipe / all-forward-all-backward."""
+        for i in range(self.m):
+            y = self.forward_mb(i, self.input_of(i, mbs), mbs)
+            self.io.send_forward(y, i)
+        for i in range(self.m):
+            grad_in = self.backward_mb(i, self.io.recv_backward(i))
+            self.io.send_backward(grad_in, i)
+
+    # -- gate, measurement, prediction
+    def grad_pieces(self) -> list[Piece]:
+        return local_pieces(self.stage, "grad", prefix="model.")
+
+    def param_pieces(self) -> list[Piece]:
+        return local_pieces(self.stage, "param", prefix="model.")
+
+    def parameters(self):
+        return list(self.stage.parameters())
+
+    def model_state(self) -> dict[str, int]:
+        return model_state(self.parameters(), self.opt)
+
+    def _dims(self) -> tuple:
+        c = self.spec.cfg
+        return c.kind, c.layers, c.hidden, c.seq_len, c.vocab
+
+    def predicted_memory(self) -> dict[str, float]:
+        local = costmodel.stage_params(*self._dims(), self.p, self.rank)
+        return costmodel.memory_per_rank("pp", 0, P_local=local)
+
+    def mb_bytes(self) -> int:
+        c = self.spec.cfg
+        return self.mb_rows * c.seq_len * c.hidden * 4
+
+    def predicted_comm(self):
+        return costmodel.pp_comm(self.rank, self.p, self.m, self.mb_bytes())
+
+    def predict(self, cal: costmodel.Calibration) -> dict:
+        tokens_mb = self.mb_rows * self.spec.cfg.seq_len
+        stage_flops = [costmodel.stage_flops_per_token(*self._dims(), self.p, r) * tokens_mb
+                       for r in range(self.p)]
+        return costmodel.predict_pp(stage_flops, self.p, self.m, self.mb_bytes(), cal)
+
+    def extra(self) -> dict:
+        c = self.spec.cfg
+        n_layers = len(costmodel.stage_layers(c.layers, self.p, self.rank))
+        return {"stage": self.rank, "layers": list(costmodel.stage_layers(c.layers, self.p,
+                                                                          self.rank)),
+                "micro_batches": self.m,
+                "max_in_flight": self.max_in_flight,
+                "expected_max_in_flight": self.expected_in_flight(),
+                "one_micro_batch_saved_bytes": self.first_mb_saved_bytes,
+                "predicted_one_micro_batch_block_bytes":
+                    n_layers * costmodel.activation_bytes_per_layer(
+                        c.seq_len, self.mb_rows, c.hidden)}
+
+    def expected_in_flight(self) -> int:
+        return self.m
+
+
+class NaiveModelParallel(PipelineBase):
+    name = "naive_mp"
+    label = "naive model parallel (one batch, no micro-batches)"
+
+    def micro_batches(self) -> int:
+        return 1
+
+
+class GPipe(PipelineBase):
+    name = "gpipe"
+    label = "GPipe by hand (all forward, all backward)"
+
+
+class OneFOneB(PipelineBase):
+    name = "1f1b"
+    label = "1F1B by hand (one forward, one backward)"
+
+    def expected_in_flight(self) -> int:
+        return min(self.p - self.rank, self.m)
+
+    def run_schedule(self, mbs: list[Batch]) -> None:
+        io, m = self.io, self.m
+        warmup = min(self.p - self.rank - 1, m)
+        remaining = m - warmup
+        fwd = bwd = 0
+        # warm-up: forwards only, filling the pipe
+        for _ in range(warmup):
+            y = self.forward_mb(fwd, self.input_of(fwd, mbs), mbs)
+            io.send_forward(y, fwd)
+            fwd += 1
+        x = self.input_of(fwd, mbs) if remaining else None
+        # steady state: one forward, one backward
+        for k in range(remaining):
+            y = self.forward_mb(fwd, x, mbs)
+            grad_out = io.send_forward_recv_backward(y, fwd)
+            fwd += 1
+            grad_in = self.backward_mb(bwd, grad_out)
+            if k == remaining - 1:
+                io.send_backward(grad_in, bwd)
+            elif io.first:
+                x = mbs[fwd].inputs
+            else:
+                x = io.send_backward_recv_forward(grad_in, bwd)
+            bwd += 1
+        # cool-down: the backwards still owed
+        for _ in range(warmup):
+            grad_in = self.backward_mb(bwd, io.recv_backward(bwd))
+            io.send_backward(grad_in, bwd)
+            bwd += 1
