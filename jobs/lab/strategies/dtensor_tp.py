@@ -1,0 +1,50 @@
+"""PyTorch's tensor parallelism: DTensor ColwiseParallel / RowwiseParallel on the
+same layers the hand-written version splits. Parameters become DTensors; the gate
+compares their full_tensor() with the reference. DTensor issues its collectives
+itself, so the counting wrapper does not see them."""
+
+from __future__ import annotations
+
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import (
+    ColwiseParallel,
+    RowwiseParallel,
+    parallelize_module,
+)
+
+from jobs.lab.model import build_model
+from jobs.lab.strategies.base import Piece, Strategy, sgd
+from jobs.lab.strategies.tensor_parallel import MegatronTP
+
+PLAN = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
+        "attn.proj": RowwiseParallel(), "mlp.fc": ColwiseParallel(),
+        "mlp.proj": RowwiseParallel()}
+
+
+class DTensorTP(MegatronTP):
+    name = "tp_dtensor"
+    label = "torch DTensor ColwiseParallel/RowwiseParallel"
+    builtin = True
+    instrumented = False
+
+    def __init__(self, ctx, spec) -> None:
+        Strategy.__init__(self, ctx, spec)
+        self.mesh = init_device_mesh(ctx.device.type, (ctx.world,))
+        self.model = build_model(spec.cfg, ctx.device)
+        for blk in self.model.blocks.values():
+            parallelize_module(blk, self.mesh, PLAN)
+        self.opt = sgd(list(self.model.parameters()))
+
+    def _pieces(self, what: str) -> list[Piece]:
+        out = []
+        for name, p in self.model.named_parameters():
+            t = p.grad if what == "grad" else p.data
+            if isinstance(t, DTensor):
+                t = t.full_tensor()  # a collective: every rank walks the same order
+            out.append(Piece(name, t))
+        return out
+
+    def replicated(self):
+        return [(None, [(n, p) for n, p in self.model.named_parameters()
+                        if not isinstance(p, DTensor)])]

@@ -1,0 +1,161 @@
+"""Megatron-style tensor parallelism by hand (picotron's tensor_parallel.py).
+
+In every block, q/k/v and the MLP's first linear are split by output columns
+(each rank owns a/t whole heads and 4h/t hidden units); the attention output
+projection and the MLP's second linear are split by input rows and produce partial
+sums. f before the column linears and g after the row linears make each block
+cost 4 all_reduces of b*s*h per step (2 forward, 2 backward), on the critical path.
+Embeddings, LayerNorms, row biases and the head stay replicated.
+"""
+
+from __future__ import annotations
+
+import torch
+import torch.nn.functional as F
+from torch import nn
+
+from jobs.lab import costmodel
+from jobs.lab.instrument import Comm
+from jobs.lab.model import Attention, Batch, build_model, loss_fn
+from jobs.lab.strategies.base import Piece, StepOut, Strategy, model_state, sgd
+from jobs.lab.strategies.tp_communications import f, g
+
+
+class ColumnParallelLinear(nn.Module):
+    def __init__(self, full: nn.Linear, rank: int, t: int) -> None:
+        super().__init__()
+        n = full.out_features // t
+        self.weight = nn.Parameter(full.weight.detach()[rank * n:(rank + 1) * n].clone())
+        self.bias = nn.Parameter(full.bias.detach()[rank * n:(rank + 1) * n].clone())
+        self.shard = (0, rank * n, (rank + 1) * n)  # (dim, start, stop) in the full weight
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return F.linear(x, self.weight, self.bias)  # (b, T, out/t)
+
+
+class RowParallelLinear(nn.Module):
+    def __init__(self, full: nn.Linear, rank: int, t: int, comm: Comm) -> None:
+        super().__init__()
+        n = full.in_features // t
+        self.weight = nn.Parameter(full.weight.detach()[:, rank * n:(rank + 1) * n].clone())
+        self.bias = nn.Parameter(full.bias.detach().clone())  # replicated, added once
+        self.shard = (1, rank * n, (rank + 1) * n)
+        self.comm = comm
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return g(F.linear(x, self.weight), self.comm) + self.bias  # (b, T, out)
+
+
+class ParallelAttention(nn.Module):
+    def __init__(self, attn: Attention, rank: int, t: int, comm: Comm) -> None:
+        super().__init__()
+        self.head_dim, self.comm = attn.head_dim, comm
+        self.q = ColumnParallelLinear(attn.q, rank, t)
+        self.k = ColumnParallelLinear(attn.k, rank, t)
+        self.v = ColumnParallelLinear(attn.v, rank, t)
+        self.proj = RowParallelLinear(attn.proj, rank, t, comm)
+
+    heads_of = Attention.heads_of
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        B, T, _ = x.shape
+        x = f(x, self.comm)
+        q, k, v = self.heads_of(x, self.q), self.heads_of(x, self.k), self.heads_of(x, self.v)
+        y = F.scaled_dot_product_attention(q, k, v, is_causal=True)  # (B, a/t, T, hd)
+        return self.proj(y.transpose(1, 2).reshape(B, T, -1))
+
+
+class ParallelMLP(nn.Module):
+    def __init__(self, mlp: nn.Module, rank: int, t: int, comm: Comm) -> None:
+        super().__init__()
+        self.comm = comm
+        self.fc = ColumnParallelLinear(mlp.fc, rank, t)
+        self.proj = RowParallelLinear(mlp.proj, rank, t, comm)
+
+    def forward(self, x: torch.Tensor) -> torch.Tensor:
+        return self.proj(F.gelu(self.fc(f(x, self.comm))))
+
+
+def apply_tensor_parallel(model: nn.Module, rank: int, t: int, comm: Comm) -> nn.Module:
+    for blk in model.blocks.values():
+        blk.attn = ParallelAttention(blk.attn, rank, t, comm)
+        blk.mlp = ParallelMLP(blk.mlp, rank, t, comm)
+    return model
+
+
+def _slicer(shard: tuple[int, int, int]):
+    dim, start, stop = shard
+    return lambda full: full.narrow(dim, start, stop - start)
+
+
+class MegatronTP(Strategy):
+    name = "tp_megatron"
+    label = "Megatron tensor parallel by hand (f/g operators)"
+
+    def __init__(self, ctx, spec) -> None:
+        super().__init__(ctx, spec)
+        model = build_model(spec.cfg, ctx.device)
+        self.model = apply_tensor_parallel(model, ctx.rank, ctx.world, ctx.comm)
+        self.opt = sgd(list(self.model.parameters()))
+
+    def train_step(self, batch: Batch) -> StepOut:
+        b, tl = batch.to(self.ctx.device), self.ctx.timeline
+        self.opt.zero_grad(set_to_none=True)
+        with tl.span("forward", mb=0):
+            loss = loss_fn(self.spec.cfg.kind)(self.model(b.inputs), b.targets)
+        with tl.span("backward", mb=0):
+            loss.backward()
+        with tl.span("optimizer"):
+            self.opt.step()
+        return StepOut(loss.item(), 1.0 / self.ctx.world)  # every rank has the full loss
+
+    def _pieces(self, what: str) -> list[Piece]:
+        shards = {}
+        for mod_name, mod in self.model.named_modules():
+            if isinstance(mod, (ColumnParallelLinear, RowParallelLinear)):
+                shards[f"{mod_name}.weight"] = mod.shard
+                if isinstance(mod, ColumnParallelLinear):
+                    shards[f"{mod_name}.bias"] = (0,) + mod.shard[1:]
+        out = []
+        for name, p in self.model.named_parameters():
+            t = p.grad if what == "grad" else p.data
+            out.append(Piece(name, t, _slicer(shards[name]) if name in shards else None))
+        return out
+
+    def grad_pieces(self) -> list[Piece]:
+        return self._pieces("grad")
+
+    def param_pieces(self) -> list[Piece]:
+        return self._pieces("param")
+
+    def replicated(self):
+        split = {id(m.weight) for m in self.model.modules()
+                 if isinstance(m, (ColumnParallelLinear, RowParallelLinear))}
+        split |= {id(m.bias) for m in self.model.modules()
+                  if isinstance(m, ColumnParallelLinear)}
+        return [(None, [(n, p) for n, p in self.model.named_parameters() if id(p) not in split])]
+
+    def parameters(self):
+        return list(self.model.parameters())
+
+    def model_state(self) -> dict[str, int]:
+        return model_state(self.parameters(), self.opt)
+
+    def _split(self) -> tuple[int, int]:
+        c = self.spec.cfg
+        return costmodel.tp_split_params(c.layers, c.hidden, c.seq_len, c.vocab)
+
+    def predicted_memory(self) -> dict[str, float]:
+        split, rep = self._split()
+        return costmodel.memory_per_rank("tp", 0, P_local=rep + split // self.ctx.world)
+
+    def predicted_comm(self):
+        c = self.spec.cfg
+        return costmodel.tp_comm(c.layers, self.spec.batch_size, c.seq_len, c.hidden, 4)
+
+    def predict(self, cal: costmodel.Calibration) -> dict:
+        c, t = self.spec.cfg, self.ctx.world
+        split, _ = self._split()
+        matmul = costmodel.matmul_params(c.kind, c.layers, c.hidden, c.seq_len, c.vocab)
+        per_token = 6 * (matmul - split + split / t) + 12 * c.layers * c.hidden * c.seq_len / t
+        return costmodel.predict_tp(per_token * self.spec.tokens, self.predicted_comm(), cal)

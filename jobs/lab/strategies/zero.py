@@ -1,0 +1,150 @@
+"""ZeRO stages 1 and 2 by hand (Rajbhandari et al. 2020), over data parallelism.
+
+Parameters live in flat, padded buckets (the DP bucket plan, each bucket a
+multiple of d long) and rank r owns slice r of every bucket. After backward the
+gradients are reduce-scattered, so each rank holds only the averaged gradient of
+its slice; it updates that slice with its slice of the optimizer state (SGD
+momentum) and the slices are all-gathered back into every replica.
+ZeRO-1 keeps full gradients during backward and reduce-scatters at the end;
+ZeRO-2 reduce-scatters each bucket from a hook as soon as its gradients exist and
+drops the full gradients, so gradients too cost 1/d per rank.
+Bytes per step: reduce_scatter P*e + all_gather P*e - the same as DP's all_reduce.
+"""
+
+from __future__ import annotations
+
+import torch
+
+from jobs.lab import costmodel
+from jobs.lab.model import Batch, build_model, loss_fn
+from jobs.lab.strategies.base import LR, MOMENTUM, Piece, StepOut, Strategy, model_state
+
+
+class Zero1(Strategy):
+    name = "zero1"
+    label = "ZeRO-1 by hand (optimizer state sharded)"
+    stage = 1
+
+    def __init__(self, ctx, spec) -> None:
+        super().__init__(ctx, spec)
+        d, r, dev = ctx.world, ctx.rank, ctx.device
+        self.model = build_model(spec.cfg, dev)
+        params = list(self.model.parameters())
+        self.names = {id(p): n for n, p in self.model.named_parameters()}
+        self.plan = costmodel.plan_buckets([p.numel() for p in params], spec.cap_elems, d)
+        self.buckets = []
+        for index, b in enumerate(self.plan):
+            members = [params[i] for i in b["params"]]
+            flat = torch.zeros(b["padded"], device=dev, dtype=params[0].dtype)
+            offset, layout = 0, []
+            for p in members:  # parameters become views into the flat bucket
+                n = p.numel()
+                flat[offset:offset + n].copy_(p.detach().reshape(-1))
+                p.data = flat[offset:offset + n].view_as(p)
+                layout.append((p, offset, n))
+                offset += n
+            per = b["padded"] // d
+            bucket = {"flat": flat, "layout": layout, "lo": r * per, "hi": (r + 1) * per,
+                      "grad": torch.zeros(per, device=dev, dtype=flat.dtype),
+                      "momentum": None, "ready": 0, "work": None, "staging": None}
+            self.buckets.append(bucket)
+            if self.stage == 2:
+                for p in members:
+                    p.register_post_accumulate_grad_hook(self._make_hook(index))
+
+    # -- stage 2: reduce-scatter a bucket the moment its last gradient lands
+    def _make_hook(self, index: int):
+        def hook(_p: torch.Tensor) -> None:
+            bucket = self.buckets[index]
+            bucket["ready"] += 1
+            if bucket["ready"] == len(bucket["layout"]):
+                self._reduce_scatter(bucket, index, async_op=True)
+                for p, _, _ in bucket["layout"]:
+                    p.grad = None  # the full gradient is no longer needed here
+        return hook
+
+    def _reduce_scatter(self, bucket: dict, index: int, async_op: bool) -> None:
+        staging = torch.zeros_like(bucket["flat"])
+        for p, off, n in bucket["layout"]:
+            staging[off:off + n].copy_(p.grad.reshape(-1))
+        bucket["staging"] = staging  # kept alive until the collective completes
+        bucket["work"] = self.ctx.comm.reduce_scatter(bucket["grad"], staging,
+                                                      async_op=async_op, bucket=index)
+
+    def train_step(self, batch: Batch) -> StepOut:
+        ctx, tl = self.ctx, self.ctx.timeline
+        local = batch.split(ctx.world)[ctx.rank].to(ctx.device)
+        for p in self.model.parameters():
+            p.grad = None
+        with tl.span("forward", mb=0):
+            loss = loss_fn(self.spec.cfg.kind)(self.model(local.inputs), local.targets)
+        with tl.span("backward", mb=0):
+            loss.backward()
+        for index, bucket in enumerate(self.buckets):
+            if self.stage == 1:
+                self._reduce_scatter(bucket, index, async_op=False)
+            elif bucket["work"] is not None:
+                bucket["work"].wait()
+            bucket["grad"].div_(ctx.world)
+            bucket["ready"], bucket["work"], bucket["staging"] = 0, None, None
+        with tl.span("optimizer"):
+            for index, bucket in enumerate(self.buckets):
+                g = bucket["grad"]
+                if bucket["momentum"] is None:  # torch.optim.SGD's first step: buf = grad
+                    bucket["momentum"] = g.clone()
+                else:
+                    bucket["momentum"].mul_(MOMENTUM).add_(g)
+                shard = bucket["flat"][bucket["lo"]:bucket["hi"]]
+                shard.add_(bucket["momentum"], alpha=-LR)
+                ctx.comm.all_gather(bucket["flat"], shard.clone(), bucket=index)
+        return StepOut(loss.item(), 1.0 / ctx.world)
+
+    # -- gate: each rank owns slices of gradients; parameters are whole again
+    def grad_pieces(self) -> list[Piece]:
+        pieces = []
+        for bucket in self.buckets:
+            lo, hi = bucket["lo"], bucket["hi"]
+            for p, off, n in bucket["layout"]:
+                a, b = max(off, lo), min(off + n, hi)
+                if a < b:
+                    pieces.append(Piece(self.names[id(p)], bucket["grad"][a - lo:b - lo],
+                                        lambda full, s=a - off, e=b - off: full.reshape(-1)[s:e]))
+        return pieces
+
+    def param_pieces(self) -> list[Piece]:
+        return [Piece(n, p.data) for n, p in self.model.named_parameters()]
+
+    def replicated(self):
+        return [(None, list(self.model.named_parameters()))]
+
+    def parameters(self):
+        return list(self.model.parameters())
+
+    def model_state(self) -> dict[str, int]:
+        shards = sum(b["grad"].numel() * b["grad"].element_size() for b in self.buckets)
+        state = model_state(self.parameters(), None, extra_grad_bytes=shards)
+        state["optimizer"] = sum(b["momentum"].numel() * b["momentum"].element_size()
+                                 for b in self.buckets if b["momentum"] is not None)
+        state["total"] = state["params"] + state["grads"] + state["optimizer"]
+        return state
+
+    def predicted_memory(self) -> dict[str, float]:
+        return costmodel.memory_per_rank(self.name, self.spec.cfg.param_count(),
+                                         d=self.ctx.world)
+
+    def predicted_comm(self):
+        numels = [p.numel() for p in self.model.parameters()]
+        return costmodel.zero_comm(numels, 4, self.ctx.world, self.spec.cap_elems)
+
+    def predict(self, cal: costmodel.Calibration) -> dict:
+        flops = self.spec.flops(self.spec.tokens // self.ctx.world)
+        return costmodel.predict_zero(flops, self.predicted_comm(), cal)
+
+    def extra(self) -> dict:
+        return {"buckets": len(self.buckets)}
+
+
+class Zero2(Zero1):
+    name = "zero2"
+    label = "ZeRO-2 by hand (optimizer state and gradients sharded)"
+    stage = 2
