@@ -1,0 +1,79 @@
+"""Collective micro-benchmark, nccl-tests style: time per op and size, algbw = S/t,
+busbw = algbw * factor(op, n); then a fit t = alpha + factor*S/W per op, and the
+fitted model's prediction beside each measurement. Optionally, the overhead of
+the counting wrapper on a raw all_reduce loop (interleaved, so drift cancels)."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from jobs.lab import costmodel
+from jobs.lab.experiments.probes import collective, message_bytes, slowest_median, time_fn
+from jobs.lab.runtime import Context
+
+
+def sizes(lo: int, hi: int) -> list[int]:
+    out, s = [], lo
+    while s <= hi:
+        out.append(s)
+        s *= 2
+    return out
+
+
+def _pcts(times: list[float]) -> dict[str, float]:
+    s = sorted(times)
+    return {"p10": s[int(0.1 * (len(s) - 1))], "p90": s[int(0.9 * (len(s) - 1))]}
+
+
+def wrapper_overhead(ctx: Context, nbytes: int, rounds: int = 5, iters: int = 20) -> dict:
+    """Median per-op time of a raw all_reduce loop vs the same loop through Comm."""
+    raw_fn, wrapped_fn = collective(ctx, "all_reduce", nbytes), \
+        collective(ctx, "all_reduce", nbytes, comm=ctx.comm)
+    raw, wrapped = [], []
+    for _ in range(rounds):  # alternate the two so that machine drift hits both
+        for fn, sink in ((raw_fn, raw), (wrapped_fn, wrapped)):
+            t = time_fn(ctx, lambda f=fn: [f() for _ in range(iters)], 1, warmup=1)
+            sink.append(slowest_median(ctx, t) / iters)
+    ctx.comm.reset()
+    r, w = statistics.median(raw), statistics.median(wrapped)
+    return {"bytes": nbytes, "raw_s": r, "wrapped_s": w, "overhead": w / r - 1}
+
+
+def run(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    n = ctx.world
+    table = []
+    fits = {}
+    ops = params["ops"]
+    grid = sizes(params["min_bytes"], params["max_bytes"])
+    total = len(ops) * len(grid)
+    step = 0
+    for op in ops:
+        samples = []
+        for S_req in grid:
+            S = message_bytes(op, S_req, n)
+            fn = collective(ctx, op, S)
+            times = time_fn(ctx, fn, params["iters"], params["warmup"])
+            t = slowest_median(ctx, times)
+            algbw = S / t
+            row = {"op": op, "bytes": S, "time_s": t, **_pcts(times), "algbw_Bps": algbw,
+                   "busbw_Bps": algbw * costmodel.busbw_factor(op, n)}
+            table.append(row)
+            samples.append((S, t))
+            step += 1
+            ctx.progress(step, total, op=op, bytes=S, time_s=t,
+                         busbw_GBps=row["busbw_Bps"] / 1e9)
+        fit = costmodel.fit_link(op, n, samples)
+        fits[op] = {"alpha_s": fit.alpha, "busbw_Bps": fit.bandwidth,
+                    "formula": "t = alpha + factor(op, n) * S / W"}
+        for row in table:
+            if row["op"] == op:
+                row["predicted_s"] = fit.time(op, row["bytes"], n)
+                row["measured_over_predicted"] = row["time_s"] / row["predicted_s"]
+    out: dict[str, Any] = {"world_size": n, "table": table, "fits": fits,
+                           "factors": {op: costmodel.busbw_factor(op, n) for op in ops}}
+    if params["measure_overhead"]:
+        out["wrapper_overhead"] = wrapper_overhead(ctx, params["min_bytes"])
+        ctx.log(f"wrapper overhead on all_reduce of {params['min_bytes']} B: "
+                f"{out['wrapper_overhead']['overhead'] * 100:+.2f}%")
+    return out

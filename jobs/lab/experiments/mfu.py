@@ -1,0 +1,86 @@
+"""Single-device GPT throughput and MFU (nanoGPT / picotron formula):
+    MFU = tokens/s * (6N + 12*L*h*s) / peak
+with N the matmul parameters and s the real sequence length, timed after a
+device synchronize with warm-up steps excluded. Peak: 989 TFLOP/s dense bf16 on
+H100/H200 (not the 2:4-sparse 1979), A100 312; on CPU, the measured GEMM peak."""
+
+from __future__ import annotations
+
+import statistics
+import time
+from typing import Any
+
+import torch
+
+from jobs.lab import costmodel
+from jobs.lab.experiments.probes import gemm_flops
+from jobs.lab.model import ModelConfig, build_model, loss_fn, make_batch
+from jobs.lab.runtime import Context
+from jobs.lab.strategies.base import sgd
+
+DENSE_BF16_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
+
+
+def peak_for(ctx: Context, params: dict[str, Any]) -> tuple[float, str]:
+    if params["peak_tflops"] > 0:
+        return params["peak_tflops"] * 1e12, "given"
+    if ctx.is_cuda:
+        name = torch.cuda.get_device_name(ctx.device)
+        for key, value in DENSE_BF16_PEAKS.items():
+            if key in name:
+                return value, f"{key} dense bf16 datasheet"
+    edge = 4096 if ctx.is_cuda else 512
+    rate, _ = gemm_flops(ctx, edge, edge, edge, dtype=getattr(torch, params["dtype"]))
+    return rate, f"measured {edge}^3 {params['dtype']} GEMM"
+
+
+def run(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
+    cfg = ModelConfig(kind="gpt", layers=params["layers"], hidden=params["hidden"],
+                      heads=params["heads"], seq_len=params["seq_len"], vocab=params["vocab"],
+                      dtype=params["dtype"], seed=params["seed"])
+    model = build_model(cfg, ctx.device)
+    opt = sgd(list(model.parameters()))
+    batch = make_batch(cfg, params["batch_size"]).to(ctx.device)
+    loss_of = loss_fn("gpt")
+    tokens = params["batch_size"] * cfg.seq_len
+    fpt = costmodel.flops_per_token("gpt", cfg.layers, cfg.hidden, cfg.seq_len, cfg.vocab)
+    peak, peak_source = peak_for(ctx, params)
+    if ctx.is_cuda:
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+    times, losses = [], []
+    total = params["warmup"] + params["steps"]
+    for i in range(total):
+        ctx.sync()
+        t0 = time.perf_counter()
+        opt.zero_grad(set_to_none=True)
+        loss = loss_of(model(batch.inputs), batch.targets)
+        loss.backward()
+        opt.step()
+        losses.append(loss.item())  # .item() synchronizes too
+        ctx.sync()
+        dt = time.perf_counter() - t0
+        if i >= params["warmup"]:
+            times.append(dt)
+        ctx.progress(i + 1, total, phase="timed" if i >= params["warmup"] else "warmup",
+                     step_time_s=dt, tokens_per_s=tokens / dt,
+                     mfu=tokens / dt * fpt / peak)
+    step = statistics.median(times)
+    s = sorted(times)
+    return {
+        "model": {**cfg.as_dict(), "params": cfg.param_count(),
+                  "matmul_params": costmodel.matmul_params("gpt", cfg.layers, cfg.hidden,
+                                                           cfg.seq_len, cfg.vocab)},
+        "flops_per_token": fpt,
+        "tokens_per_step": tokens,
+        "step_time_s": {"median": step, "p10": s[int(0.1 * (len(s) - 1))],
+                        "p90": s[int(0.9 * (len(s) - 1))]},
+        "tokens_per_s": tokens / step,
+        "achieved_flops": tokens / step * fpt,
+        "peak_flops": peak,
+        "peak_source": peak_source,
+        "mfu": tokens / step * fpt / peak,
+        "loss_first_last": [losses[0], losses[-1]],
+        "cuda_max_memory_allocated": torch.cuda.max_memory_allocated(ctx.device)
+        if ctx.is_cuda else None,
+        "formula": "MFU = tokens/s * (6N + 12*L*h*s) / peak",
+    }
