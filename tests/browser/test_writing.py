@@ -1,0 +1,208 @@
+"""Writing an entry in a real browser (Debian's chromium through Playwright) against the
+real server (`commonplace up`, gunicorn), at phone size and at desktop size.
+
+The entry must render, and show on Home, in this week's letter page, in search, in the
+Atom feed and as a markdown file in the data folder; the pages must fit a 375 px screen and
+the browser must report no console errors and no CSP violations.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import datetime as dt
+import json
+import re
+import shutil
+import signal
+import struct
+import urllib.request
+import zlib
+
+import pytest
+
+from app import weeks
+
+CHROMIUM = shutil.which("chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+TEST_SECONDS = 150  # a hard limit for one test, browser start included
+
+pytestmark = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
+                       "(apt-get install chromium); CI installs it"),
+]
+
+DEVICES = {
+    "phone": {"viewport": {"width": 375, "height": 812}, "is_mobile": True, "has_touch": True,
+              "device_scale_factor": 2},
+    "desktop": {"viewport": {"width": 1280, "height": 800}},
+}
+
+
+@contextlib.contextmanager
+def hard_timeout(seconds: int):
+    """Fail the test (instead of hanging CI) if anything in it blocks for too long."""
+
+    def expire(_signum, _frame):
+        raise TimeoutError(f"browser test took longer than {seconds}s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def chromium_page(device: str):
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            context = browser.new_context(**DEVICES[device])
+            page = context.new_page()
+            page.set_default_timeout(15_000)
+            problems: list[str] = []
+            page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
+                    if m.type in ("error", "warning") else None)
+            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+            yield page, problems
+        finally:
+            browser.close()
+
+
+def post_json(url: str, data: dict) -> dict:
+    request = urllib.request.Request(url, data=json.dumps(data).encode(), method="POST",
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=10) as response:
+        return json.load(response)
+
+
+def tiny_png() -> bytes:
+    def chunk(kind: bytes, body: bytes) -> bytes:
+        return (struct.pack(">I", len(body)) + kind + body
+                + struct.pack(">I", zlib.crc32(kind + body) & 0xFFFFFFFF))
+
+    header = struct.pack(">IIBBBBB", 1, 1, 8, 2, 0, 0, 0)
+    pixels = zlib.compress(b"\x00\x1f\x6a\x63")
+    return (b"\x89PNG\r\n\x1a\n" + chunk(b"IHDR", header) + chunk(b"IDAT", pixels)
+            + chunk(b"IEND", b""))
+
+
+def assert_fits(page, device: str) -> None:
+    if device != "phone":
+        return
+    widths = page.evaluate(
+        "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
+    )
+    assert widths[0] <= widths[1], f"{page.url} scrolls sideways at 375 px: {widths}"
+
+
+@pytest.mark.parametrize("device", ["phone", "desktop"])
+def test_write_an_entry_in_the_browser(live_server, data_dir, device, tmp_path):
+    word = f"quokka{device}"  # one word that only this entry contains
+    title = f"Field notes from the {device}"
+    target = post_json(f"{live_server}/api/v1/entries",
+                       {"title": f"Ring notes {device}", "body": "All-reduce in a ring."})
+    this_week = weeks.iso_week(dt.datetime.now(dt.UTC).date())  # the server runs in UTC
+    image = tmp_path / "dot.png"
+    image.write_bytes(tiny_png())
+
+    with hard_timeout(TEST_SECONDS), chromium_page(device) as (page, problems):
+        page.goto(live_server + "/")
+        assert page.locator("h1").first.inner_text() == f"Week {this_week}"
+        assert_fits(page, device)
+
+        # A new entry: the "n" shortcut on a keyboard, the New button on a phone.
+        if device == "desktop":
+            page.keyboard.press("n")
+        else:
+            page.get_by_role("link", name="New", exact=True).tap()
+        page.wait_for_url(re.compile(r"/entries/new"))
+        assert_fits(page, device)
+        page.fill("#f-title", title)
+        page.fill("#f-tags", "fieldwork, browser")
+        body = (f"Measured the {word} today, see [[Ring notes {device}]].\n\n"
+                "## Numbers\n\n| n | ms |\n|---|---|\n| 2 | 10 |\n\n## Next\n\nMore.")
+        page.fill("#f-body", body)
+
+        page.get_by_role("button", name="Preview").click()
+        page.locator("#preview a.wikilink").wait_for()
+        assert page.locator("#preview h2").first.inner_text().startswith("Numbers")
+        page.get_by_role("button", name="Write").click()
+
+        page.focus("#f-body")
+        page.keyboard.press("Control+Enter")
+        page.wait_for_url(re.compile(r"/entries/\d+/field-notes-from-the-"))
+        entry_url = page.url
+        assert page.locator("h1").inner_text() == title
+        link = page.locator(".prose a.wikilink")
+        assert link.get_attribute("href") == target["url"]
+        assert page.locator(".tags a.tag").all_inner_texts() == ["#fieldwork", "#browser"]
+        assert page.locator(".prose table td").first.inner_text() == "2"
+        assert_fits(page, device)
+
+        # Edit: attach an image from the file picker, then save (a tap on a phone).
+        page.get_by_role("link", name="Edit", exact=True).click()
+        page.wait_for_url(re.compile(r"/edit$"))
+        page.set_input_files("#f-file", str(image))
+        page.wait_for_function(
+            "document.getElementById('f-body').value.includes('/attachments/')"
+        )
+        if device == "phone":
+            page.get_by_role("button", name="Save", exact=True).tap()
+        else:
+            page.focus("#f-title")
+            page.keyboard.press("Control+Enter")
+        page.wait_for_url(entry_url)
+        img = page.locator(".prose img")
+        assert img.evaluate("i => i.complete && i.naturalWidth") == 1
+
+        # It shows everywhere it should.
+        page.goto(live_server + "/")
+        assert title in page.locator(".recent").inner_text()
+        page.locator("header.site").get_by_role("link", name="This week").click()
+        page.wait_for_url(re.compile(rf"/weeks/{this_week}$"))
+        assert title in page.locator(".week-entries").inner_text()
+        assert_fits(page, device)
+
+        page.fill("#site-search", word)
+        page.keyboard.press("Enter")
+        page.wait_for_url(re.compile(r"/search\?q="))
+        assert page.locator(".hits li").count() == 1
+        assert page.locator(".hits mark").first.inner_text().lower() == word
+        assert_fits(page, device)
+
+        entry_id = re.search(r"/entries/(\d+)/", entry_url)[1]
+        for path in ("/sitemap", "/tags/fieldwork", f"/entries/{entry_id}/history"):
+            page.goto(live_server + path)
+            assert_fits(page, device)
+
+        feed = page.request.get(live_server + "/feed.atom")
+        assert feed.ok and title in feed.text()
+
+        assert problems == []
+
+    files = list((data_dir / "notes").rglob("*-field-notes-from-the-*.md"))
+    assert len(files) == 1
+    text = files[0].read_text()
+    assert f"title: {title}" in text and word in text and "/attachments/" in text
+
+
+def test_the_listener_would_see_a_csp_violation(live_server):
+    """The check above is only worth something if a blocked inline script is reported."""
+    with hard_timeout(60), chromium_page("desktop") as (page, problems):
+        page.goto(live_server + "/sitemap")
+        assert problems == []
+        page.evaluate("""() => {
+            const s = document.createElement('script');
+            s.textContent = 'window.ran = true';
+            document.body.appendChild(s);
+        }""")
+        page.wait_for_timeout(200)
+        assert page.evaluate("window.ran === undefined")
+        assert any("Content Security Policy" in p for p in problems), problems
