@@ -331,6 +331,17 @@ def test_two_devices_editing_from_the_same_base_get_a_merge_view(client, db):
     assert (entry.revision, entry.body_md) == (3, merged)
 
 
+def test_the_merge_view_compares_lines_as_browsers_send_them(client):
+    entry_id = create(client, body="same first line\nsecond")
+    edit(client, entry_id, 1, body="same first line\nsecond, laptop")
+    response = edit(client, entry_id, 1, body="same first line\r\nsecond, phone")  # CRLF
+    assert response.status_code == 409
+    mine = response.text.split("What changed elsewhere")[0]  # not the base → current diff
+    rows = re.findall(r'<tr class="(\w+)">.*?<td class="code">(.*?)</td>', mine, re.S)
+    assert [kind for kind, _ in rows if kind != "skip"] == ["same", "del", "add"]
+    assert "<del>laptop</del>" in rows[1][1] and "<ins>phone</ins>" in rows[2][1]
+
+
 def test_deleting_a_changed_entry_asks_again(client, db):
     entry_id = create(client)
     edit(client, entry_id, 1, body="newer")

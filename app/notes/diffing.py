@@ -6,11 +6,13 @@ from __future__ import annotations
 
 import difflib
 import html
+import re
 from dataclasses import dataclass
 
 CONTEXT = 3  # unchanged lines kept around each change
 INTRALINE_LIMIT = 2000  # longer lines are marked whole: character diffs of them are slow
-SIMILAR = 0.4  # lines at least this alike are shown as one line edited, not two lines
+SIMILAR = 0.5  # lines at least this alike (in words) are shown as one line edited
+TOKEN_RE = re.compile(r"\w+|\s+|[^\w\s]")
 
 
 @dataclass(frozen=True)
@@ -28,20 +30,29 @@ class FieldChange:
     new: str
 
 
-def _intraline(old: str, new: str) -> tuple[str, str]:
-    if len(old) > INTRALINE_LIMIT or len(new) > INTRALINE_LIMIT:
-        return html.escape(old), html.escape(new)
+def _words(line: str) -> list[str]:
+    return TOKEN_RE.findall(line)
+
+
+def _similar(old: list[str], new: list[str]) -> bool:
+    return difflib.SequenceMatcher(None, old, new, autojunk=False).ratio() >= SIMILAR
+
+
+def _intraline(old: list[str], new: list[str]) -> tuple[str, str]:
+    """Two versions of a line with the changed words marked (whole words read better
+    than scattered letters)."""
     out_old, out_new = [], []
     matcher = difflib.SequenceMatcher(None, old, new, autojunk=False)
     for op, a1, a2, b1, b2 in matcher.get_opcodes():
+        a_text, b_text = html.escape("".join(old[a1:a2])), html.escape("".join(new[b1:b2]))
         if op == "equal":
-            out_old.append(html.escape(old[a1:a2]))
-            out_new.append(html.escape(new[b1:b2]))
+            out_old.append(a_text)
+            out_new.append(b_text)
             continue
-        if a2 > a1:
-            out_old.append(f"<del>{html.escape(old[a1:a2])}</del>")
-        if b2 > b1:
-            out_new.append(f"<ins>{html.escape(new[b1:b2])}</ins>")
+        if a_text:
+            out_old.append(f"<del>{a_text}</del>")
+        if b_text:
+            out_new.append(f"<ins>{b_text}</ins>")
     return "".join(out_old), "".join(out_new)
 
 
@@ -53,13 +64,11 @@ def _changed_block(old: list[str], new: list[str], a1: int, b1: int) -> list[Row
     for i in range(max(len(old), len(new))):
         a = old[i] if i < len(old) else None
         b = new[i] if i < len(new) else None
-        similar = (
-            a is not None and b is not None
-            and len(a) <= INTRALINE_LIMIT and len(b) <= INTRALINE_LIMIT
-            and difflib.SequenceMatcher(None, a, b, autojunk=False).ratio() >= SIMILAR
-        )
-        if similar:
-            a_html, b_html = _intraline(a, b)
+        pairable = (a is not None and b is not None
+                    and len(a) <= INTRALINE_LIMIT and len(b) <= INTRALINE_LIMIT)
+        a_words, b_words = (_words(a), _words(b)) if pairable else ([], [])
+        if pairable and _similar(a_words, b_words):
+            a_html, b_html = _intraline(a_words, b_words)
         else:
             a_html = html.escape(a) if a is not None else ""
             b_html = html.escape(b) if b is not None else ""

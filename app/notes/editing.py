@@ -33,7 +33,10 @@ class Draft:
     @classmethod
     def from_form(cls) -> Draft:
         form = request.form
-        return cls(**{name: form.get(name, "") for name in FIELDS})
+        draft = cls(**{name: form.get(name, "") for name in FIELDS})
+        # Browsers send textarea lines ending in CRLF; the stored text uses LF.
+        draft.body = draft.body.replace("\r\n", "\n")
+        return draft
 
     @classmethod
     def of(cls, thing: Entry | Revision) -> Draft:
