@@ -179,18 +179,22 @@ class LinkFit:
 
 
 def fit_link(op: str, n: int, samples: list[tuple[float, float]]) -> LinkFit:
-    """Least squares of t = alpha + f*S/W over (S, t) samples; W from the slope."""
+    """Fit t = alpha + f*S/W over (S, t) samples by least squares on the *relative*
+    error (weights 1/t^2), so that sizes spanning decades all count."""
     xs = [busbw_factor(op, n) * S for S, _ in samples]
     ts = [t for _, t in samples]
-    k = len(xs)
-    mx, mt = sum(xs) / k, sum(ts) / k
-    var = sum((x - mx) ** 2 for x in xs)
-    slope = sum((x - mx) * (t - mt) for x, t in zip(xs, ts)) / var if var else 0.0
-    if slope <= 0:  # latency-bound everywhere (or noise): fall back to the largest sample
-        S, t = max(samples)
-        slope = t / (busbw_factor(op, n) * S) if S else 1e-12
-        return LinkFit(alpha=min(ts), bandwidth=1.0 / slope)
-    alpha = max(mt - slope * mx, 0.0)
+    ws = [1.0 / (t * t) for t in ts]
+    sw = sum(ws)
+    mx = sum(w * x for w, x in zip(ws, xs, strict=True)) / sw
+    mt = sum(w * t for w, t in zip(ws, ts, strict=True)) / sw
+    var = sum(w * (x - mx) ** 2 for w, x in zip(ws, xs, strict=True))
+    cov = sum(w * (x - mx) * (t - mt) for w, x, t in zip(ws, xs, ts, strict=True))
+    slope = cov / var if var else 0.0
+    alpha = mt - slope * mx
+    if slope <= 0 or alpha < 0:  # noise: fall back to latency = smallest, W from largest
+        x_big, t_big = max(zip(xs, ts, strict=True))
+        alpha = min(ts)
+        slope = max(t_big - alpha, t_big * 1e-3) / x_big if x_big else 1e-12
     return LinkFit(alpha=alpha, bandwidth=1.0 / slope)
 
 

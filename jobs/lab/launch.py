@@ -124,6 +124,8 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=environment(params),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             bufsize=1, start_new_session=True)
+    # who to kill if this launcher itself dies: torchrun leads its own process group
+    _write(os.path.join(out, "pids.json"), {"launcher": os.getpid(), "torchrun_pgid": proc.pid})
     state = {"timed_out": False, "cancelled": False}
 
     def watchdog() -> None:

@@ -84,7 +84,7 @@ class Context:
         bufs = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world)]
         dist.all_gather(bufs, padded)
         return [pickle.loads(ctypes.string_at(b.data_ptr(), int(n.item())))
-                for b, n in zip(bufs, sizes)]
+                for b, n in zip(bufs, sizes, strict=True)]
 
     def barrier(self) -> None:
         dist.barrier()

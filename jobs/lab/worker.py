@@ -17,7 +17,7 @@ import json
 import os
 import sys
 import time
-from datetime import datetime, timezone
+from datetime import UTC, datetime
 from typing import Any
 
 import torch.distributed as dist
@@ -81,8 +81,8 @@ def envelope(experiment: str, params: dict, started: float, status: str,
         "params": params,
         "status": status,
         "reason": reason,
-        "started_at": datetime.fromtimestamp(started, timezone.utc).isoformat(),
-        "finished_at": datetime.now(timezone.utc).isoformat(),
+        "started_at": datetime.fromtimestamp(started, UTC).isoformat(),
+        "finished_at": datetime.now(UTC).isoformat(),
         "duration_s": time.time() - started,
         "environment": environment,
         **body,

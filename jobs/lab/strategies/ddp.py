@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from contextlib import nullcontext
 
-import torch
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from jobs.lab import costmodel

@@ -1,0 +1,73 @@
+"""Run the real launcher in a subprocess, and always clean up what it started."""
+
+from __future__ import annotations
+
+import json
+import os
+import signal
+import subprocess
+import sys
+import time
+from dataclasses import dataclass
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parents[2]
+PLUGINS = Path(__file__).resolve().parent / "plugins"
+
+# tiny and quick: every distributed test uses these unless it says otherwise
+TINY = {"hidden": 32, "heads": 4, "layers": 2, "seq_len": 16, "vocab": 64, "batch_size": 8,
+        "steps": 2, "warmup": 1, "device": "cpu"}
+
+
+@dataclass
+class Run:
+    rc: int
+    stdout: str
+    stderr: str
+    out: Path
+    seconds: float
+
+    @property
+    def result(self) -> dict:
+        return json.loads((self.out / "result.json").read_text())
+
+    def strategy(self, name: str) -> dict:
+        return next(s for s in self.result["strategies"] if s["strategy"] == name)
+
+
+def start(experiment: str, params: dict, out: Path, env: dict | None = None,
+          extra: tuple[str, ...] = ()) -> subprocess.Popen:
+    cmd = [sys.executable, "-m", "jobs.lab", "run", experiment, "--params", json.dumps(params),
+           "--out", str(out), *extra]
+    full_env = {**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})}
+    return subprocess.Popen(cmd, cwd=ROOT, env=full_env, stdout=subprocess.PIPE,
+                            stderr=subprocess.PIPE, text=True, start_new_session=True)
+
+
+def cleanup(proc: subprocess.Popen, out: Path) -> None:
+    """End the launcher (SIGTERM makes it kill its torchrun group), then make sure
+    that group - recorded by the launcher in pids.json - is gone too."""
+    if proc.poll() is None:
+        proc.send_signal(signal.SIGTERM)
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=15)
+    pids = out / "pids.json"
+    if pids.exists():
+        try:
+            os.killpg(json.loads(pids.read_text())["torchrun_pgid"], signal.SIGKILL)
+        except (ProcessLookupError, PermissionError):
+            pass
+
+
+def launch(experiment: str, params: dict, out: Path, timeout: float = 240,
+           env: dict | None = None, extra: tuple[str, ...] = ()) -> Run:
+    t0 = time.monotonic()
+    proc = start(experiment, params, out, env, extra)
+    try:
+        stdout, stderr = proc.communicate(timeout=timeout)
+    finally:
+        cleanup(proc, out)
+    return Run(proc.returncode, stdout, stderr, out, time.monotonic() - t0)

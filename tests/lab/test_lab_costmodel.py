@@ -1,0 +1,123 @@
+"""Formulas of the cost model against direct counts (in process, no ranks)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from jobs.lab import costmodel
+from jobs.lab.instrument import SavedActivations
+from jobs.lab.model import ModelConfig, build_model, make_batch
+from jobs.lab.strategies.pipeline_parallel import Stage
+from jobs.lab.strategies.tensor_parallel import ColumnParallelLinear
+
+
+@pytest.mark.parametrize("kind", ["gpt", "mlp"])
+@pytest.mark.parametrize("L,h,heads,s,v",
+                         [(1, 8, 2, 4, 16), (3, 32, 4, 16, 50), (4, 64, 8, 8, 256)])
+def test_param_count_is_exact(kind, L, h, heads, s, v):
+    cfg = ModelConfig(kind=kind, layers=L, hidden=h, heads=heads, seq_len=s, vocab=v)
+    model = build_model(cfg)
+    assert sum(p.numel() for p in model.parameters()) == cfg.param_count()
+
+
+@pytest.mark.parametrize("kind", ["gpt", "mlp"])
+@pytest.mark.parametrize("L,p", [(4, 2), (5, 2), (7, 4), (4, 4)])
+def test_stage_params_partition_the_model(kind, L, p):
+    h, s, v = 16, 8, 32
+    cfg = ModelConfig(kind=kind, layers=L, hidden=h, heads=2, seq_len=s, vocab=v)
+    counts = []
+    for rank in range(p):
+        stage = Stage(build_model(cfg), rank, p)
+        counts.append(sum(q.numel() for q in stage.parameters()))
+        assert counts[-1] == costmodel.stage_params(kind, L, h, s, v, p, rank)
+    assert sum(counts) == cfg.param_count()
+    layers = [list(costmodel.stage_layers(L, p, r)) for r in range(p)]
+    assert sum(layers, []) == list(range(L))
+
+
+def test_tp_split_matches_the_split_modules():
+    L, h, s, v = 2, 16, 8, 32
+    split, rep = costmodel.tp_split_params(L, h, s, v)
+    model = build_model(ModelConfig(layers=L, hidden=h, heads=4, seq_len=s, vocab=v))
+    col = sum(m.weight.numel() + m.bias.numel() for blk in model.blocks.values()
+              for m in (blk.attn.q, blk.attn.k, blk.attn.v, blk.mlp.fc))
+    row = sum(m.weight.numel() for blk in model.blocks.values()
+              for m in (blk.attn.proj, blk.mlp.proj))
+    assert split == col + row and split + rep == costmodel.param_count("gpt", L, h, s, v)
+    shard = ColumnParallelLinear(model.blocks["0"].mlp.fc, rank=1, t=2)
+    assert torch.equal(shard.weight, model.blocks["0"].mlp.fc.weight[2 * h:])
+
+
+@pytest.mark.parametrize("p,m,expected", [(2, 1, 0.5), (4, 4, 3 / 7), (4, 16, 3 / 19),
+                                          (1, 8, 0.0)])
+def test_bubble_fraction(p, m, expected):
+    assert costmodel.bubble_fraction(p, m) == pytest.approx(expected)
+
+
+def test_busbw_factors_follow_nccl_tests():
+    assert costmodel.busbw_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert costmodel.busbw_factor("all_gather", 4) == pytest.approx(0.75)
+    assert costmodel.busbw_factor("reduce_scatter", 2) == pytest.approx(0.5)
+    assert costmodel.busbw_factor("broadcast", 8) == 1.0
+    assert costmodel.busbw_factor("send_recv", 2) == 1.0
+
+
+def test_fit_link_recovers_alpha_and_bandwidth():
+    alpha, W, n = 2e-4, 1.5e9, 4
+    samples = [(S, alpha + costmodel.busbw_factor("all_reduce", n) * S / W)
+               for S in (1 << 10, 1 << 14, 1 << 18, 1 << 22)]
+    fit = costmodel.fit_link("all_reduce", n, samples)
+    assert fit.alpha == pytest.approx(alpha, rel=1e-6)
+    assert fit.bandwidth == pytest.approx(W, rel=1e-6)
+
+
+@pytest.mark.parametrize("cap,pad", [(10, 1), (100, 4), (10**9, 2), (1, 3)])
+def test_bucket_plan_covers_every_param_once_and_pads(cap, pad):
+    numels = [7, 64, 3, 128, 1, 50]
+    plan = costmodel.plan_buckets(numels, cap, pad)
+    seen = sorted(i for b in plan for i in b["params"])
+    assert seen == list(range(len(numels)))
+    for b in plan:
+        assert b["numel"] == sum(numels[i] for i in b["params"])
+        assert b["padded"] % pad == 0 and 0 <= b["padded"] - b["numel"] < pad
+    # gradients arrive last-layer first: the first bucket holds the last parameter
+    assert plan[0]["params"][0] == len(numels) - 1
+
+
+def test_memory_formulas_shrink_with_stage():
+    P, d = 1000, 4
+    dp = costmodel.memory_per_rank("dp", P, d=d)["total"]
+    z1 = costmodel.memory_per_rank("zero1", P, d=d)["total"]
+    z2 = costmodel.memory_per_rank("zero2", P, d=d)["total"]
+    z3 = costmodel.memory_per_rank("fsdp2", P, d=d)["total"]
+    assert (dp, z1, z2, z3) == (12 * P, 8 * P + P, 4 * P + 2 * P, 3 * P)
+
+
+def test_comm_formulas():
+    assert costmodel.tp_comm(3, 2, 8, 16, 4)["all_reduce"] == {"bytes": 4 * 3 * 2 * 8 * 16 * 4,
+                                                               "count": 12}
+    assert costmodel.pp_comm(0, 2, 4, 100) == {"send": {"bytes": 400, "count": 4},
+                                               "recv": {"bytes": 400, "count": 4}}
+    assert costmodel.pp_comm(1, 3, 4, 100)["send"]["bytes"] == 800
+    z = costmodel.zero_comm([5, 6], 4, 4, 10**9)
+    assert z["reduce_scatter"]["bytes"] == z["all_gather"]["bytes"] == 12 * 4
+
+
+def test_saved_activation_meter_counts_storages_once_and_frees():
+    model = build_model(ModelConfig(layers=2, hidden=16, heads=2, seq_len=8, vocab=32))
+    batch = make_batch(model.cfg, 2)
+    meter = SavedActivations(list(model.parameters()))
+    with meter:
+        loss = model(batch.inputs).sum()
+        held = meter.current
+    assert held > 0 and meter.peak == held
+    loss.backward()
+    assert meter.current == 0
+    with meter:
+        a = model(batch.inputs).sum()
+        b = model(batch.inputs.clone()).sum()
+    # two forwards on distinct inputs hold exactly twice one forward's activations
+    # (the same input tensor twice would be counted once: it is one storage)
+    assert meter.peak == 2 * held
+    (a + b).backward()
