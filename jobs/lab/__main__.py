@@ -3,6 +3,7 @@
     python -m jobs.lab list [--json]
     python -m jobs.lab describe <experiment>
     python -m jobs.lab run <experiment> [--params '<json>'] --out DIR [--timeout S]
+    python -m jobs.lab check <experiment> --params '<json>'
     python -m jobs.lab table DIR [DIR ...]
 
 ``run`` prints ``progress step=<i> total=<n> key=value ...`` lines and free-form
@@ -32,6 +33,9 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--params", default="{}", help="JSON object of parameters")
     rn.add_argument("--out", required=True, help="directory for result.json and events")
     rn.add_argument("--timeout", type=float, default=None, help="watchdog, seconds")
+    ck = sub.add_parser("check", help="validate parameters, print them resolved")
+    ck.add_argument("experiment")
+    ck.add_argument("--params", default="{}")
     tb = sub.add_parser("table", help="one table from result.json files")
     tb.add_argument("dirs", nargs="+")
     args = ap.parse_args(argv)
@@ -48,6 +52,15 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(registry.describe(args.experiment), indent=1))
         except registry.UnknownExperiment:
             print(f"error: unknown experiment {args.experiment}", file=sys.stderr)
+            return 2
+        return 0
+    if args.cmd == "check":
+        try:
+            print(json.dumps(registry.validate(args.experiment, json.loads(args.params))))
+        except (registry.ParamError, json.JSONDecodeError) as exc:
+            param = getattr(exc, "param", "params")
+            print(f"error: invalid parameter {param}: {getattr(exc, 'message', exc)}",
+                  file=sys.stderr)
             return 2
         return 0
     if args.cmd == "table":

@@ -1,0 +1,61 @@
+#!/usr/bin/env bash
+# One short GPU check (a few minutes on 1-8 H100/H200):
+#   1. the correctness gate (and timing) of every strategy that fits on the visible GPUs,
+#   2. the collective benchmark (nccl busbw), when there are at least two GPUs,
+#   3. single-GPU throughput and MFU of a ~124M GPT in bf16 against 989 TFLOP/s dense,
+# then one table of everything.
+#
+# Usage: jobs/lab/gpu_check.sh [OUT_DIR]
+#   PYTHON=...             interpreter (default: python)
+#   GPU_CHECK_GPUS=N       pretend N GPUs are visible (with GPU_CHECK_DRY_RUN)
+#   GPU_CHECK_DRY_RUN=1    only validate every parameter set (python -m jobs.lab check)
+set -uo pipefail
+cd "$(dirname "$0")/../.."
+PY=${PYTHON:-python}
+OUT=${1:-$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")}
+mkdir -p "$OUT"
+NGPU=${GPU_CHECK_GPUS:-$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)}
+if [ "$NGPU" -lt 1 ]; then
+  echo "gpu_check: no CUDA device visible; nothing to check (the CPU path is tests/lab)" >&2
+  exit 1
+fi
+W=$(( NGPU >= 4 ? 4 : NGPU ))          # 4 ranks is enough to see every schedule
+MODEL='"hidden":512,"heads":8,"layers":4,"seq_len":256,"vocab":8192,"steps":10,"warmup":3'
+FAILED=0
+dirs=()
+
+lab() {  # lab NAME EXPERIMENT PARAMS
+  local name=$1 exp=$2 params=$3
+  dirs+=("$OUT/$name")
+  if [ -n "${GPU_CHECK_DRY_RUN:-}" ]; then
+    "$PY" -m jobs.lab check "$exp" --params "$params" >/dev/null || FAILED=1
+    return
+  fi
+  echo "== $name: $exp $params"
+  "$PY" -m jobs.lab run "$exp" --params "$params" --out "$OUT/$name" --timeout 300 \
+    > "$OUT/$name.log" 2>&1
+  local rc=$?
+  [ $rc -eq 0 ] || { echo "   $name exited $rc: $(tail -n 1 "$OUT/$name.log")"; FAILED=1; }
+}
+
+B=$(( 8 * W ))
+lab dp data_parallel "{\"world_size\":$W,\"device\":\"cuda\",\"batch_size\":$B,\"micro_batches\":2,\"bucket_cap_mb\":25,$MODEL}"
+lab tp tensor_parallel "{\"world_size\":$W,\"device\":\"cuda\",\"batch_size\":$B,$MODEL}"
+lab zero zero "{\"world_size\":$W,\"device\":\"cuda\",\"batch_size\":$B,\"bucket_cap_mb\":25,$MODEL}"
+if [ "$W" -ge 2 ]; then
+  lab pp pipeline "{\"world_size\":$W,\"device\":\"cuda\",\"batch_size\":$B,\"micro_batches\":$(( 2 * W )),$MODEL,\"strategies\":[\"single\",\"naive_mp\",\"gpipe\",\"1f1b\",\"torch_gpipe\",\"torch_1f1b\"]}"
+  lab coll collectives "{\"world_size\":$W,\"device\":\"cuda\",\"min_bytes\":1024,\"max_bytes\":1073741824,\"iters\":10,\"warmup\":3}"
+else
+  echo "gpu_check: one GPU - pipeline and collectives need two ranks (NCCL refuses two on one GPU)"
+fi
+lab roofline gemm_roofline '{"device":"cuda","dtype":"bfloat16","sizes":["1024","2048","4096","8192"],"iters":10}'
+lab mfu gpt_mfu '{"device":"cuda","dtype":"bfloat16","layers":12,"hidden":768,"heads":12,"seq_len":1024,"vocab":50304,"batch_size":16,"steps":10,"warmup":3}'
+
+if [ -n "${GPU_CHECK_DRY_RUN:-}" ]; then
+  echo "gpu_check: dry run, ${#dirs[@]} parameter sets valid=$(( 1 - FAILED ))"
+  exit $FAILED
+fi
+echo
+"$PY" -m jobs.lab table "${dirs[@]}"
+echo "results in $OUT"
+exit $FAILED
