@@ -49,4 +49,7 @@ def from_environment(env: dict[str, str] | None = None) -> dict:
         "FEED_TOKEN": env.get("COMMONPLACE_FEED_TOKEN") or "",
         # Attachments are the largest legitimate bodies; everything else is far smaller.
         "MAX_CONTENT_LENGTH": int(env.get("COMMONPLACE_MAX_UPLOAD_MB") or 20) * 1024 * 1024,
+        # Entries may be up to 1M characters; a form posts them URL-encoded, which can
+        # triple their size, and Werkzeug refuses form fields over 500 kB by default.
+        "MAX_FORM_MEMORY_SIZE": 8 * 1024 * 1024,
     }

@@ -264,10 +264,14 @@ def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: st
     return entry
 
 
+def render_body(session: Session, body: str) -> Rendered:
+    """Markdown → sanitized HTML with links resolved against the notebook (also the
+    editor's preview, so a preview shows exactly what a save would store)."""
+    return render(body, resolve_link=_resolver(session), tag_url=tag_url, embeds=EMBEDS)
+
+
 def _render(session: Session, entry: Entry) -> Rendered:
-    rendered = render(
-        entry.body_md, resolve_link=_resolver(session), tag_url=tag_url, embeds=EMBEDS
-    )
+    rendered = render_body(session, entry.body_md)
     entry.body_html = rendered.html
     entry.toc_html = rendered.toc_html
     return rendered

@@ -26,6 +26,7 @@ class Entry(Base):
                  sqlite_where=sa.text("kind = 'week'"),
                  postgresql_where=sa.text("kind = 'week'")),
         sa.Index("ix_entry_date", "date", "id"),
+        sa.Index("ix_entry_kind_date", "kind", "date"),
         sa.CheckConstraint("kind IN ('entry', 'week')", name="ck_entry_kind"),
         sa.CheckConstraint("status IN ('draft', 'published')", name="ck_entry_status"),
     )

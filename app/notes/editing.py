@@ -9,13 +9,11 @@ from flask import abort, current_app, redirect, render_template, request, url_fo
 
 from app import entries
 from app.db import get_session
-from app.embeds import EMBEDS
 from app.entries import Conflict, Invalid, NotebookError
 from app.models import Entry, Revision
 from app.notes import bp
 from app.notes.diffing import field_changes, line_diff, stats
 from app.notes.views import author, require_owner, today, visible_entry
-from app.render import render
 
 FIELDS = ("date", "title", "tags", "status", "body")
 
@@ -229,7 +227,6 @@ def preview():
     returned as an HTML fragment. Reads only, so it does not hold the write lock."""
     body = entries.check_body(request.form.get("body", ""))
     with current_app.extensions["db"].read() as session:
-        rendered = render(body, resolve_link=entries._resolver(session),
-                          tag_url=entries.tag_url, embeds=EMBEDS)
+        rendered = entries.render_body(session, body)
     html = rendered.html or '<p class="muted">Nothing to preview yet.</p>'
     return html, 200, {"Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-store"}

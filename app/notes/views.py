@@ -26,16 +26,6 @@ from app.render import pygments_css
 
 SEARCH_PAGE = 20
 TEMPLATE_LIMIT = 20_000
-# Entries may be up to entries.MAX_BODY characters; a form posts them URL-encoded, which
-# can triple their size. Werkzeug refuses form fields over 500 kB by default.
-FORM_MEMORY = 8 * 1024 * 1024
-
-
-@bp.record_once
-def _allow_long_bodies(state) -> None:
-    state.app.config.setdefault("MAX_FORM_MEMORY_SIZE", FORM_MEMORY)
-
-
 # -- who may do what ----------------------------------------------------------------------
 
 

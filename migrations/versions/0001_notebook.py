@@ -36,6 +36,7 @@ def upgrade() -> None:
     )
     op.create_index("ix_entry_iso_week", "entry", ["iso_week"])
     op.create_index("ix_entry_date", "entry", ["date", "id"])
+    op.create_index("ix_entry_kind_date", "entry", ["kind", "date"])
     op.create_index(
         "ix_entry_one_letter_per_week", "entry", ["iso_week"], unique=True,
         sqlite_where=sa.text("kind = 'week'"), postgresql_where=sa.text("kind = 'week'"),
