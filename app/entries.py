@@ -419,8 +419,11 @@ def neighbours(session: Session, entry: Entry, *, include_drafts: bool = True):
     base = sa.select(Entry)
     if not include_drafts:
         base = base.where(Entry.status == "published")
-    before = sa.or_(Entry.date < entry.date, sa.and_(Entry.date == entry.date, Entry.id < entry.id))
-    after = sa.or_(Entry.date > entry.date, sa.and_(Entry.date == entry.date, Entry.id > entry.id))
+    # Row values, not OR-ed comparisons: with bound parameters SQLite only turns the
+    # former into an index range, and the OR form scans the whole index (O(N) per page).
+    key = sa.tuple_(Entry.date, Entry.id)
+    before = key < sa.tuple_(sa.literal(entry.date, sa.Date), sa.literal(entry.id))
+    after = key > sa.tuple_(sa.literal(entry.date, sa.Date), sa.literal(entry.id))
     prev = session.scalar(base.where(before).order_by(Entry.date.desc(), Entry.id.desc()).limit(1))
     nxt = session.scalar(base.where(after).order_by(Entry.date, Entry.id).limit(1))
     return prev, nxt
