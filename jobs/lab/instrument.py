@@ -148,27 +148,30 @@ class Comm:
         self._run("all_to_all", inp.numel() * inp.element_size(),
                   lambda: dist.all_to_all_single(out, inp, group=group), False, fields)
 
-    def send(self, t: torch.Tensor, dst: int, **fields: Any) -> None:
-        self._run("send", t.numel() * t.element_size(),
-                  lambda: dist.isend(t, dst).wait(), False, {"peer": dst, **fields})
+    def send(self, t: torch.Tensor, dst: int, async_op: bool = False,
+             **fields: Any) -> _Pending | None:
+        if async_op:
+            return self._run("send", t.numel() * t.element_size(),
+                             lambda: dist.isend(t, dst), True, {"peer": dst, **fields})
+        return self._run("send", t.numel() * t.element_size(),
+                         lambda: dist.isend(t, dst).wait(), False, {"peer": dst, **fields})
 
     def recv(self, t: torch.Tensor, src: int, **fields: Any) -> None:
         self._run("recv", t.numel() * t.element_size(),
                   lambda: dist.irecv(t, src).wait(), False, {"peer": src, **fields})
 
     def send_recv(self, send_t: torch.Tensor, dst: int, recv_t: torch.Tensor, src: int,
-                  **fields: Any) -> None:
-        """Post both, then wait both: two neighbours exchanging never deadlock."""
+                  **fields: Any) -> _Pending:
+        """Post both, wait for the receive only: two neighbours exchanging never deadlock,
+        and the send completes in the background (the caller waits on what is returned)."""
         t0 = self.timeline.now()
-        works = [dist.isend(send_t, dst), dist.irecv(recv_t, src)]
-        for w in works:
-            w.wait()
+        sent = _Pending(self, dist.isend(send_t, dst), "send",
+                        send_t.numel() * send_t.element_size(), t0, {"peer": dst, **fields})
+        dist.irecv(recv_t, src).wait()
         self._sync()
-        t1 = self.timeline.now()
-        self._record("send", send_t.numel() * send_t.element_size(), t0, t1, peer=dst,
-                     **fields)
-        self._record("recv", recv_t.numel() * recv_t.element_size(), t0, t1, peer=src,
-                     **fields)
+        self._record("recv", recv_t.numel() * recv_t.element_size(), t0, self.timeline.now(),
+                     peer=src, **fields)
+        return sent
 
 
 class _Saved:

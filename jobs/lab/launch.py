@@ -106,8 +106,9 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
         stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr) -> int:
     os.makedirs(out, exist_ok=True)
     result_path = os.path.join(out, "result.json")
-    if os.path.exists(result_path):
-        os.remove(result_path)
+    for stale in ["result.json"] + [f for f in os.listdir(out) if f.startswith("done.rank")]:
+        if os.path.exists(os.path.join(out, stale)):
+            os.remove(os.path.join(out, stale))
     try:
         params = registry.validate(experiment, raw_params)
     except registry.ParamError as exc:
@@ -167,7 +168,8 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
         code, message = "cancelled", "cancelled by signal"
     elif state["timed_out"]:
         code, message = "timeout", f"no result after {timeout_s:.0f} s; killed the run"
-    elif result is not None and rc == 0:
+    elif result is not None and (rc == 0 or _all_done(out, params["world_size"])):
+        # (a rank that dies after writing its done marker died in teardown, not in the run)
         code = "succeeded" if result["status"] == "succeeded" else result["reason"]["code"]
         message = result["reason"]["message"] if result.get("reason") else ""
     else:
@@ -181,6 +183,10 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
     else:
         print(f"error: {code}: {message}", file=stderr, flush=True)
     return EXIT[code]
+
+
+def _all_done(out: str, world: int) -> bool:
+    return all(os.path.exists(os.path.join(out, f"done.rank{r}")) for r in range(world))
 
 
 def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:

@@ -1,15 +1,18 @@
 """Collective micro-benchmark, nccl-tests style: time per op and size, algbw = S/t,
 busbw = algbw * factor(op, n); then a fit t = alpha + factor*S/W per op, and the
 fitted model's prediction beside each measurement. Optionally, the overhead of
-the counting wrapper on a raw all_reduce loop (interleaved, so drift cancels)."""
+the counting wrapper on a raw all_reduce loop (alternating op by op, so drift cancels)."""
 
 from __future__ import annotations
 
-import statistics
+import time
 from typing import Any
+
+import torch.distributed as dist
 
 from jobs.lab import costmodel
 from jobs.lab.experiments.probes import collective, message_bytes, slowest_median, time_fn
+from jobs.lab.instrument import Comm, Timeline
 from jobs.lab.runtime import Context
 
 
@@ -26,18 +29,35 @@ def _pcts(times: list[float]) -> dict[str, float]:
     return {"p10": s[int(0.1 * (len(s) - 1))], "p90": s[int(0.9 * (len(s) - 1))]}
 
 
-def wrapper_overhead(ctx: Context, nbytes: int, rounds: int = 5, iters: int = 20) -> dict:
-    """Median per-op time of a raw all_reduce loop vs the same loop through Comm."""
-    raw_fn, wrapped_fn = collective(ctx, "all_reduce", nbytes), \
-        collective(ctx, "all_reduce", nbytes, comm=ctx.comm)
-    raw, wrapped = [], []
-    for _ in range(rounds):  # alternate the two so that machine drift hits both
-        for fn, sink in ((raw_fn, raw), (wrapped_fn, wrapped)):
-            t = time_fn(ctx, lambda f=fn: [f() for _ in range(iters)], 1, warmup=1)
-            sink.append(slowest_median(ctx, t) / iters)
+def wrapper_overhead(ctx: Context, nbytes: int, pairs: int = 200) -> dict:
+    """Median time of one all_reduce, raw vs through Comm. The two alternate op by op
+    (order flipped every pair) so that noise from the machine hits both alike."""
+    fns = {"raw": collective(ctx, "all_reduce", nbytes),
+           "wrapped": collective(ctx, "all_reduce", nbytes, comm=ctx.comm)}
+    kept = len(ctx.timeline.events)
+    for _ in range(5):
+        fns["raw"](), fns["wrapped"]()
+    times: dict[str, list[float]] = {"raw": [], "wrapped": []}
+    for i in range(pairs):
+        for name in ("raw", "wrapped") if i % 2 == 0 else ("wrapped", "raw"):
+            dist.barrier()
+            t0 = time.perf_counter()
+            fns[name]()
+            ctx.sync()
+            times[name].append(time.perf_counter() - t0)
+    del ctx.timeline.events[kept:]  # the probe is not part of the experiment's timeline
     ctx.comm.reset()
-    r, w = statistics.median(raw), statistics.median(wrapped)
-    return {"bytes": nbytes, "raw_s": r, "wrapped_s": w, "overhead": w / r - 1}
+    r, w = slowest_median(ctx, times["raw"]), slowest_median(ctx, times["wrapped"])
+    # what the wrapper adds per call, timed without the collective's noise around it
+    scratch = Comm(Timeline(ctx.rank))
+    n = 20000
+    t0 = time.perf_counter()
+    for _ in range(n):
+        a = scratch.timeline.now()
+        scratch._record("all_reduce", nbytes, a, scratch.timeline.now())
+    bookkeeping = (time.perf_counter() - t0) / n
+    return {"bytes": nbytes, "pairs": pairs, "raw_s": r, "wrapped_s": w, "overhead": w / r - 1,
+            "bookkeeping_s": bookkeeping, "bookkeeping_fraction": bookkeeping / r}
 
 
 def run(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:

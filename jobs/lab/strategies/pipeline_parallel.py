@@ -96,6 +96,7 @@ class PipelineBase(Strategy):
         self.in_flight: list[tuple[torch.Tensor, torch.Tensor]] = []
         self.losses: list[float] = []
         self.run_schedule(mbs)
+        self.io.flush()
         with self.ctx.timeline.span("optimizer"):
             self.opt.step()
         return StepOut(sum(self.losses), 1.0 if self.io.last else 0.0)
