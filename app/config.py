@@ -14,6 +14,16 @@ def _split(value: str | None) -> list[str]:
     return [part.strip().lower() for part in (value or "").split(",") if part.strip()]
 
 
+def _seconds(env: dict[str, str], name: str, default: float) -> float:
+    try:
+        value = float(env.get(name) or default)
+    except ValueError:
+        raise SystemExit(f"{name} must be a number of seconds") from None
+    if not 0 <= value <= 3600:
+        raise SystemExit(f"{name} must be between 0 and 3600 seconds")
+    return value
+
+
 def system_timezone() -> str:
     tz = os.environ.get("TZ")
     if tz:
@@ -25,13 +35,27 @@ def system_timezone() -> str:
         return "UTC"
 
 
+AUTH_MODES = ("serve", "whois", "dev")
+# Linux tailscaled's socket (paths.DefaultTailscaledSocket); /run is the same place on
+# systemd distributions. Other platforms: see docs/DEPLOY.md.
+DEFAULT_TAILSCALE_SOCKET = "/var/run/tailscale/tailscaled.sock"
+
+
+def trusted_hosts(names: list[str]) -> list[str]:
+    """Host names a request may carry (Flask TRUSTED_HOSTS; ports are ignored). Loopback
+    names always, so the CLI and health checks work; the tailnet name(s) from config."""
+    return ["localhost", "127.0.0.1", *[n for n in names if n not in ("localhost", "127.0.0.1")]]
+
+
 def from_environment(env: dict[str, str] | None = None) -> dict:
     env = dict(os.environ if env is None else env)
     data_dir = Path(
         env.get("COMMONPLACE_DATA_DIR") or Path.home() / ".local" / "share" / "commonplace"
     ).expanduser()
     owners = _split(env.get("COMMONPLACE_OWNERS"))
-    auth = env.get("COMMONPLACE_AUTH") or ("serve" if owners else "dev")
+    auth = (env.get("COMMONPLACE_AUTH") or ("serve" if owners else "dev")).strip().lower()
+    if auth not in AUTH_MODES:
+        raise SystemExit(f"COMMONPLACE_AUTH must be one of {', '.join(AUTH_MODES)}, not {auth!r}")
     timezone = env.get("COMMONPLACE_TIMEZONE") or system_timezone()
     try:
         ZoneInfo(timezone)
@@ -47,9 +71,33 @@ def from_environment(env: dict[str, str] | None = None) -> dict:
         "VIEWERS": _split(env.get("COMMONPLACE_VIEWERS")),
         "TIMEZONE": timezone,
         "FEED_TOKEN": env.get("COMMONPLACE_FEED_TOKEN") or "",
+        # DNS rebinding: a page elsewhere that resolves its own name to 127.0.0.1 reaches
+        # the web as "same origin"; Flask answers 400 to any Host not listed here.
+        "TRUSTED_HOSTS": trusted_hosts(_split(env.get("COMMONPLACE_HOSTS"))),
+        "TAILSCALE_SOCKET": env.get("COMMONPLACE_TAILSCALE_SOCKET") or DEFAULT_TAILSCALE_SOCKET,
+        "WHOIS_CACHE_SECONDS": _seconds(env, "COMMONPLACE_WHOIS_CACHE_SECONDS", 10.0),
         # Attachments are the largest legitimate bodies; everything else is far smaller.
         "MAX_CONTENT_LENGTH": int(env.get("COMMONPLACE_MAX_UPLOAD_MB") or 20) * 1024 * 1024,
         # Entries may be up to 1M characters; a form posts them URL-encoded, which can
         # triple their size, and Werkzeug refuses form fields over 500 kB by default.
         "MAX_FORM_MEMORY_SIZE": 8 * 1024 * 1024,
+        # The experiment journal: a runner renews its lease every TTL/4 seconds; the
+        # scheduler's reaper marks a run LOST once its lease has run out.
+        "LEASE_TTL_S": _number(env, "COMMONPLACE_LEASE_TTL", 60.0),
+        "REAPER_INTERVAL_S": _number(env, "COMMONPLACE_REAPER_INTERVAL", 15.0),
+        "MAX_QUEUE_AGE_S": _number(env, "COMMONPLACE_MAX_QUEUE_HOURS", 24.0) * 3600,
+        "BACKUP_KEEP_DAYS": int(_number(env, "COMMONPLACE_BACKUP_KEEP_DAYS", 14)),
     }
+
+
+def _number(env: dict, name: str, default: float) -> float:
+    raw = env.get(name)
+    if not raw:
+        return default
+    try:
+        value = float(raw)
+    except ValueError:
+        raise SystemExit(f"{name}: expected a number, got {raw!r}") from None
+    if value <= 0:
+        raise SystemExit(f"{name}: must be positive")
+    return value

@@ -8,6 +8,7 @@ Functions take an open write session and never commit: the caller owns the trans
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import re
 import unicodedata
 from dataclasses import dataclass
@@ -267,7 +268,8 @@ def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: st
 def render_body(session: Session, body: str) -> Rendered:
     """Markdown → sanitized HTML with links resolved against the notebook (also the
     editor's preview, so a preview shows exactly what a save would store)."""
-    return render(body, resolve_link=_resolver(session), tag_url=tag_url, embeds=EMBEDS)
+    embeds = {name: functools.partial(embed, session) for name, embed in EMBEDS.items()}
+    return render(body, resolve_link=_resolver(session), tag_url=tag_url, embeds=embeds)
 
 
 def _render(session: Session, entry: Entry) -> Rendered:

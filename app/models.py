@@ -146,3 +146,125 @@ class Setting(Base):
 
     key: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
     value: Mapped[str] = mapped_column(sa.Text)
+
+
+# -- the experiment journal ---------------------------------------------------------------
+
+
+class Runner(Base):
+    """A runner agent on a GPU (or CPU) host. It authenticates with a token of role runner."""
+
+    __tablename__ = "runner"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(100), unique=True)
+    token_id: Mapped[int | None] = mapped_column(sa.ForeignKey("token.id", ondelete="SET NULL"))
+    labels: Mapped[dict] = mapped_column(sa.JSON, default=dict)  # gpu_count, gpu_model, host…
+    version: Mapped[str] = mapped_column(sa.String(50), default="")
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    last_seen_at: Mapped[dt.datetime | None]
+
+
+class Schedule(Base):
+    """"Every Sunday 02:00, re-run the collective sweep": the scheduler process fires these."""
+
+    __tablename__ = "schedule"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    name: Mapped[str] = mapped_column(sa.String(100))
+    experiment: Mapped[str] = mapped_column(sa.String(100))
+    params: Mapped[dict] = mapped_column(sa.JSON, default=dict)
+    cron: Mapped[str] = mapped_column(sa.String(100))
+    timezone: Mapped[str] = mapped_column(sa.String(64))
+    enabled: Mapped[bool] = mapped_column(default=True)
+    misfire_grace_s: Mapped[int] = mapped_column(default=6 * 3600)
+    last_fired_at: Mapped[dt.datetime | None]  # UTC, the fire time (not when we noticed)
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+
+
+class Run(Base):
+    """One launch of one experiment with frozen parameters; see app/runs.py for its life."""
+
+    __tablename__ = "run"
+    __table_args__ = (
+        # A fire of a schedule is one row, whoever inserts it: a second scheduler started
+        # by mistake cannot enqueue the same fire twice.
+        sa.UniqueConstraint("schedule_id", "scheduled_for", name="uq_run_schedule_fire"),
+        sa.Index("ix_run_status", "status", "id"),
+    )
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    experiment: Mapped[str] = mapped_column(sa.String(100), index=True)
+    params: Mapped[dict] = mapped_column(sa.JSON)  # resolved and frozen at enqueue
+    requires: Mapped[dict] = mapped_column(sa.JSON, default=dict)  # e.g. {"gpu_count": 2}
+    status: Mapped[str] = mapped_column(sa.String(12))
+    reason: Mapped[str] = mapped_column(sa.String(1000), default="")
+    reason_code: Mapped[str] = mapped_column(sa.String(40), default="")
+    trigger: Mapped[str] = mapped_column(sa.String(12), default="manual")  # manual|schedule|rerun
+    created_by: Mapped[str] = mapped_column(sa.String(200), default="")
+    parent_id: Mapped[int | None] = mapped_column(sa.ForeignKey("run.id", ondelete="SET NULL"))
+    schedule_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("schedule.id", ondelete="SET NULL"), index=True
+    )
+    scheduled_for: Mapped[dt.datetime | None]
+    runner_id: Mapped[int | None] = mapped_column(sa.ForeignKey("runner.id", ondelete="SET NULL"))
+    lease_epoch: Mapped[int] = mapped_column(default=0)
+    lease_expires_at: Mapped[dt.datetime | None]
+    cancel_requested_at: Mapped[dt.datetime | None]
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    leased_at: Mapped[dt.datetime | None]
+    started_at: Mapped[dt.datetime | None]
+    finished_at: Mapped[dt.datetime | None]
+    progress_step: Mapped[int] = mapped_column(default=0)
+    progress_total: Mapped[int] = mapped_column(default=0)
+    progress: Mapped[dict] = mapped_column(sa.JSON, default=dict)  # latest key=values
+    exit_code: Mapped[int | None]
+    environment: Mapped[dict] = mapped_column(sa.JSON, default=dict)
+    result: Mapped[dict | None] = mapped_column(sa.JSON)
+    log_size: Mapped[int] = mapped_column(default=0)
+    carded_entry_id: Mapped[int | None]  # the letter its card was appended to
+
+    runner: Mapped[Runner | None] = relationship()
+
+
+class RunEvent(Base):
+    """Every state change of every run: who, when, why."""
+
+    __tablename__ = "run_event"
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("run.id", ondelete="CASCADE"), index=True)
+    at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    from_status: Mapped[str] = mapped_column(sa.String(12), default="")
+    to_status: Mapped[str] = mapped_column(sa.String(12))
+    actor: Mapped[str] = mapped_column(sa.String(200))
+    reason: Mapped[str] = mapped_column(sa.String(1000), default="")
+
+
+class Metric(Base):
+    """A measured value over a run's steps (e.g. tokens/s per step), appended in batches."""
+
+    __tablename__ = "metric"
+    __table_args__ = (sa.Index("ix_metric_run_key", "run_id", "key", "step"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("run.id", ondelete="CASCADE"))
+    key: Mapped[str] = mapped_column(sa.String(100))
+    step: Mapped[int]
+    value: Mapped[float]
+
+
+class RunArtifact(Base):
+    """A file a run produced (events, charts), stored under <data>/runs/<id>/artifacts/."""
+
+    __tablename__ = "run_artifact"
+    __table_args__ = (sa.UniqueConstraint("run_id", "name"),)
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("run.id", ondelete="CASCADE"))
+    name: Mapped[str] = mapped_column(sa.String(200))
+    content_type: Mapped[str] = mapped_column(sa.String(100))
+    size: Mapped[int]
+    sha256: Mapped[str] = mapped_column(sa.String(64))
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

@@ -4,4 +4,4 @@ from flask import Blueprint
 
 bp = Blueprint("api", __name__, url_prefix="/api/v1")
 
-from app.api import views  # noqa: E402,F401  (routes register on bp)
+from app.api import runs, views  # noqa: E402,F401  (routes register on bp)

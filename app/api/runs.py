@@ -1,0 +1,245 @@
+"""/api/v1 experiments, runs and schedules: the same features as the run pages."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import sqlalchemy as sa
+from flask import current_app, g, jsonify, request, send_file
+
+from app import runs, schedules, weeks
+from app.api import bp
+from app.api.views import int_arg, json_body
+from app.db import get_session
+from app.entries import Invalid, NotFound
+from app.models import Metric, Run, RunArtifact, Schedule
+from jobs.lab import registry
+
+
+def iso(moment) -> str | None:
+    return None if moment is None else moment.isoformat() + "Z"
+
+
+def run_json(run: Run, *, full: bool = False) -> dict:
+    data = {
+        "id": run.id, "experiment": run.experiment, "status": run.status,
+        "reason": run.reason, "reason_code": run.reason_code, "trigger": run.trigger,
+        "parent_id": run.parent_id, "schedule_id": run.schedule_id,
+        "scheduled_for": iso(run.scheduled_for), "created_by": run.created_by,
+        "created_at": iso(run.created_at), "leased_at": iso(run.leased_at),
+        "started_at": iso(run.started_at), "finished_at": iso(run.finished_at),
+        "cancel_requested": run.cancel_requested_at is not None,
+        "runner": run.runner.name if run.runner else None,
+        "progress": {"step": run.progress_step, "total": run.progress_total, **run.progress},
+        "params": run.params, "url": f"/runs/{run.id}",
+    }
+    if full:
+        session = get_session()
+        data.update(
+            requires=run.requires, exit_code=run.exit_code, environment=run.environment,
+            result=run.result, log_size=run.log_size,
+            events=[{"at": iso(e.at), "from": e.from_status, "to": e.to_status,
+                     "actor": e.actor, "reason": e.reason} for e in runs.events(session, run)],
+            reruns=list(session.scalars(sa.select(Run.id).where(Run.parent_id == run.id))),
+            artifacts=[{"name": a.name, "size": a.size, "content_type": a.content_type,
+                        "url": f"/api/v1/runs/{run.id}/artifacts/{a.name}"}
+                       for a in session.scalars(sa.select(RunArtifact)
+                                                .where(RunArtifact.run_id == run.id))],
+            letter_entry_id=run.carded_entry_id,
+        )
+    return data
+
+
+def schedule_json(schedule: Schedule) -> dict:
+    try:
+        fires = schedules.next_fires(schedule.cron, schedule.timezone, 5)
+    except Invalid:
+        fires = []
+    return {
+        "id": schedule.id, "name": schedule.name, "experiment": schedule.experiment,
+        "params": schedule.params, "cron": schedule.cron, "timezone": schedule.timezone,
+        "enabled": schedule.enabled, "misfire_grace_s": schedule.misfire_grace_s,
+        "last_fired_at": iso(schedule.last_fired_at),
+        "next_fires": [iso(t.astimezone(dt.UTC).replace(tzinfo=None)) for t in fires],
+        "next_fires_local": [t.isoformat() for t in fires],
+        "url": f"/schedules/{schedule.id}",
+    }
+
+
+# -- experiments --------------------------------------------------------------------------
+
+
+@bp.get("/experiments")
+def list_experiments():
+    return jsonify(experiments=registry.catalogue())
+
+
+@bp.get("/experiments/<name>")
+def get_experiment(name: str):
+    try:
+        return jsonify(registry.describe(name))
+    except registry.UnknownExperiment:
+        raise NotFound(f"no experiment {name!r}") from None
+
+
+# -- runs ---------------------------------------------------------------------------------
+
+
+def run_query(args) -> sa.Select:
+    query = sa.select(Run).order_by(Run.id.desc())
+    status = args.get("status")
+    if status:
+        wanted = [s.strip().upper() for s in status.split(",")]
+        unknown = [s for s in wanted if s not in runs.STATUSES]
+        if unknown:
+            raise Invalid(f"status is one of {', '.join(runs.STATUSES)}", "status")
+        query = query.where(Run.status.in_(wanted))
+    experiment = args.get("experiment")
+    if experiment:
+        query = query.where(Run.experiment == experiment)
+    week = args.get("week")
+    if week:
+        try:
+            monday, sunday = weeks.week_bounds(week)
+        except ValueError as exc:
+            raise Invalid(str(exc), "week") from None
+        query = query.where(Run.created_at >= dt.datetime.combine(monday, dt.time()),
+                            Run.created_at < dt.datetime.combine(sunday, dt.time.max))
+    schedule_id = args.get("schedule")
+    if schedule_id:
+        if not schedule_id.isdigit():
+            raise Invalid("schedule is a schedule id", "schedule")
+        query = query.where(Run.schedule_id == int(schedule_id))
+    return query
+
+
+@bp.get("/runs")
+def list_runs():
+    limit = int_arg("limit", 50, 1, 500)
+    offset = int_arg("offset", 0, 0, 10_000_000)
+    rows = list(get_session().scalars(run_query(request.args).limit(limit + 1).offset(offset)))
+    return jsonify(runs=[run_json(r) for r in rows[:limit]], has_more=len(rows) > limit)
+
+
+@bp.post("/runs")
+def create_run():
+    data = json_body()
+    unknown = set(data) - {"experiment", "params"}
+    if unknown:
+        raise Invalid(f"unknown field {sorted(unknown)[0]!r}", sorted(unknown)[0])
+    session = get_session()
+    run = runs.create(session, data.get("experiment"), data.get("params", {}),
+                      actor=g.identity.login)
+    session.commit()
+    return jsonify(run_json(run, full=True)), 201, {"Location": f"/runs/{run.id}"}
+
+
+@bp.get("/runs/<int:run_id>")
+def get_run(run_id: int):
+    return jsonify(run_json(runs.get(get_session(), run_id), full=True))
+
+
+@bp.post("/runs/<int:run_id>/cancel")
+def cancel_run(run_id: int):
+    session = get_session()
+    run = runs.cancel(session, runs.get(session, run_id), actor=g.identity.login)
+    session.commit()
+    return jsonify(run_json(run, full=True))
+
+
+@bp.post("/runs/<int:run_id>/rerun")
+def rerun_run(run_id: int):
+    session = get_session()
+    run = runs.rerun(session, runs.get(session, run_id), actor=g.identity.login)
+    session.commit()
+    return jsonify(run_json(run, full=True)), 201, {"Location": f"/runs/{run.id}"}
+
+
+@bp.get("/runs/<int:run_id>/logs")
+def run_logs(run_id: int):
+    run = runs.get(get_session(), run_id)
+    offset = int_arg("offset", 0, 0, 2**62)
+    text, next_offset = runs.read_log(Path(current_app.config["DATA_DIR"]), run, offset)
+    return jsonify(data=text, offset=next_offset, size=run.log_size,
+                   done=run.status in runs.TERMINAL)
+
+
+@bp.get("/runs/<int:run_id>/metrics")
+def run_metrics(run_id: int):
+    run = runs.get(get_session(), run_id)
+    query = sa.select(Metric.key, Metric.step, Metric.value).where(Metric.run_id == run.id)
+    if request.args.get("key"):
+        query = query.where(Metric.key == request.args["key"])
+    series: dict[str, list] = {}
+    for key, step, value in get_session().execute(query.order_by(Metric.key, Metric.step)):
+        series.setdefault(key, []).append([step, value])
+    return jsonify(metrics=series)
+
+
+@bp.get("/runs/<int:run_id>/artifacts/<name>")
+def run_artifact(run_id: int, name: str):
+    row = get_session().scalar(sa.select(RunArtifact).where(RunArtifact.run_id == run_id,
+                                                            RunArtifact.name == name))
+    path = Path(current_app.config["DATA_DIR"]) / "runs" / str(run_id) / "artifacts" / name
+    if row is None or not path.exists():
+        raise NotFound(f"run {run_id} has no artifact {name!r}")
+    response = send_file(path, mimetype=row.content_type, as_attachment=False,
+                         download_name=name)
+    # An SVG chart opened on its own must not run script on our origin.
+    response.headers["Content-Security-Policy"] = (
+        "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; sandbox")
+    return response
+
+
+@bp.get("/compare")
+def compare_runs():
+    raw = request.args.get("ids", "")
+    try:
+        ids = [int(x) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        raise Invalid("ids is a comma-separated list of run ids", "ids") from None
+    if not 2 <= len(ids) <= 8:
+        raise Invalid("compare two to eight runs", "ids")
+    session = get_session()
+    found = [runs.get(session, i) for i in ids]
+    return jsonify(runs=[run_json(r, full=True) for r in found],
+                   differing_params=sorted(runs.differing_params(found)))
+
+
+# -- schedules ----------------------------------------------------------------------------
+
+
+@bp.get("/schedules")
+def list_schedules():
+    rows = get_session().scalars(sa.select(Schedule).order_by(Schedule.id))
+    return jsonify(schedules=[schedule_json(s) for s in rows])
+
+
+@bp.post("/schedules")
+def create_schedule():
+    session = get_session()
+    schedule = schedules.create(session, json_body())
+    session.commit()
+    return jsonify(schedule_json(schedule)), 201, {"Location": f"/schedules/{schedule.id}"}
+
+
+@bp.get("/schedules/<int:schedule_id>")
+def get_schedule(schedule_id: int):
+    return jsonify(schedule_json(schedules.get(get_session(), schedule_id)))
+
+
+@bp.put("/schedules/<int:schedule_id>")
+def update_schedule(schedule_id: int):
+    session = get_session()
+    schedule = schedules.update(session, schedules.get(session, schedule_id), json_body())
+    session.commit()
+    return jsonify(schedule_json(schedule))
+
+
+@bp.delete("/schedules/<int:schedule_id>")
+def delete_schedule(schedule_id: int):
+    session = get_session()
+    session.delete(schedules.get(session, schedule_id))  # its runs stay, unlinked
+    session.commit()
+    return "", 204

@@ -1,0 +1,72 @@
+"""Finished runs into the weekly letter: the scheduler appends each run's card to the
+Experiments section of the letter of the week it finished in, as a new revision.
+
+The owner may be editing that letter at the same moment. The append is an ordinary save
+with a base revision: if the letter moved on, we re-read it and append to the fresh text,
+so the owner's words are never overwritten (and their stale save gets the merge view).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+from zoneinfo import ZoneInfo
+
+import sqlalchemy as sa
+
+from app import entries, runs, weeks
+from app.models import Run
+
+log = logging.getLogger(__name__)
+AUTHOR = "scheduler"
+SECTION_RE = re.compile(r"^##\s+Experiments\s*$", re.M | re.I)
+NEXT_SECTION_RE = re.compile(r"^#{1,2}\s+\S", re.M)
+
+
+def block(run_id: int) -> str:
+    return f"```run\nid: {run_id}\n```"
+
+
+def with_card(body: str, run_id: int) -> str:
+    """`body` with the run's block at the end of its Experiments section (made if missing)."""
+    card = block(run_id)
+    if re.search(rf"^```run\s*\nid:\s*{run_id}\s*\n```", body, re.M):
+        return body  # already there (a retry after a crash between save and mark)
+    section = SECTION_RE.search(body)
+    if section is None:
+        return f"{body.rstrip()}\n\n## Experiments\n\n{card}".lstrip()
+    following = NEXT_SECTION_RE.search(body, section.end())
+    end = following.start() if following else len(body)
+    head, tail = body[:end].rstrip(), body[end:]
+    return f"{head}\n\n{card}\n\n{tail}".rstrip() if tail else f"{head}\n\n{card}"
+
+
+def post_card(db, run_id: int, timezone: str, attempts: int = 5) -> int | None:
+    """Append one finished run's card to its letter; returns the letter's id."""
+    for _ in range(attempts):
+        try:
+            with db.write() as session:
+                run = session.get(Run, run_id)
+                if run is None or run.carded_entry_id or run.status not in runs.TERMINAL:
+                    return None
+                finished = (run.finished_at or run.created_at).replace(tzinfo=dt.UTC)
+                week = weeks.iso_week(finished.astimezone(ZoneInfo(timezone)).date())
+                letter, _ = weeks.ensure_letter(session, week, AUTHOR)
+                entries.update(session, letter, {"body": with_card(letter.body_md, run.id)},
+                               base_revision=letter.revision, author=AUTHOR,
+                               note=f"run {run.id} finished: {run.status}")
+                run.carded_entry_id = letter.id
+                return letter.id
+        except entries.Conflict:
+            continue  # the letter changed under us: read the fresh text and try again
+    log.error("could not append run %s to its letter after %s attempts", run_id, attempts)
+    return None
+
+
+def post_cards(db, timezone: str) -> list[int]:
+    with db.read() as session:
+        pending = list(session.scalars(
+            sa.select(Run.id).where(Run.status.in_(runs.TERMINAL),
+                                    Run.carded_entry_id.is_(None)).order_by(Run.id)))
+    return [run_id for run_id in pending if post_card(db, run_id, timezone)]

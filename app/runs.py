@@ -1,0 +1,331 @@
+"""Runs: the one state machine, and every operation that moves a run through it.
+
+    QUEUED → LEASED → RUNNING → SUCCEEDED | FAILED | CANCELLED | LOST
+    QUEUED → CANCELLED | EXPIRED            (cancelled before a runner took it; waited too long)
+    SKIPPED                                 (a schedule fire while that schedule's last run
+                                             was unfinished; recorded, never launched)
+
+Every change goes through `transition`, which writes a run_event. A run whose lease
+expires becomes LOST and stays LOST: a duplicate GPU run wastes hours and pollutes
+comparisons, so only the owner's Rerun (a new run, linked) launches it again.
+Functions take an open write session and never commit.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+from pathlib import Path
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from app.entries import Invalid, NotebookError, NotFound
+from app.models import Metric, Run, RunEvent, Runner, utcnow
+from jobs.lab import registry
+
+QUEUED, LEASED, RUNNING = "QUEUED", "LEASED", "RUNNING"
+SUCCEEDED, FAILED, CANCELLED, LOST = "SUCCEEDED", "FAILED", "CANCELLED", "LOST"
+EXPIRED, SKIPPED = "EXPIRED", "SKIPPED"
+ACTIVE = (LEASED, RUNNING)
+UNFINISHED = (QUEUED, LEASED, RUNNING)
+TERMINAL = (SUCCEEDED, FAILED, CANCELLED, LOST, EXPIRED, SKIPPED)
+STATUSES = UNFINISHED + TERMINAL
+
+ALLOWED = {
+    QUEUED: {LEASED, CANCELLED, EXPIRED},
+    LEASED: {RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST},
+    RUNNING: {SUCCEEDED, FAILED, CANCELLED, LOST},
+}
+
+# Why a run failed, as the runner classifies it (shown on the run page and in cards).
+REASON_CODES = ("exit_code", "signal", "out_of_memory", "collective_timeout", "correctness",
+                "invalid_params", "unsupported", "timeout", "cancelled", "lease_expired",
+                "queued_too_long", "previous_run_unfinished", "launch_failed", "")
+
+MAX_LOG_CHUNK = 64 * 1024
+MAX_METRIC_POINTS = 1000
+
+
+class Stale(NotebookError):
+    """A runner spoke for a lease it no longer holds: it must stop its job."""
+
+    status = 409
+    code = "stale_lease"
+
+
+class BadState(NotebookError):
+    status = 409
+    code = "bad_state"
+
+
+def get(session: Session, run_id: int) -> Run:
+    run = session.get(Run, run_id)
+    if run is None:
+        raise NotFound(f"no run {run_id}")
+    return run
+
+
+def transition(session: Session, run: Run, to: str, *, actor: str, reason: str = "",
+               reason_code: str = "") -> None:
+    if to == run.status:
+        return  # idempotent: a retried call changes nothing
+    if to not in ALLOWED.get(run.status, ()):
+        raise BadState(f"run {run.id} is {run.status}; it cannot become {to}")
+    now = utcnow()
+    session.add(RunEvent(run_id=run.id, at=now, from_status=run.status, to_status=to,
+                         actor=actor, reason=reason[:1000]))
+    run.status = to
+    if reason or to in TERMINAL:
+        run.reason = reason[:1000]
+        run.reason_code = reason_code
+    if to == LEASED:
+        run.leased_at = now
+    elif to == RUNNING:
+        run.started_at = run.started_at or now
+    elif to in TERMINAL:
+        run.finished_at = now
+        run.lease_expires_at = None
+
+
+# -- creating -----------------------------------------------------------------------------
+
+
+def requirements(params: dict) -> dict:
+    """What kind of host a run needs: a CUDA run needs one GPU per rank."""
+    if params.get("device") == "cuda":
+        return {"gpu_count": int(params.get("world_size", 1))}
+    return {}
+
+
+def create(session: Session, experiment: str, params, *, actor: str, trigger: str = "manual",
+           parent: Run | None = None, schedule_id: int | None = None,
+           scheduled_for: dt.datetime | None = None) -> Run:
+    """Validate against the lab's catalogue and enqueue. Bad input raises Invalid naming
+    the parameter, and nothing is written."""
+    if not isinstance(experiment, str) or not experiment:
+        raise Invalid("experiment is required", "experiment")
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise Invalid("params must be an object", "params")
+    try:
+        resolved = registry.validate(experiment, params)
+    except registry.UnknownExperiment:
+        raise Invalid(f"unknown experiment {experiment!r}", "experiment") from None
+    except registry.ParamError as exc:
+        raise Invalid(exc.message, exc.param) from None
+    run = Run(experiment=experiment, params=resolved, requires=requirements(resolved),
+              status=QUEUED, trigger=trigger, created_by=actor,
+              parent_id=parent.id if parent else None, schedule_id=schedule_id,
+              scheduled_for=scheduled_for, created_at=utcnow(), progress={}, environment={})
+    session.add(run)
+    session.flush()
+    why = f"rerun of run {parent.id}" if parent else (
+        f"schedule {schedule_id} fire at {scheduled_for:%Y-%m-%d %H:%M} UTC"
+        if schedule_id else "")
+    session.add(RunEvent(run_id=run.id, from_status="", to_status=QUEUED, actor=actor,
+                         reason=why))
+    return run
+
+
+def skip(session: Session, run: Run, *, reason: str) -> None:
+    """A schedule fire recorded but not launched (its previous run is unfinished)."""
+    session.add(RunEvent(run_id=run.id, from_status=run.status, to_status=SKIPPED,
+                         actor="scheduler", reason=reason))
+    run.status, run.reason, run.reason_code = SKIPPED, reason, "previous_run_unfinished"
+    run.finished_at = utcnow()
+
+
+def rerun(session: Session, run: Run, *, actor: str) -> Run:
+    return create(session, run.experiment, run.params, actor=actor, trigger="rerun", parent=run)
+
+
+def cancel(session: Session, run: Run, *, actor: str) -> Run:
+    """A queued run is cancelled at once; a leased or running one on the runner's next
+    heartbeat (SIGTERM to its process group, a grace period, SIGKILL)."""
+    if run.status == QUEUED:
+        transition(session, run, CANCELLED, actor=actor, reason="cancelled before it started",
+                   reason_code="cancelled")
+    elif run.status in ACTIVE:
+        if run.cancel_requested_at is None:
+            run.cancel_requested_at = utcnow()
+            session.add(RunEvent(run_id=run.id, from_status=run.status, to_status=run.status,
+                                 actor=actor, reason="cancel requested"))
+    else:
+        raise BadState(f"run {run.id} is {run.status}; there is nothing to cancel")
+    return run
+
+
+# -- the runner's side --------------------------------------------------------------------
+
+
+def matches(requires: dict, labels: dict) -> bool:
+    need = int(requires.get("gpu_count", 0) or 0)
+    if need and int(labels.get("gpu_count", 0) or 0) < need:
+        return False
+    model = requires.get("gpu_model")
+    return not model or model.lower() in str(labels.get("gpu_model", "")).lower()
+
+
+def claim(session: Session, runner: Runner, ttl_s: float) -> Run | None:
+    """Lease the oldest queued run this runner can take. The caller's write transaction
+    began with BEGIN IMMEDIATE, so two runners polling at once cannot both take it."""
+    queued = session.scalars(
+        sa.select(Run).where(Run.status == QUEUED).order_by(Run.id).limit(50)
+    )
+    for run in queued:
+        if matches(run.requires or {}, runner.labels or {}):
+            run.runner_id = runner.id
+            run.lease_epoch += 1
+            run.lease_expires_at = utcnow() + dt.timedelta(seconds=ttl_s)
+            transition(session, run, LEASED, actor=f"runner:{runner.name}",
+                       reason=f"leased by {runner.name} (epoch {run.lease_epoch})")
+            return run
+    return None
+
+
+def held(session: Session, run_id: int, runner: Runner, epoch) -> Run:
+    """The run, if this runner still holds its lease at this epoch; else Stale (409)."""
+    if isinstance(epoch, bool) or not isinstance(epoch, int):
+        raise Invalid("epoch (an integer) is required", "epoch")
+    run = get(session, run_id)
+    if run.runner_id != runner.id or run.lease_epoch != epoch or run.status not in ACTIVE:
+        raise Stale(f"run {run_id} is not leased to {runner.name} at epoch {epoch} "
+                    f"(it is {run.status}, epoch {run.lease_epoch}): stop the job")
+    return run
+
+
+def heartbeat(session: Session, run: Run, runner: Runner, ttl_s: float, *, step=None,
+              total=None, progress: dict | None = None) -> dict:
+    now = utcnow()
+    run.lease_expires_at = now + dt.timedelta(seconds=ttl_s)
+    runner.last_seen_at = now
+    if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+        run.progress_step = step
+    if isinstance(total, int) and not isinstance(total, bool) and total >= 0:
+        run.progress_total = total
+    if isinstance(progress, dict):
+        run.progress = {str(k)[:40]: (v if isinstance(v, (int, float, str)) else str(v))
+                        for k, v in list(progress.items())[:20]}
+    return {"lease_expires_at": run.lease_expires_at.isoformat() + "Z",
+            "cancel": run.cancel_requested_at is not None}
+
+
+def append_log(data_dir: Path, session: Session, run: Run, offset, data) -> int:
+    """Append a chunk at byte `offset` of the run's log. Retry-safe: a chunk already
+    received is acknowledged again; a gap is refused so the runner resends from the end."""
+    if isinstance(offset, bool) or not isinstance(offset, int) or offset < 0:
+        raise Invalid("offset (a non-negative integer) is required", "offset")
+    if not isinstance(data, str):
+        raise Invalid("data must be a string", "data")
+    raw = data.encode("utf-8")
+    if len(raw) > MAX_LOG_CHUNK:
+        raise Invalid(f"a log chunk is at most {MAX_LOG_CHUNK} bytes", "data")
+    if offset > run.log_size:
+        raise BadState(f"log gap: have {run.log_size} bytes, chunk starts at {offset}")
+    new = raw[run.log_size - offset:]
+    if new:
+        path = log_path(data_dir, run.id)
+        path.parent.mkdir(parents=True, exist_ok=True)
+        with open(path, "ab") as fh:
+            fh.write(new)
+        run.log_size += len(new)
+    return run.log_size
+
+
+def log_path(data_dir: Path, run_id: int) -> Path:
+    return data_dir / "runs" / str(run_id) / "log.txt"
+
+
+def read_log(data_dir: Path, run: Run, offset: int, limit: int = 256 * 1024) -> tuple[str, int]:
+    path = log_path(data_dir, run.id)
+    if not path.exists() or offset >= run.log_size:
+        return "", min(offset, run.log_size)
+    with open(path, "rb") as fh:
+        fh.seek(offset)
+        chunk = fh.read(min(limit, run.log_size - offset))
+    # Never split a UTF-8 character: hand back only whole ones, the rest comes next time.
+    text = chunk.decode("utf-8", errors="ignore")
+    return text, offset + len(text.encode("utf-8"))
+
+
+def add_metrics(session: Session, run: Run, points) -> int:
+    if not isinstance(points, list) or len(points) > MAX_METRIC_POINTS:
+        raise Invalid(f"points must be a list of at most {MAX_METRIC_POINTS}", "points")
+    rows = []
+    for point in points:
+        if not (isinstance(point, dict) and isinstance(point.get("key"), str)
+                and isinstance(point.get("step"), int)
+                and isinstance(point.get("value"), (int, float))
+                and not isinstance(point.get("value"), bool)):
+            raise Invalid("each point is {key: str, step: int, value: number}", "points")
+        rows.append({"run_id": run.id, "key": point["key"][:100], "step": point["step"],
+                     "value": float(point["value"])})
+    if rows:
+        session.execute(sa.insert(Metric), rows)
+    return len(rows)
+
+
+def store_result(session: Session, run: Run, result) -> None:
+    if not isinstance(result, dict):
+        raise Invalid("result must be a JSON object", "result")
+    if len(json.dumps(result)) > 4 * 1024 * 1024:
+        raise Invalid("result is larger than 4 MB", "result")
+    run.result = result
+    env = result.get("environment")
+    if isinstance(env, dict):
+        run.environment = {**(run.environment or {}), **env}
+
+
+def finish(session: Session, run: Run, runner: Runner, to: str, *, reason: str,
+           reason_code: str, exit_code) -> None:
+    if to not in (RUNNING, SUCCEEDED, FAILED, CANCELLED):
+        raise Invalid("to must be RUNNING, SUCCEEDED, FAILED or CANCELLED", "to")
+    if reason_code not in REASON_CODES:
+        raise Invalid(f"reason_code must be one of {', '.join(c for c in REASON_CODES if c)}",
+                      "reason_code")
+    if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)):
+        raise Invalid("exit_code must be an integer", "exit_code")
+    if to == SUCCEEDED and run.result is None:
+        raise BadState("send the result before reporting SUCCEEDED")
+    if exit_code is not None:
+        run.exit_code = exit_code
+    transition(session, run, to, actor=f"runner:{runner.name}", reason=reason,
+               reason_code=reason_code)
+
+
+# -- the scheduler's side -----------------------------------------------------------------
+
+
+def reap(session: Session, now: dt.datetime | None = None) -> list[int]:
+    """Leases that ran out become LOST (with the reason); never re-queued."""
+    now = now or utcnow()
+    lost = list(session.scalars(
+        sa.select(Run).where(Run.status.in_(ACTIVE), Run.lease_expires_at < now)))
+    for run in lost:
+        late = (now - run.lease_expires_at).total_seconds() if run.lease_expires_at else 0
+        runner = run.runner.name if run.runner else "its runner"
+        transition(session, run, LOST, actor="reaper", reason_code="lease_expired",
+                   reason=f"no heartbeat from {runner}: lease expired {late:.0f}s ago")
+    return [run.id for run in lost]
+
+
+def expire_queued(session: Session, max_age_s: float, now: dt.datetime | None = None) -> list[int]:
+    now = now or utcnow()
+    old = list(session.scalars(sa.select(Run).where(
+        Run.status == QUEUED, Run.created_at < now - dt.timedelta(seconds=max_age_s))))
+    for run in old:
+        transition(session, run, EXPIRED, actor="reaper", reason_code="queued_too_long",
+                   reason=f"no runner took it within {max_age_s / 3600:.1f} h")
+    return [run.id for run in old]
+
+
+def differing_params(group: list[Run]) -> set[str]:
+    keys = set().union(*(r.params.keys() for r in group))
+    return {k for k in keys if len({repr(r.params.get(k)) for r in group}) > 1}
+
+
+def events(session: Session, run: Run) -> list[RunEvent]:
+    return list(session.scalars(
+        sa.select(RunEvent).where(RunEvent.run_id == run.id).order_by(RunEvent.id)))
