@@ -43,13 +43,12 @@ def _ensure_this_week(app) -> None:
 
 
 def gunicorn_argv(bind: str) -> list[str]:
-    # gthread: one process holds the SQLite writer lock briefly; threads serve slow clients
-    # (and, later, long polls) without a worker each.
-    return [
-        sys.executable, "-m", "gunicorn", "--bind", bind, "--worker-class", "gthread",
-        "--workers", "2", "--threads", "4", "--graceful-timeout", "10",
-        "--access-logfile", "-", "app:create_app()",
-    ]
+    # Workers, threads, timeouts and logging live in gunicorn.conf.py (the same file Docker
+    # and systemd use); the command line only names the address.
+    from app import ROOT
+
+    return [sys.executable, "-m", "gunicorn", "--config", str(ROOT / "gunicorn.conf.py"),
+            "--bind", bind, "app:create_app()"]
 
 
 @click.group()
@@ -101,10 +100,18 @@ def _supervise(children: list[subprocess.Popen]) -> None:
 
 
 @main.command()
-def web() -> None:
-    """The web process alone: gunicorn on COMMONPLACE_BIND."""
+@click.option("--allow-non-loopback", is_flag=True, envvar="COMMONPLACE_ALLOW_NON_LOOPBACK",
+              help="Listen on a non-loopback COMMONPLACE_BIND (the tailnet address, whois mode).")
+def web(allow_non_loopback: bool) -> None:
+    """The web process alone: gunicorn on COMMONPLACE_BIND (loopback unless told otherwise)."""
+    from app.auth import bind_problem
+
     app = _app()
-    os.execv(sys.executable, gunicorn_argv(app.config["BIND"]))
+    bind = app.config["BIND"]
+    problem = bind_problem(bind, app.config["AUTH_MODE"], allow_non_loopback)
+    if problem:
+        raise click.UsageError(problem)
+    os.execv(sys.executable, gunicorn_argv(bind))
 
 
 @main.group()

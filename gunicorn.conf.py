@@ -1,0 +1,51 @@
+"""gunicorn settings for the Commonplace web process, read by `commonplace web`,
+`commonplace up`, the Docker image and the systemd unit (`gunicorn -c gunicorn.conf.py`).
+
+Sized for a small box with one writer: SQLite takes one write at a time, so more
+processes only queue on its lock; threads serve slow phone connections and long polls
+without a process each. Override with COMMONPLACE_WEB_WORKERS / _THREADS.
+
+The web never starts a scheduler: there are no server hooks here that start anything, and
+none may be added. APScheduler in a forked worker runs every job once per worker (see
+docs/ARCHITECTURE.md); schedules belong to `commonplace scheduler`, a process of its own.
+"""
+
+import os
+
+wsgi_app = "app:create_app()"
+
+# Loopback: `tailscale serve` is the only way in. `commonplace web` refuses a
+# non-loopback address unless given --allow-non-loopback; the command line's --bind wins.
+bind = [os.environ.get("COMMONPLACE_BIND") or "127.0.0.1:8000"]
+
+worker_class = "gthread"
+workers = int(os.environ.get("COMMONPLACE_WEB_WORKERS") or 2)
+threads = int(os.environ.get("COMMONPLACE_WEB_THREADS") or 4)
+
+# A worker silent for `timeout` seconds is restarted. Requests are short; the runner's
+# long poll answers well inside this.
+timeout = 60
+# On SIGTERM (Ctrl-C, `docker stop`, systemd): finish requests in flight, then exit.
+graceful_timeout = 10
+keepalive = 5
+
+# Request-size limits before the app sees a byte (the body limit is Flask's
+# MAX_CONTENT_LENGTH, COMMONPLACE_MAX_UPLOAD_MB).
+limit_request_line = 8190
+limit_request_fields = 100
+limit_request_field_size = 8190
+
+# Access log to stdout (journald / docker logs). Behind serve the peer (%h) is always
+# 127.0.0.1, so the tailnet address serve forwarded is logged beside it, and the login.
+accesslog = "-"
+access_log_format = (
+    '%(h)s fwd=%({x-forwarded-for}i)s user=%({tailscale-user-login}i)s [%(t)s] '
+    '"%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'
+)
+errorlog = "-"
+loglevel = os.environ.get("COMMONPLACE_LOG_LEVEL", "info")
+
+# The app is imported in each worker, never in the master: nothing forks with open
+# database connections or threads.
+preload_app = False
+proc_name = "commonplace-web"
