@@ -58,7 +58,8 @@ def main() -> None:
 
 @main.command()
 def up() -> None:
-    """Everything for one machine: migrate, then serve. Ctrl-C stops it all."""
+    """Everything for one machine: migrate, then web + scheduler + a local runner.
+    Ctrl-C stops them all."""
     app = _app()
     migrate(app)
     _ensure_this_week(app)
@@ -66,9 +67,32 @@ def up() -> None:
     if app.config["AUTH_MODE"] == "dev":
         click.secho("dev mode: loopback is the owner (set COMMONPLACE_OWNERS for tailnet use)",
                     fg="yellow", err=True)
-    children = [subprocess.Popen(gunicorn_argv(bind))]
+    host, _, port = bind.rpartition(":")
+    local = f"http://{'127.0.0.1' if host in ('0.0.0.0', '', '::') else host}:{port}"
+    runner_env = {**os.environ, "COMMONPLACE_RUNNER_TOKEN": _local_runner_token(app)}
+    me = [sys.executable, "-m", "app.cli"]
+    children = [
+        subprocess.Popen(gunicorn_argv(bind)),
+        subprocess.Popen([*me, "scheduler"]),
+        subprocess.Popen([*me, "runner", "--server", local], env=runner_env),
+    ]
     click.echo(f"Commonplace is running at http://{bind}/  (data in {app.config['DATA_DIR']})")
     _supervise(children)
+
+
+def _local_runner_token(app) -> str:
+    """A fresh runner token for the runner `up` starts; the previous one stops working."""
+    from app.auth import hash_token, new_token
+    from app.models import Token
+
+    secret = new_token()
+    with _db(app).write() as session:
+        row = session.scalar(sa.select(Token).where(Token.name == "local"))
+        if row is None:
+            session.add(Token(name="local", role="runner", token_hash=hash_token(secret)))
+        else:
+            row.role, row.token_hash, row.revoked_at = "runner", hash_token(secret), None
+    return secret
 
 
 def _supervise(children: list[subprocess.Popen]) -> None:
@@ -112,6 +136,32 @@ def web(allow_non_loopback: bool) -> None:
     if problem:
         raise click.UsageError(problem)
     os.execv(sys.executable, gunicorn_argv(bind))
+
+
+@main.command()
+def scheduler() -> None:
+    """The scheduler process alone: schedules, reaper, cards into letters, backups."""
+    from jobs.scheduler import main as run_scheduler
+
+    app = _app()
+    migrate(app)
+    run_scheduler(app)
+
+
+@main.command()
+@click.option("--server", required=True, help="the notebook's URL, e.g. https://notes.example.ts.net")
+@click.option("--token", envvar="COMMONPLACE_RUNNER_TOKEN", required=True,
+              help="a token of role runner (or set COMMONPLACE_RUNNER_TOKEN)")
+@click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="where runs write their files [default: <data>/runner]")
+def runner(server: str, token: str, work_dir: Path | None) -> None:
+    """A runner agent: pulls runs from the server and executes them (GPU or CPU host)."""
+    from app.config import from_environment
+    from jobs.runner import main as run_agent
+
+    folder = work_dir or Path(from_environment()["DATA_DIR"]) / "runner"
+    folder.mkdir(parents=True, exist_ok=True)
+    run_agent(server, token, folder)
 
 
 @main.group()

@@ -54,6 +54,8 @@ def build(session: Session, base_url: str, *, limit: int = 50, title: str = "Com
         for tag in entry.tag_list:
             ET.SubElement(item, f"{{{ATOM}}}category", term=tag)
         # Sanitized at save time; the feed carries the same HTML as the page (no scripts).
+        # xml:base makes the entry's relative links (/entries/…, /runs/…) absolute.
         content = ET.SubElement(item, f"{{{ATOM}}}content", type="html")
+        content.set("{http://www.w3.org/XML/1998/namespace}base", base_url + "/")
         content.text = entry.body_html
     return ET.tostring(feed, encoding="utf-8", xml_declaration=True)

@@ -76,9 +76,8 @@ def transition(session: Session, run: Run, to: str, *, actor: str, reason: str =
     session.add(RunEvent(run_id=run.id, at=now, from_status=run.status, to_status=to,
                          actor=actor, reason=reason[:1000]))
     run.status = to
-    if reason or to in TERMINAL:
-        run.reason = reason[:1000]
-        run.reason_code = reason_code
+    run.reason = reason[:1000]  # the reason of the latest change; the events keep them all
+    run.reason_code = reason_code
     if to == LEASED:
         run.leased_at = now
     elif to == RUNNING:
