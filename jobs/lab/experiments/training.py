@@ -56,48 +56,54 @@ def _idle_fraction(ctx: Context, name: str, steps: range) -> float | None:
     return statistics.median(fractions) if fractions else None
 
 
-def run_strategy(ctx: Context, name: str, spec: TrainSpec, batch, ref, cal, params: dict,
-                 counter: list[int], total: int) -> dict[str, Any]:
+def prepare(ctx: Context, name: str, spec: TrainSpec, batch, ref, progress) -> dict[str, Any]:
+    """Build the strategy and put it through the correctness gate."""
     tl = ctx.timeline
     tl.tags = {"strategy": name, "step": "gate"}
     strat: Strategy = strategies.get(name)(ctx, spec)
     ctx.comm.reset()
     verdict = gate(ctx, strat, batch, ref)
     gate_comm = ctx.comm.reset()
-    counter[0] += 1
-    ctx.progress(counter[0], total, strategy=name, phase="gate",
-                 passed=str(verdict["passed"]).lower())
+    progress(strategy=name, phase="gate", passed=str(verdict["passed"]).lower())
+    if not verdict["passed"]:
+        ctx.log(f"{name}: correctness gate FAILED, not timed: {verdict['reason']}")
+    return {"name": name, "strategy": strat, "verdict": verdict, "gate_comm": gate_comm,
+            "active": strat.ranks_active == "all" or ctx.rank == 0,
+            "times": [], "comm_steps": []}
+
+
+def time_step(ctx: Context, state: dict, i: int, warmup: int, spec: TrainSpec, batch,
+              progress) -> None:
+    """One fenced, synchronized step; warm-up steps (i < warmup) are not kept."""
+    tl, name = ctx.timeline, state["name"]
+    tl.tags = {"strategy": name, "step": i - warmup}  # warm-up steps are negative
+    dist.barrier()
+    ctx.sync()
+    t0 = tl.now()
+    if state["active"]:
+        state["strategy"].train_step(batch)
+    ctx.sync()
+    t1 = tl.now()
+    tl.add("step", t0, t1)
+    counted = ctx.comm.reset()
+    if i >= warmup:
+        state["times"].append(t1 - t0)
+        state["comm_steps"].append(counted)
+    progress(strategy=name, phase="timed" if i >= warmup else "warmup",
+             step_time_s=t1 - t0 if state["active"] else None,
+             tokens_per_s=spec.tokens / (t1 - t0) if state["active"] else None)
+
+
+def finish(ctx: Context, state: dict, spec: TrainSpec, batch, cal, params: dict) -> dict:
+    """Memory step, per-rank reports gathered, and (on rank 0) the strategy's entry."""
+    tl, name, strat = ctx.timeline, state["name"], state["strategy"]
+    verdict, active = state["verdict"], state["active"]
     entry: dict[str, Any] = {"strategy": name, "label": strat.label, "builtin": strat.builtin,
                              "correctness": verdict}
     if not verdict["passed"]:
-        counter[0] += params["warmup"] + params["steps"]
-        ctx.log(f"{name}: correctness gate FAILED, not timed: {verdict['reason']}")
         return entry
-
-    active = strat.ranks_active == "all" or ctx.rank == 0
-    warmup, steps = params["warmup"], params["steps"]
-    times: list[float] = []
-    comm_steps: list[dict] = []
-    for i in range(warmup + steps):
-        tl.tags = {"strategy": name, "step": i - warmup}  # warm-up steps are negative
-        dist.barrier()
-        ctx.sync()
-        t0 = tl.now()
-        if active:
-            strat.train_step(batch)
-        ctx.sync()
-        t1 = tl.now()
-        tl.add("step", t0, t1)
-        counted = ctx.comm.reset()
-        counter[0] += 1
-        if i >= warmup:
-            times.append(t1 - t0)
-            comm_steps.append(counted)
-        tps = spec.tokens / (t1 - t0) if active else None
-        ctx.progress(counter[0], total, strategy=name,
-                     phase="timed" if i >= warmup else "warmup",
-                     step_time_s=t1 - t0 if active else None,
-                     tokens_per_s=tps if ctx.rank == 0 else None)
+    steps, times, comm_steps = params["steps"], state["times"], state["comm_steps"]
+    gate_comm = state["gate_comm"]
 
     # one more, untimed step under the saved-activation meter
     tl.tags = {"strategy": name, "step": "memory"}
@@ -136,7 +142,6 @@ def run_strategy(ctx: Context, name: str, spec: TrainSpec, batch, ref, cal, para
     }
     reports = ctx.gather(report)
     prediction = strat.predict(cal) if ctx.rank == 0 else None
-    del strat
     if ctx.rank != 0:
         return entry
     return _summarise(entry, reports, prediction, spec, cal, ctx)
@@ -218,10 +223,23 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
             + ", ".join(f"{op}: alpha={f.alpha * 1e3:.3f} ms W={f.bandwidth / 1e9:.3f} GB/s"
                         for op, f in cal.links.items()))
     names = params["strategies"]
-    total = len(names) * (1 + params["warmup"] + params["steps"])
+    warmup, steps = params["warmup"], params["steps"]
+    total = len(names) * (1 + warmup + steps)
     counter = [0]
-    entries = [run_strategy(ctx, n, spec, batch, ref, cal, params, counter, total)
-               for n in names]
+
+    def progress(**fields: Any) -> None:
+        counter[0] += 1
+        ctx.progress(counter[0], total, **fields)
+
+    states = [prepare(ctx, n, spec, batch, ref, progress) for n in names]
+    timed = [st for st in states if st["verdict"]["passed"]]
+    counter[0] += (len(states) - len(timed)) * (warmup + steps)
+    # round-robin: step i of every strategy before step i+1 of any, so that a noisy
+    # machine slows all of them alike and their ratios stay meaningful
+    for i in range(warmup + steps):
+        for st in timed:
+            time_step(ctx, st, i, warmup, spec, batch, progress)
+    entries = [finish(ctx, st, spec, batch, cal, params) for st in states]
     c = spec.cfg
     return {
         "model": {**c.as_dict(), "params": c.param_count(),
