@@ -35,6 +35,10 @@ limit_request_line = 8190
 limit_request_fields = 100
 limit_request_field_size = 8190
 
+# gunicorn believes no forwarded headers itself: app/auth.py (ProxyFix, serve mode only)
+# is the one place that decides whether X-Forwarded-For/-Proto are true.
+forwarded_allow_ips = ""
+
 # Access log to stdout (journald / docker logs). Behind serve the peer (%h) is always
 # 127.0.0.1, so the tailnet address serve forwarded is logged beside it, and the login.
 accesslog = "-"

@@ -43,6 +43,7 @@ from urllib.parse import quote, urlsplit
 
 import sqlalchemy as sa
 from flask import Flask, current_app, g, request
+from werkzeug.exceptions import SecurityError
 from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app.config import AUTH_MODES
@@ -496,6 +497,18 @@ def security_headers(response):
     return response
 
 
+def untrusted_host(exc: SecurityError):
+    """Flask refuses a Host not in TRUSTED_HOSTS before routing. Answer without templates
+    (they build URLs from that very host), and say what to change if the name is ours."""
+    host = request.environ.get("HTTP_HOST", "")
+    log.warning("refused a request for host %r: not in COMMONPLACE_HOSTS", host)
+    message = (f"this notebook does not answer to the name {host!r}; if it should, add the "
+               "name to COMMONPLACE_HOSTS")
+    if request.path.startswith("/api/"):
+        return {"error": {"code": "untrusted_host", "message": message}}, 400
+    return message + "\n", 400, {"Content-Type": "text/plain; charset=utf-8"}
+
+
 def init_app(app: Flask) -> None:
     mode = app.config["AUTH_MODE"]
     if mode not in AUTH_MODES:
@@ -515,5 +528,6 @@ def init_app(app: Flask) -> None:
     elif not app.config["OWNERS"]:
         log.warning("COMMONPLACE_AUTH=%s but COMMONPLACE_OWNERS is empty: no tailnet login "
                     "can write (bearer tokens still work)", mode)
+    app.register_error_handler(SecurityError, untrusted_host)
     app.before_request(check_request)
     app.after_request(security_headers)
