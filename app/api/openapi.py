@@ -3,6 +3,8 @@ It is written by hand beside the views and grows with them."""
 
 from __future__ import annotations
 
+from app.api.openapi_journal import paths as journal_paths
+
 
 def _ref(name: str) -> dict:
     return {"$ref": f"#/components/schemas/{name}"}
@@ -181,6 +183,7 @@ def document() -> dict:
                 "parameters": [_query("token", {"type": "string"}, "feed token")],
                 "responses": {"200": {"description": "Atom 1.0",
                                       "content": {"application/atom+xml": {}}}}}},
+            **journal_paths(),
         },
         "components": {
             "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
