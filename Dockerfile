@@ -1,30 +1,45 @@
 # One image for every Commonplace process; the command picks which:
-#   docker run … commonplace web | commonplace scheduler | commonplace runner --server URL --token T
-# The web binds 127.0.0.1: run it in the network namespace of a tailscale sidecar
-# (compose: network_mode: service:tailscale) so only `tailscale serve` reaches it.
-# CPU torch by default (for the lab's CPU experiments); for a GPU runner build with
-#   --build-arg TORCH_SPEC="torch" --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128
-FROM python:3.11-slim
+#   commonplace web | commonplace scheduler | commonplace runner --server URL --token T
+# The web binds 127.0.0.1 and is reached only through `tailscale serve` in the network
+# namespace it shares with the tailscale sidecar (compose.yaml). docs/DEPLOY.md has it all.
+#
+# CPU torch by default (the lab's CPU experiments, a CPU runner). For a GPU runner:
+#   docker build --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 \
+#                --build-arg TORCH_SPEC="torch==2.13.0" -t commonplace:cuda .
+# (the CUDA wheels bring their own CUDA runtime; the host needs the NVIDIA driver and the
+# NVIDIA container toolkit, and compose.gpu.yaml hands the GPUs to the runner).
+# A web-only image without torch: --build-arg TORCH_SPEC=none.
+FROM python:3.11-slim-bookworm
 
 ARG TORCH_SPEC="torch==2.13.0"
 ARG TORCH_INDEX="https://download.pytorch.org/whl/cpu"
 
-ENV PYTHONDONTWRITEBYTECODE=1 PYTHONUNBUFFERED=1 \
-    COMMONPLACE_DATA_DIR=/data COMMONPLACE_BIND=127.0.0.1:8000 COMMONPLACE_AUTH=serve
+# COMMONPLACE_AUTH=serve: the image never runs in dev mode unless told to.
+ENV PYTHONDONTWRITEBYTECODE=1 \
+    PYTHONUNBUFFERED=1 \
+    PIP_NO_CACHE_DIR=1 \
+    PIP_DISABLE_PIP_VERSION_CHECK=1 \
+    COMMONPLACE_DATA_DIR=/data \
+    COMMONPLACE_BIND=127.0.0.1:8000 \
+    COMMONPLACE_AUTH=serve
 
-RUN useradd --create-home --uid 10001 commonplace && mkdir /data && chown commonplace /data
+RUN useradd --create-home --uid 10001 --user-group commonplace \
+ && mkdir /data \
+ && chown 10001:10001 /data
+
 WORKDIR /app
-COPY pyproject.toml README.md alembic.ini ./
+COPY pyproject.toml README.md alembic.ini gunicorn.conf.py ./
 COPY app ./app
 COPY jobs ./jobs
 COPY migrations ./migrations
 COPY templates ./templates
-RUN pip install --no-cache-dir --index-url "$TORCH_INDEX" "$TORCH_SPEC" \
- && pip install --no-cache-dir -e '.[lab]'
+COPY deploy/docker-install.sh ./deploy/docker-install.sh
+RUN TORCH_SPEC="$TORCH_SPEC" TORCH_INDEX="$TORCH_INDEX" PYTHON=python SOURCE=/app \
+    sh deploy/docker-install.sh
 
-USER commonplace
+USER 10001:10001
 VOLUME ["/data"]
 EXPOSE 8000
-HEALTHCHECK --interval=30s --timeout=5s --retries=3 \
-  CMD python -c "import urllib.request,sys; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4).status != 200)"
-CMD ["commonplace", "up"]
+HEALTHCHECK --interval=30s --timeout=5s --start-period=20s --retries=3 \
+  CMD ["python", "-c", "import sys, urllib.request; sys.exit(urllib.request.urlopen('http://127.0.0.1:8000/healthz', timeout=4).status != 200)"]
+CMD ["commonplace", "web"]
