@@ -403,6 +403,8 @@ class Backlink:
 def backlinks(session: Session, entry: Entry) -> list[Backlink]:
     rows = session.execute(
         sa.select(Entry, Link.context)
+        .options(sa.orm.defer(Entry.body_md), sa.orm.defer(Entry.body_html),
+                 sa.orm.defer(Entry.toc_html))  # a backlink shows a title, not the text
         .join(Link, Link.source_id == Entry.id)
         .where(Link.target_key.in_(keys_of(entry)), Entry.id != entry.id)
         .order_by(Entry.date.desc(), Entry.id.desc())
@@ -416,19 +418,32 @@ def backlinks(session: Session, entry: Entry) -> list[Backlink]:
     return result
 
 
-def neighbours(session: Session, entry: Entry, *, include_drafts: bool = True):
-    """(previous, next) entry by date, then id."""
-    base = sa.select(Entry)
-    if not include_drafts:
-        base = base.where(Entry.status == "published")
+def _neighbour_query(direction: str, published_only: bool) -> sa.Select:
     # Row values, not OR-ed comparisons: with bound parameters SQLite only turns the
     # former into an index range, and the OR form scans the whole index (O(N) per page).
+    # Only the columns a prev/next link needs: bodies can be large.
     key = sa.tuple_(Entry.date, Entry.id)
-    before = key < sa.tuple_(sa.literal(entry.date, sa.Date), sa.literal(entry.id))
-    after = key > sa.tuple_(sa.literal(entry.date, sa.Date), sa.literal(entry.id))
-    prev = session.scalar(base.where(before).order_by(Entry.date.desc(), Entry.id.desc()).limit(1))
-    nxt = session.scalar(base.where(after).order_by(Entry.date, Entry.id).limit(1))
-    return prev, nxt
+    here = sa.tuple_(sa.bindparam("date", type_=sa.Date), sa.bindparam("id"))
+    query = sa.select(Entry.id, Entry.kind, Entry.title, Entry.slug, Entry.iso_week,
+                      Entry.date)
+    if direction == "prev":
+        query = query.where(key < here).order_by(Entry.date.desc(), Entry.id.desc())
+    else:
+        query = query.where(key > here).order_by(Entry.date, Entry.id)
+    if published_only:
+        query = query.where(Entry.status == "published")
+    return query.limit(1)
+
+
+# Built once: every page view reuses the compiled statements.
+NEIGHBOURS = {(d, p): _neighbour_query(d, p) for d in ("prev", "next") for p in (False, True)}
+
+
+def neighbours(session: Session, entry: Entry, *, include_drafts: bool = True):
+    """(previous, next) by date, then id: rows with id, kind, title, slug, iso_week, date."""
+    where = {"date": entry.date, "id": entry.id}
+    return tuple(session.execute(NEIGHBOURS[(d, not include_drafts)], where).first()
+                 for d in ("prev", "next"))
 
 
 def recent(session: Session, limit: int = 20, kind: str | None = "entry") -> list[Entry]:
