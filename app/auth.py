@@ -45,6 +45,7 @@ import sqlalchemy as sa
 from flask import Flask, current_app, g, request
 from werkzeug.exceptions import SecurityError
 from werkzeug.middleware.proxy_fix import ProxyFix
+from werkzeug.routing import IntegerConverter
 
 from app.config import AUTH_MODES
 from app.models import Token, utcnow
@@ -497,6 +498,14 @@ def security_headers(response):
     return response
 
 
+class BoundedInt(IntegerConverter):
+    """<int:...> up to SQLite's INTEGER range: a path id of 2**64 is no route (404), not an
+    OverflowError deep inside a query (500). Hostile input stops at the door."""
+
+    def __init__(self, map, fixed_digits=0, min=None, max=2**63 - 1, signed=False):  # noqa: A002
+        super().__init__(map, fixed_digits=fixed_digits, min=min, max=max, signed=signed)
+
+
 def untrusted_host(exc: SecurityError):
     """Flask refuses a Host not in TRUSTED_HOSTS before routing. Answer without templates
     (they build URLs from that very host), and say what to change if the name is ours."""
@@ -528,6 +537,7 @@ def init_app(app: Flask) -> None:
     elif not app.config["OWNERS"]:
         log.warning("COMMONPLACE_AUTH=%s but COMMONPLACE_OWNERS is empty: no tailnet login "
                     "can write (bearer tokens still work)", mode)
+    app.url_map.converters["int"] = BoundedInt  # before the blueprints add their routes
     app.register_error_handler(SecurityError, untrusted_host)
     app.before_request(check_request)
     app.after_request(security_headers)
