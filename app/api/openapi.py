@@ -47,7 +47,7 @@ def document() -> dict:
                                 "Commonplace notebook. Errors are "
                                 "{\"error\": {\"code\", \"message\"}} with a 4xx status."},
         "servers": [{"url": "/"}],
-        "security": [{"bearer": []}, {}],
+        "security": [{"bearer": []}, {"tailnet": []}],
         "paths": {
             "/healthz": {"get": {"summary": "Liveness", "security": [],
                                  "responses": {"200": _json({"type": "object"})}}},
@@ -180,13 +180,26 @@ def document() -> dict:
             },
             "/feed.atom": {"get": {
                 "summary": "Atom feed of published entries and letters",
+                "security": [{"feedToken": []}, {"bearer": []}, {"tailnet": []}],
                 "parameters": [_query("token", {"type": "string"}, "feed token")],
                 "responses": {"200": {"description": "Atom 1.0",
                                       "content": {"application/atom+xml": {}}}}}},
             **journal_paths(),
         },
         "components": {
-            "securitySchemes": {"bearer": {"type": "http", "scheme": "bearer"}},
+            "securitySchemes": {
+                "bearer": {"type": "http", "scheme": "bearer",
+                           "description": "A token from `commonplace token create NAME "
+                                          "--role owner|viewer|runner|feed`; runner tokens "
+                                          "call only /api/v1/runner/..."},
+                "tailnet": {"type": "apiKey", "in": "header", "name": "Tailscale-User-Login",
+                            "description": "Set by `tailscale serve` and believed only from "
+                                           "it (a loopback peer, not Funnel); an owner or "
+                                           "viewer login from COMMONPLACE_OWNERS/VIEWERS. "
+                                           "Cross-site writes are refused."},
+                "feedToken": {"type": "apiKey", "in": "query", "name": "token",
+                              "description": "A feed token, for /feed.atom only"},
+            },
             "schemas": {
                 "Error": {"type": "object", "required": ["error"], "properties": {
                     "error": {"type": "object", "required": ["code", "message"], "properties": {
