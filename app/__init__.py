@@ -24,10 +24,12 @@ def create_app(config: dict | None = None) -> Flask:
     errors.init_app(app)
 
     from app.api import bp as api_bp
+    from app.experiments import bp as experiments_bp
     from app.notes import bp as notes_bp
     from app.runner_api import bp as runner_bp
 
     app.register_blueprint(notes_bp)
+    app.register_blueprint(experiments_bp)
     app.register_blueprint(api_bp)
     app.register_blueprint(runner_bp)
     return app
