@@ -20,6 +20,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from app import weeks
 from app.entries import Invalid, NotebookError, NotFound
 from app.models import Metric, Run, RunEvent, Runner, utcnow
 from jobs.lab import registry
@@ -323,6 +324,34 @@ def expire_queued(session: Session, max_age_s: float, now: dt.datetime | None = 
 def differing_params(group: list[Run]) -> set[str]:
     keys = set().union(*(r.params.keys() for r in group))
     return {k for k in keys if len({repr(r.params.get(k)) for r in group}) > 1}
+
+
+def query(filters) -> sa.Select:
+    """Runs newest first, filtered by status (comma-separated), experiment, ISO week of
+    creation (UTC) and schedule id — the run list of the pages and the API."""
+    stmt = sa.select(Run).order_by(Run.id.desc())
+    status = filters.get("status")
+    if status:
+        wanted = [s.strip().upper() for s in status.split(",")]
+        if any(s not in STATUSES for s in wanted):
+            raise Invalid(f"status is one of {', '.join(STATUSES)}", "status")
+        stmt = stmt.where(Run.status.in_(wanted))
+    if filters.get("experiment"):
+        stmt = stmt.where(Run.experiment == filters["experiment"])
+    week = filters.get("week")
+    if week:
+        try:
+            monday, sunday = weeks.week_bounds(week)
+        except ValueError as exc:
+            raise Invalid(str(exc), "week") from None
+        stmt = stmt.where(Run.created_at >= dt.datetime.combine(monday, dt.time()),
+                          Run.created_at <= dt.datetime.combine(sunday, dt.time.max))
+    schedule_id = filters.get("schedule")
+    if schedule_id:
+        if not schedule_id.isdigit() or int(schedule_id) > 2**63 - 1:
+            raise Invalid("schedule is a schedule id", "schedule")
+        stmt = stmt.where(Run.schedule_id == int(schedule_id))
+    return stmt
 
 
 def events(session: Session, run: Run) -> list[RunEvent]:

