@@ -57,13 +57,20 @@ def main() -> None:
 
 
 @main.command()
-def up() -> None:
+@click.option("--allow-non-loopback", is_flag=True, envvar="COMMONPLACE_ALLOW_NON_LOOPBACK",
+              help="Listen on a non-loopback COMMONPLACE_BIND (the tailnet address, whois mode).")
+def up(allow_non_loopback: bool) -> None:
     """Everything for one machine: migrate, then web + scheduler + a local runner.
     Ctrl-C stops them all."""
+    from app.auth import bind_problem
+
     app = _app()
+    bind = app.config["BIND"]
+    problem = bind_problem(bind, app.config["AUTH_MODE"], allow_non_loopback)
+    if problem:
+        raise click.UsageError(problem)
     migrate(app)
     _ensure_this_week(app)
-    bind = app.config["BIND"]
     if app.config["AUTH_MODE"] == "dev":
         click.secho("dev mode: loopback is the owner (set COMMONPLACE_OWNERS for tailnet use)",
                     fg="yellow", err=True)
@@ -72,7 +79,7 @@ def up() -> None:
     runner_env = {**os.environ, "COMMONPLACE_RUNNER_TOKEN": _local_runner_token(app)}
     me = [sys.executable, "-m", "app.cli"]
     children = [
-        subprocess.Popen(gunicorn_argv(bind)),
+        subprocess.Popen(gunicorn_argv(bind)),  # bind checked above
         subprocess.Popen([*me, "scheduler"]),
         subprocess.Popen([*me, "runner", "--server", local], env=runner_env),
     ]

@@ -173,6 +173,8 @@ def compare_runs():
         raise Invalid("ids is a comma-separated list of run ids", "ids") from None
     if not 2 <= len(ids) <= 8:
         raise Invalid("compare two to eight runs", "ids")
+    if any(not 0 < i < 2**63 for i in ids):
+        raise Invalid("ids are run ids (positive integers)", "ids")
     session = get_session()
     found = [runs.get(session, i) for i in ids]
     return jsonify(runs=[run_json(r, full=True) for r in found],

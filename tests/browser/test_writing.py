@@ -150,9 +150,11 @@ def test_write_an_entry_in_the_browser(live_server, data_dir, device, tmp_path):
         page.get_by_role("link", name="Edit", exact=True).click()
         page.wait_for_url(re.compile(r"/edit$"))
         page.set_input_files("#f-file", str(image))
-        page.wait_for_function(
-            "document.getElementById('f-body').value.includes('/attachments/')"
-        )
+        from playwright.sync_api import expect
+
+        # An assertion that polls from Python: no page-side eval, which the CSP forbids.
+        expect(page.locator("#f-body")).to_have_value(re.compile("/attachments/"),
+                                                       timeout=20_000)
         if device == "phone":
             page.get_by_role("button", name="Save", exact=True).tap()
         else:
