@@ -400,15 +400,20 @@ class Backlink:
     context: str
 
 
+# Built once (every entry page runs it): sources of links to any of an entry's keys.
+BACKLINKS = (
+    sa.select(Entry, Link.context)
+    .options(sa.orm.defer(Entry.body_md), sa.orm.defer(Entry.body_html),
+             sa.orm.defer(Entry.toc_html))  # a backlink shows a title, not the text
+    .join(Link, Link.source_id == Entry.id)
+    .where(Link.target_key.in_(sa.bindparam("keys", expanding=True)),
+           Entry.id != sa.bindparam("id"))
+    .order_by(Entry.date.desc(), Entry.id.desc())
+)
+
+
 def backlinks(session: Session, entry: Entry) -> list[Backlink]:
-    rows = session.execute(
-        sa.select(Entry, Link.context)
-        .options(sa.orm.defer(Entry.body_md), sa.orm.defer(Entry.body_html),
-                 sa.orm.defer(Entry.toc_html))  # a backlink shows a title, not the text
-        .join(Link, Link.source_id == Entry.id)
-        .where(Link.target_key.in_(keys_of(entry)), Entry.id != entry.id)
-        .order_by(Entry.date.desc(), Entry.id.desc())
-    ).all()
+    rows = session.execute(BACKLINKS, {"keys": sorted(keys_of(entry)), "id": entry.id}).all()
     seen: set[int] = set()
     result = []
     for source, context in rows:
