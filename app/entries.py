@@ -279,6 +279,12 @@ def _render(session: Session, entry: Entry) -> Rendered:
     return rendered
 
 
+def refresh_html(session: Session, entry: Entry) -> None:
+    """Render the stored text again (an embed's data changed); the text and its history
+    stay as they are, so this is not a revision."""
+    _render(session, entry)
+
+
 def _store_links_and_tags(session: Session, entry: Entry, rendered: Rendered) -> None:
     session.execute(sa.delete(Link).where(Link.source_id == entry.id))
     session.execute(sa.delete(EntryTag).where(EntryTag.entry_id == entry.id))

@@ -16,7 +16,7 @@ from zoneinfo import ZoneInfo
 import sqlalchemy as sa
 
 from app import entries, runs, weeks
-from app.models import Run
+from app.models import Entry, Run
 
 log = logging.getLogger(__name__)
 AUTHOR = "scheduler"
@@ -57,11 +57,24 @@ def post_card(db, run_id: int, timezone: str, attempts: int = 5) -> int | None:
                                base_revision=letter.revision, author=AUTHOR,
                                note=f"run {run.id} finished: {run.status}")
                 run.carded_entry_id = letter.id
+                refresh_embeds(session, run.id, skip=letter.id)
                 return letter.id
         except entries.Conflict:
             continue  # the letter changed under us: read the fresh text and try again
     log.error("could not append run %s to its letter after %s attempts", run_id, attempts)
     return None
+
+
+def refresh_embeds(session, run_id: int, skip: int | None = None) -> None:
+    """Entries that embed this run by hand, saved while it was unfinished, show its final
+    card from now on."""
+    pattern = re.compile(rf"^```run\s*\n(?:.*\n)*?\s*id\s*:\s*{run_id}\s*$", re.M)
+    candidates = session.scalars(sa.select(Entry).where(
+        Entry.body_md.contains("```run"), Entry.body_md.contains(str(run_id)),
+        Entry.id != (skip or 0)))
+    for entry in candidates:
+        if pattern.search(entry.body_md):
+            entries.refresh_html(session, entry)
 
 
 def post_cards(db, timezone: str) -> list[int]:

@@ -365,3 +365,19 @@ def test_run_embed_in_any_entry_and_bad_embeds(client, db):
     html = r.get_json()["html"]
     assert f'href="/runs/{run_id}"' in html
     assert "there is no run 999" in html and 'a run block needs a line' in html
+
+
+def test_a_hand_written_embed_of_an_unfinished_run_shows_its_final_card(client, db):
+    with db.write() as session:
+        run = runs.create(session, "data_parallel", SMALL, actor="t")
+    entry = client.post("/api/v1/entries", json={
+        "title": "Watching", "body": f"Started this:\n\n```run\nid: {run.id}\n```"}).get_json()
+    assert "run-queued" in entry["html"]
+    with db.write() as session:
+        finished = session.get(Run, run.id)
+        finished.status, finished.finished_at = "FAILED", dt.datetime(2024, 3, 27, 12)
+        finished.reason = "boom"
+    journal.post_cards(db, "UTC")
+    after = client.get(f"/api/v1/entries/{entry['id']}").get_json()
+    assert "run-failed" in after["html"] and "boom" in after["html"]
+    assert after["revision"] == entry["revision"]  # derived HTML, not a new revision
