@@ -91,16 +91,31 @@ def transition(session: Session, run: Run, to: str, *, actor: str, reason: str =
 # -- creating -----------------------------------------------------------------------------
 
 
-def requirements(params: dict) -> dict:
-    """What kind of host a run needs: a CUDA run needs one GPU per rank."""
+def requirements(params: dict, asked: dict | None = None) -> dict:
+    """What kind of host a run needs: a CUDA run needs one GPU per rank; the owner may
+    also name a GPU model (matched as a substring of the runner's gpu_model label)."""
+    needs: dict = {}
     if params.get("device") == "cuda":
-        return {"gpu_count": int(params.get("world_size", 1))}
-    return {}
+        needs["gpu_count"] = int(params.get("world_size", 1))
+    asked = asked or {}
+    if not isinstance(asked, dict) or set(asked) - {"gpu_model", "gpu_count"}:
+        raise Invalid("requires may name gpu_model and gpu_count", "requires")
+    model = asked.get("gpu_model")
+    if model is not None:
+        if not isinstance(model, str) or not 0 < len(model) <= 60:
+            raise Invalid("requires.gpu_model is a short name such as 'H100'", "requires")
+        needs["gpu_model"] = model
+    count = asked.get("gpu_count")
+    if count is not None:
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 64:
+            raise Invalid("requires.gpu_count is a whole number from 0 to 64", "requires")
+        needs["gpu_count"] = max(count, needs.get("gpu_count", 0))
+    return needs
 
 
 def create(session: Session, experiment: str, params, *, actor: str, trigger: str = "manual",
            parent: Run | None = None, schedule_id: int | None = None,
-           scheduled_for: dt.datetime | None = None) -> Run:
+           scheduled_for: dt.datetime | None = None, requires: dict | None = None) -> Run:
     """Validate against the lab's catalogue and enqueue. Bad input raises Invalid naming
     the parameter, and nothing is written."""
     if not isinstance(experiment, str) or not experiment:
@@ -115,7 +130,7 @@ def create(session: Session, experiment: str, params, *, actor: str, trigger: st
         raise Invalid(f"unknown experiment {experiment!r}", "experiment") from None
     except registry.ParamError as exc:
         raise Invalid(exc.message, exc.param) from None
-    run = Run(experiment=experiment, params=resolved, requires=requirements(resolved),
+    run = Run(experiment=experiment, params=resolved, requires=requirements(resolved, requires),
               status=QUEUED, trigger=trigger, created_by=actor,
               parent_id=parent.id if parent else None, schedule_id=schedule_id,
               scheduled_for=scheduled_for, created_at=utcnow(), progress={}, environment={})
@@ -138,7 +153,8 @@ def skip(session: Session, run: Run, *, reason: str) -> None:
 
 
 def rerun(session: Session, run: Run, *, actor: str) -> Run:
-    return create(session, run.experiment, run.params, actor=actor, trigger="rerun", parent=run)
+    return create(session, run.experiment, run.params, actor=actor, trigger="rerun", parent=run,
+                  requires=run.requires)
 
 
 def cancel(session: Session, run: Run, *, actor: str) -> Run:

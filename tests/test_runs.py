@@ -381,3 +381,28 @@ def test_a_hand_written_embed_of_an_unfinished_run_shows_its_final_card(client, 
     after = client.get(f"/api/v1/entries/{entry['id']}").get_json()
     assert "run-failed" in after["html"] and "boom" in after["html"]
     assert after["revision"] == entry["revision"]  # derived HTML, not a new revision
+
+
+def test_a_run_can_require_a_gpu_model(runner, client, db):
+    r = client.post("/api/v1/runs", json={"experiment": "gemm_roofline",
+                                          "requires": {"gpu_model": "H200"}})
+    assert r.status_code == 201 and r.get_json()["requires"] == {"gpu_model": "H200"}
+    assert lease(runner).status_code == 204  # this runner has no H200
+    with db.write() as session:
+        session.add(Token(name="h200", role="runner", token_hash=hash_token("cp_h200")))
+    h200 = {"Authorization": "Bearer cp_h200"}
+    client.post("/api/v1/runner/register", json={"labels": {"gpu_count": 1,
+                                                            "gpu_model": "NVIDIA H200"}},
+                headers=h200)
+    assert lease((client, h200)).get_json()["run"]["id"] == r.get_json()["id"]
+    rerun = client.post(f"/api/v1/runs/{r.get_json()['id']}/rerun").get_json()
+    assert rerun["requires"] == {"gpu_model": "H200"}
+
+
+@pytest.mark.parametrize("requires", [[1], {"gpu_model": 5}, {"gpu_model": ""},
+                                      {"gpu_count": -1}, {"gpu_count": True}, {"cpu": 1}])
+def test_bad_requirements_are_refused(client, db, requires):
+    r = client.post("/api/v1/runs", json={"experiment": "gemm_roofline",
+                                          "requires": requires})
+    assert r.status_code == 422 and r.get_json()["error"]["field"] == "requires"
+    assert count(db, Run) == 0

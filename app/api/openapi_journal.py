@@ -98,7 +98,10 @@ def paths() -> dict:
                      "requestBody": _body({"type": "object", "required": ["experiment"],
                                            "additionalProperties": False, "properties": {
                                                "experiment": {"type": "string"},
-                                               "params": OBJ}}),
+                                               "params": OBJ,
+                                               "requires": {"type": "object", "properties": {
+                                                   "gpu_model": {"type": "string"},
+                                                   "gpu_count": {"type": "integer"}}}}}),
                      "responses": {"201": _json(OBJ, "Queued"), **ERRORS}}},
         "/api/v1/runs/{run_id}": {"parameters": [RUN_ID], "get": {
             "summary": "Status, reason, progress, result, events, environment",

@@ -97,12 +97,12 @@ def list_runs():
 @bp.post("/runs")
 def create_run():
     data = json_body()
-    unknown = set(data) - {"experiment", "params"}
+    unknown = set(data) - {"experiment", "params", "requires"}
     if unknown:
         raise Invalid(f"unknown field {sorted(unknown)[0]!r}", sorted(unknown)[0])
     session = get_session()
     run = runs.create(session, data.get("experiment"), data.get("params", {}),
-                      actor=g.identity.login)
+                      actor=g.identity.login, requires=data.get("requires"))
     session.commit()
     return jsonify(run_json(run, full=True)), 201, {"Location": f"/runs/{run.id}"}
 
