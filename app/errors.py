@@ -37,6 +37,7 @@ def init_app(app: Flask) -> None:
     @app.errorhandler(NotebookError)
     def _notebook(exc: NotebookError):
         extra = {"field": exc.field} if exc.field else {}
+        extra.update(getattr(exc, "details", {}))
         return error_response(exc.status, exc.code, exc.message, **extra)
 
     @app.errorhandler(QueryError)

@@ -45,6 +45,7 @@ REASON_CODES = ("exit_code", "signal", "out_of_memory", "collective_timeout", "c
                 "queued_too_long", "previous_run_unfinished", "launch_failed", "")
 
 MAX_LOG_CHUNK = 64 * 1024
+MAX_LOG_BYTES = 64 * 1024 * 1024  # per run; past it chunks are counted, not kept
 MAX_METRIC_POINTS = 1000
 
 
@@ -58,6 +59,16 @@ class Stale(NotebookError):
 class BadState(NotebookError):
     status = 409
     code = "bad_state"
+
+
+class LogGap(BadState):
+    """A log chunk starts past what we have: the runner resends from `size`."""
+
+    code = "log_gap"
+
+    def __init__(self, size: int, offset: int):
+        super().__init__(f"log gap: have {size} bytes, chunk starts at {offset}")
+        self.details = {"size": size}
 
 
 def get(session: Session, run_id: int) -> Run:
@@ -239,14 +250,17 @@ def append_log(data_dir: Path, session: Session, run: Run, offset, data) -> int:
     if len(raw) > MAX_LOG_CHUNK:
         raise Invalid(f"a log chunk is at most {MAX_LOG_CHUNK} bytes", "data")
     if offset > run.log_size:
-        raise BadState(f"log gap: have {run.log_size} bytes, chunk starts at {offset}")
+        raise LogGap(run.log_size, offset)
     new = raw[run.log_size - offset:]
-    if new:
+    room = MAX_LOG_BYTES - run.log_size
+    if new and room > 0:
         path = log_path(data_dir, run.id)
         path.parent.mkdir(parents=True, exist_ok=True)
         with open(path, "ab") as fh:
-            fh.write(new)
-        run.log_size += len(new)
+            fh.write(new[:room])
+    # A runaway log cannot fill the disk: beyond the cap its bytes are only counted, so the
+    # runner's offsets still line up and the run carries on.
+    run.log_size += len(new)
     return run.log_size
 
 
@@ -256,11 +270,12 @@ def log_path(data_dir: Path, run_id: int) -> Path:
 
 def read_log(data_dir: Path, run: Run, offset: int, limit: int = 256 * 1024) -> tuple[str, int]:
     path = log_path(data_dir, run.id)
-    if not path.exists() or offset >= run.log_size:
+    kept = min(run.log_size, MAX_LOG_BYTES)
+    if not path.exists() or offset >= kept:
         return "", min(offset, run.log_size)
     with open(path, "rb") as fh:
         fh.seek(offset)
-        chunk = fh.read(min(limit, run.log_size - offset))
+        chunk = fh.read(min(limit, kept - offset))
     # Never split a UTF-8 character: hand back only whole ones, the rest comes next time.
     text = chunk.decode("utf-8", errors="ignore")
     return text, offset + len(text.encode("utf-8"))

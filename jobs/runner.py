@@ -55,7 +55,12 @@ class Unreachable(Exception):
 
 
 class Refused(Exception):
-    """A 4xx other than 409: our request was wrong; retrying will not help."""
+    """A 4xx (other than a stale lease): our request was wrong as sent."""
+
+    def __init__(self, message: str, code: str = "", details: dict | None = None):
+        super().__init__(message)
+        self.code = code
+        self.details = details or {}
 
 
 @dataclass
@@ -77,12 +82,19 @@ class Client:
                 payload = response.read()
                 return json.loads(payload) if payload else None
         except urllib.error.HTTPError as exc:
-            detail = exc.read()[:500].decode("utf-8", "replace")
-            if exc.code == 409:
-                raise Stale(detail) from None
+            payload = exc.read()[:4000]
+            detail = payload[:500].decode("utf-8", "replace")
             if exc.code >= 500:
                 raise Unreachable(f"{exc.code}: {detail}") from None
-            raise Refused(f"{exc.code}: {detail}") from None
+            try:
+                error = json.loads(payload).get("error", {})
+            except (ValueError, AttributeError):
+                error = {}
+            # Only the server's word that the lease is no longer ours stops a job; any
+            # other refusal (a log gap, a bad state) is handled where it happens.
+            if exc.code == 409 and error.get("code") == "stale_lease":
+                raise Stale(detail) from None
+            raise Refused(f"{exc.code}: {detail}", error.get("code", ""), error) from None
         except (OSError, ValueError) as exc:  # URLError, timeouts, resets, bad JSON
             raise Unreachable(str(exc)) from None
 
@@ -128,7 +140,9 @@ class Job:
     metrics: list = field(default_factory=list)
     stale: bool = False
     cancelled: bool = False
+    log_sent: int = 0  # bytes of the spool the server has acknowledged
     spool_lock: threading.Lock = field(default_factory=threading.Lock)
+    ship_lock: threading.Lock = field(default_factory=threading.Lock)
 
     @property
     def spool(self) -> Path:
@@ -291,30 +305,46 @@ class Agent:
     # -- logs -----------------------------------------------------------------------------
 
     def _ship_logs_loop(self, job: Job) -> None:
-        sent = 0
         while True:
             done = job.proc.poll() is not None
             try:
-                sent = self.ship_logs(job, sent)
+                self.ship_logs(job)
             except Stale:
                 job.stale = True
                 self.stop_job(job, grace_s=0)
                 return
             except Unreachable:
                 pass  # spooled on disk; sent when the server answers
-            if done and sent >= job.spool.stat().st_size:
+            except Refused as exc:
+                log.error("run %s: log refused (%s); the rest is sent at the end",
+                          job.run_id, exc)
+                return
+            if done and job.log_sent >= job.spool.stat().st_size:
                 return
             time.sleep(1.0 if not done else 2.0)
             if done and self.stopping.is_set():
                 return
 
-    def ship_logs(self, job: Job, sent: int) -> int:
-        """Send the spool from byte `sent` in chunks that end on whole characters. The
-        server acknowledges a chunk it already has, so a retry is harmless."""
+    def flush_logs(self, job: Job) -> None:
+        """Everything spooled, to the server (the end of a run)."""
+        while True:
+            before = job.log_sent
+            self.ship_logs(job)
+            if job.log_sent >= job.spool.stat().st_size or job.log_sent == before:
+                return
+
+    def ship_logs(self, job: Job) -> None:
+        """Send the spool from what the server has (job.log_sent) in chunks that end on
+        whole characters. The server acknowledges a chunk it already has, so a retry is
+        harmless."""
+        with job.ship_lock:
+            job.log_sent = self._ship_from(job, job.log_sent)
+
+    def _ship_from(self, job: Job, sent: int) -> int:
         with job.spool_lock:
             with open(job.spool, "rb") as fh:
                 fh.seek(sent)
-                pending = fh.read()
+                pending = fh.read(64 * CHUNK)  # a few MB at a time, however long the outage
         while pending:
             chunk = pending[:CHUNK]
             while chunk:
@@ -325,8 +355,13 @@ class Agent:
                     chunk = chunk[:-1]  # a character cut in half: send it next time
             if not chunk:
                 break
-            answer = self.client.call("POST", f"/api/v1/runner/runs/{job.run_id}/logs",
-                                      {"epoch": job.epoch, "offset": sent, "data": text})
+            try:
+                answer = self.client.call("POST", f"/api/v1/runner/runs/{job.run_id}/logs",
+                                          {"epoch": job.epoch, "offset": sent, "data": text})
+            except Refused as exc:
+                if exc.code == "log_gap":  # the server has less than we thought: resend
+                    return int(exc.details.get("size", 0))
+                raise
             sent = int(answer["size"]) if answer else sent + len(chunk)
             pending = pending[len(chunk):]
         return sent
@@ -343,7 +378,7 @@ class Agent:
                 result = None
         status, reason, code = classify(rc, result, job.cancelled, job.spool)
         try:
-            self._until_sent(lambda: self.ship_logs(job, 0))
+            self._until_sent(lambda: self.flush_logs(job))
             if job.metrics:
                 for i in range(0, len(job.metrics), 1000):
                     batch = job.metrics[i:i + 1000]
@@ -413,7 +448,7 @@ def classify(rc: int, result: dict | None, cancelled: bool, spool: Path) -> tupl
         name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else -rc
         return "FAILED", reason or f"the lab was killed by {name}", "signal"
     code = EXIT_REASONS.get(rc, "exit_code")
-    if code == "exit_code" and re.search(r"timed? ?out|Timeout|watchdog", reason + tail):
+    if code == "exit_code" and re.search(r"timed? ?out|timeout", reason + tail, re.I):
         code = "collective_timeout"
     return "FAILED", reason or f"the lab exited with {rc}", code
 

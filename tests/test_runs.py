@@ -87,8 +87,9 @@ def test_lease_heartbeat_logs_result_and_success(runner, client, app):
     # the same chunk again (a retry) is acknowledged, not duplicated
     assert call(runner, run["id"], "logs", {"epoch": 1, "offset": 0,
                                             "data": "hello é\n"}).get_json()["size"] == 9
-    assert call(runner, run["id"], "logs", {"epoch": 1, "offset": 20, "data": "gap"}) \
-        .status_code == 409
+    gap = call(runner, run["id"], "logs", {"epoch": 1, "offset": 20, "data": "gap"})
+    assert gap.status_code == 409
+    assert gap.get_json()["error"]["code"] == "log_gap" and gap.get_json()["error"]["size"] == 9
     logs = client.get(f"/api/v1/runs/{run['id']}/logs?offset=0").get_json()
     assert logs["data"] == "hello é\n" and logs["offset"] == 9
     # SUCCEEDED needs a result first
@@ -406,3 +407,15 @@ def test_bad_requirements_are_refused(client, db, requires):
                                           "requires": requires})
     assert r.status_code == 422 and r.get_json()["error"]["field"] == "requires"
     assert count(db, Run) == 0
+
+
+def test_a_runaway_log_is_capped_but_offsets_keep_counting(runner, client, monkeypatch):
+    monkeypatch.setattr(runs, "MAX_LOG_BYTES", 10)
+    run = new_run(client)
+    lease(runner)
+    assert call(runner, run["id"], "logs", {"epoch": 1, "offset": 0,
+                                            "data": "0123456789abc"}).get_json()["size"] == 13
+    assert call(runner, run["id"], "logs", {"epoch": 1, "offset": 13,
+                                            "data": "more"}).get_json()["size"] == 17
+    logs = client.get(f"/api/v1/runs/{run['id']}/logs?offset=0").get_json()
+    assert logs["data"] == "0123456789" and logs["truncated"] and logs["size"] == 17

@@ -134,6 +134,7 @@ def run_logs(run_id: int):
     offset = int_arg("offset", 0, 0, 2**62)
     text, next_offset = runs.read_log(Path(current_app.config["DATA_DIR"]), run, offset)
     return jsonify(data=text, offset=next_offset, size=run.log_size,
+                   truncated=run.log_size > runs.MAX_LOG_BYTES,
                    done=run.status in runs.TERMINAL)
 
 

@@ -1,0 +1,90 @@
+"""The runner agent's HTTP client against a stand-in server on loopback: only the
+server's word that a lease is stale stops a job; other refusals are told apart."""
+
+import json
+import threading
+from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
+
+import pytest
+
+from jobs.runner import Client, Refused, Stale, Unreachable, classify
+
+ANSWERS = {
+    "/stale": (409, {"error": {"code": "stale_lease", "message": "stop"}}),
+    "/gap": (409, {"error": {"code": "log_gap", "message": "gap", "size": 7}}),
+    "/state": (409, {"error": {"code": "bad_state", "message": "no"}}),
+    "/invalid": (422, {"error": {"code": "invalid", "message": "bad", "field": "x"}}),
+    "/broken": (500, {"error": {"code": "internal", "message": "oops"}}),
+    "/ok": (200, {"fine": True}),
+}
+
+
+class Handler(BaseHTTPRequestHandler):
+    def do_POST(self):  # noqa: N802 (http.server's naming)
+        self.rfile.read(int(self.headers.get("Content-Length", 0)))
+        status, body = ANSWERS[self.path]
+        payload = json.dumps(body).encode()
+        self.send_response(status)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(payload)))
+        self.end_headers()
+        self.wfile.write(payload)
+
+    def log_message(self, *args):
+        pass
+
+
+@pytest.fixture
+def server():
+    httpd = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    thread = threading.Thread(target=httpd.serve_forever, daemon=True)
+    thread.start()
+    try:
+        yield f"http://127.0.0.1:{httpd.server_address[1]}"
+    finally:
+        httpd.shutdown()
+        httpd.server_close()
+
+
+def test_error_answers_map_to_what_the_agent_does(server):
+    client = Client(server, "cp_x", timeout=5)
+    assert client.call("POST", "/ok", {}) == {"fine": True}
+    with pytest.raises(Stale):
+        client.call("POST", "/stale", {})
+    with pytest.raises(Refused) as gap:
+        client.call("POST", "/gap", {})
+    assert gap.value.code == "log_gap" and gap.value.details["size"] == 7
+    with pytest.raises(Refused) as state:
+        client.call("POST", "/state", {})
+    assert state.value.code == "bad_state"  # a 409 that is not about the lease
+    with pytest.raises(Refused):
+        client.call("POST", "/invalid", {})
+    with pytest.raises(Unreachable):
+        client.call("POST", "/broken", {})
+
+
+def test_an_unreachable_server_is_unreachable():
+    with pytest.raises(Unreachable):
+        Client("http://127.0.0.1:9", "cp_x", timeout=2).call("POST", "/x", {})
+
+
+@pytest.mark.parametrize("rc, result, cancelled, log, expected", [
+    (0, {}, False, "", ("SUCCEEDED", "")),
+    (3, {"reason": {"message": "grad of w differs by 1e-3"}}, False, "", ("FAILED", "correctness")),
+    (7, None, False, "", ("CANCELLED", "cancelled")),
+    (-9, None, True, "", ("CANCELLED", "cancelled")),
+    (-9, None, False, "", ("FAILED", "signal")),
+    (4, None, False, "torch.OutOfMemoryError: CUDA out of memory", ("FAILED", "out_of_memory")),
+    (4, {"reason": {"message": "rank 1: Timed out waiting 60s for all_reduce"}}, False, "",
+     ("FAILED", "collective_timeout")),
+    (5, None, False, "", ("FAILED", "timeout")),
+    (6, None, False, "", ("FAILED", "unsupported")),
+    (1, None, False, "", ("FAILED", "exit_code")),
+])
+def test_failure_classification(tmp_path, rc, result, cancelled, log, expected):
+    spool = tmp_path / "agent.log"
+    spool.write_text(log)
+    status, reason, code = classify(rc, result, cancelled, spool)
+    assert (status, code) == expected
+    if result and result.get("reason"):
+        assert reason == result["reason"]["message"]
