@@ -178,5 +178,16 @@ def test_start_a_run_and_watch_it_live_on_a_phone(live_server, data_dir):
         assert_fits(page)
         page.wait_for_timeout(2_000)  # and it stays put: no polling, no reload loop
         assert page.locator("figure.run-card").count() == 1
+
+        # The scheduler appends the card to this week's letter, which Home shows in full.
+        card = page.locator(f'figure.run-card a[href="/runs/{run_id}"]')
+        deadline = time.monotonic() + 30
+        while True:
+            page.goto(live_server + "/")
+            if card.count():
+                break
+            assert time.monotonic() < deadline, "the card never reached this week's letter"
+            page.wait_for_timeout(1_000)
+        assert_fits(page)
         assert problems == []
 
