@@ -474,10 +474,39 @@ def tag_counts(session: Session) -> list[tuple[str, int]]:
     )
 
 
-def tagged(session: Session, tag: str) -> list[Entry]:
-    return list(
-        session.scalars(
-            sa.select(Entry).join(EntryTag, EntryTag.entry_id == Entry.id)
-            .where(EntryTag.tag == tag).order_by(Entry.date.desc(), Entry.id.desc())
-        )
-    )
+def tagged(session: Session, tag: str, *, limit: int | None = None, offset: int = 0,
+           include_drafts: bool = True) -> tuple[list[Entry], int]:
+    """A page of the entries with `tag`, newest first, and how many there are in all."""
+    where = [EntryTag.tag == tag]
+    if not include_drafts:
+        where.append(Entry.status == "published")
+    query = (sa.select(Entry).join(EntryTag, EntryTag.entry_id == Entry.id).where(*where)
+             .options(sa.orm.defer(Entry.body_md), sa.orm.defer(Entry.body_html),
+                      sa.orm.defer(Entry.toc_html))
+             .order_by(Entry.date.desc(), Entry.id.desc()).offset(offset))
+    if limit is not None:
+        query = query.limit(limit)
+    total = session.scalar(sa.select(sa.func.count()).select_from(EntryTag)
+                           .join(Entry, EntryTag.entry_id == Entry.id).where(*where))
+    return list(session.scalars(query)), total
+
+
+def years(session: Session, *, include_drafts: bool = True) -> list[tuple[str, int]]:
+    """ISO years that have entries, newest first, with how many each holds."""
+    year = sa.func.substr(Entry.iso_week, 1, 4)
+    query = sa.select(year, sa.func.count()).group_by(year).order_by(year.desc())
+    if not include_drafts:
+        query = query.where(Entry.status == "published")
+    return [(y, n) for y, n in session.execute(query)]
+
+
+def of_year(session: Session, year: str, *, include_drafts: bool = True) -> list[Entry]:
+    """One ISO year's entries and letters (titles and dates only), by week."""
+    query = (sa.select(Entry)
+             .options(sa.orm.load_only(Entry.id, Entry.kind, Entry.date, Entry.iso_week,
+                                       Entry.title, Entry.slug, Entry.status))
+             .where(Entry.iso_week >= f"{year}-W", Entry.iso_week < f"{year}-X")
+             .order_by(Entry.iso_week.desc(), Entry.kind.desc(), Entry.date, Entry.id))
+    if not include_drafts:
+        query = query.where(Entry.status == "published")
+    return list(session.scalars(query))

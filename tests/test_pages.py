@@ -452,12 +452,30 @@ def test_sitemap_groups_by_year_and_week_with_a_tag_index(client):
     create(client, title="Old one", date="2023-06-01", tags="reading")
     create(client, title="New one", date="2024-03-27", tags="reading gpu")
     client.post("/weeks/2024-W13/letter")
-    page = client.get("/sitemap").text
-    assert page.index('id="y2024"') < page.index('id="y2023"')
-    assert 'href="/weeks/2024-W13"' in page and 'href="/weeks/2023-W22"' in page
+    page = client.get("/sitemap").text  # the newest year, with the others one click away
+    assert 'id="y2024"' in page and 'href="/weeks/2024-W13"' in page
+    assert 'href="/sitemap?year=2023"' in page and 'href="/weeks/2023-W22"' not in page
     assert re.search(r'href="/tags/reading">#reading</a> <span class="count">2</span>', page)
+    older = client.get("/sitemap?year=2023").text
+    assert 'href="/weeks/2023-W22"' in older and "Old one" in older and "New one" not in older
+    assert client.get("/sitemap?year=20x4").status_code == 400
+    assert "Nothing in 1999" in client.get("/sitemap?year=1999").text
     tag_page = client.get("/tags/reading").text
     assert "Old one" in tag_page and "New one" in tag_page
+
+
+def test_tag_pages_are_paged(client, db):
+    from app import entries
+
+    with db.write() as session:
+        for day in range(1, 56):
+            entries.create(session, author="x", date=f"2024-01-{day % 28 + 1:02d}",
+                           title=f"Note {day}", tags=["many"])
+    first = client.get("/tags/many").text
+    assert "55 entries" in first and "1–50 shown" in first and "Older →" in first
+    second = client.get("/tags/many?offset=50").text
+    assert second.count('class="entry-title"') == 5 and "← Newer" in second
+    assert client.get("/tags/many?offset=x").status_code == 400
 
 
 def test_search_shows_ranked_highlighted_hits(client):
@@ -542,7 +560,8 @@ def test_drafts_are_hidden_from_viewers(served):
     for path in (f"/entries/{entry_id}", f"/entries/{entry_id}/history",
                  f"/entries/{entry_id}/diff?a=1&b=1"):
         assert viewer("get", path).status_code == 404
-    for path in ("/", "/sitemap", "/tags/plans", "/search?q=plan", "/weeks/2024-W13"):
+    for path in ("/", "/sitemap?year=2024", "/tags/plans", "/search?q=plan",
+                 "/weeks/2024-W13"):
         page = viewer("get", path)
         assert page.status_code == 200
         assert "Secret plan" not in page.text and "Public note" in page.text

@@ -13,9 +13,7 @@ import itertools
 from pathlib import Path
 from zoneinfo import ZoneInfo
 
-import sqlalchemy as sa
 from flask import Response, abort, current_app, g, redirect, render_template, request, url_for
-from sqlalchemy.orm import load_only
 
 from app import entries, search, weeks
 from app.db import get_session
@@ -181,35 +179,35 @@ def start_letter(week: str):
     return redirect(url_for("notes.week", week=week), code=303)
 
 
-def _year_of(entry: Entry) -> str:
-    return entry.iso_week[:4]
-
-
 @bp.get("/sitemap")
 def sitemap():
-    query = (
-        sa.select(Entry)
-        .options(load_only(Entry.id, Entry.kind, Entry.date, Entry.iso_week, Entry.title,
-                           Entry.slug, Entry.status, Entry.tags))
-        .order_by(Entry.iso_week.desc(), Entry.kind.desc(), Entry.date, Entry.id)
-    )
-    if not can_write():
-        query = query.where(Entry.status == "published")
-    rows = list(get_session().scalars(query))
-    years = [
-        (year, [(wk, list(group)) for wk, group in itertools.groupby(items, lambda e: e.iso_week)])
-        for year, items in itertools.groupby(rows, _year_of)
-    ]
-    return render_template("notes/sitemap.html", years=years, count=len(rows),
-                           tags=entries.tag_counts(get_session()))
+    """Every page by ISO year and week, one year at a time (a page stays small however
+    long the notebook grows), and the index of tags."""
+    session = get_session()
+    years = entries.years(session, include_drafts=can_write())
+    year = request.args.get("year") or (years[0][0] if years else "")
+    if year and not (len(year) == 4 and year.isdigit()):
+        abort(400, description="year is four digits, e.g. 2024")
+    rows = entries.of_year(session, year, include_drafts=can_write()) if year else []
+    weeks_of_year = [(wk, list(group))
+                     for wk, group in itertools.groupby(rows, lambda e: e.iso_week)]
+    return render_template("notes/sitemap.html", years=years, year=year,
+                           weeks_of_year=weeks_of_year, count=sum(n for _, n in years),
+                           tags=entries.tag_counts(session))
+
+
+TAG_PAGE = 50
 
 
 @bp.get("/tags/<path:tag>")
 def tag(tag: str):
-    items = [e for e in entries.tagged(get_session(), tag.lower()) if visible(e)]
-    if not items:
+    offset = _offset()
+    items, total = entries.tagged(get_session(), tag.lower(), limit=TAG_PAGE, offset=offset,
+                                  include_drafts=can_write())
+    if not total:
         abort(404, description=f"no entries are tagged #{tag}")
-    return render_template("notes/tag.html", tag=tag.lower(), items=items)
+    return render_template("notes/tag.html", tag=tag.lower(), items=items, total=total,
+                           offset=offset, page_size=TAG_PAGE)
 
 
 def _offset() -> int:
