@@ -457,10 +457,15 @@ def neighbours(session: Session, entry: Entry, *, include_drafts: bool = True):
                  for d in ("prev", "next"))
 
 
-def recent(session: Session, limit: int = 20, kind: str | None = "entry") -> list[Entry]:
-    query = sa.select(Entry).order_by(Entry.date.desc(), Entry.id.desc()).limit(limit)
+def recent(session: Session, limit: int = 20, kind: str | None = "entry", *,
+           include_drafts: bool = True) -> list[Entry]:
+    query = (sa.select(Entry).options(sa.orm.defer(Entry.body_md), sa.orm.defer(Entry.body_html),
+                                      sa.orm.defer(Entry.toc_html))
+             .order_by(Entry.date.desc(), Entry.id.desc()).limit(limit))
     if kind:
         query = query.where(Entry.kind == kind)
+    if not include_drafts:
+        query = query.where(Entry.status == "published")
     return list(session.scalars(query))
 
 

@@ -126,7 +126,7 @@ def home():
     ensure_current_letter()
     session = get_session()
     letter = weeks.find_letter(session, current_week())
-    recent = [e for e in entries.recent(session, 15) if visible(e)]
+    recent = entries.recent(session, 15, include_drafts=can_write())
     return render_template("notes/home.html", letter=letter, recent=recent,
                            today=today())
 
