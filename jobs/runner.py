@@ -39,6 +39,7 @@ REPO_ROOT = Path(__file__).resolve().parent.parent
 PROGRESS_RE = re.compile(r"^progress step=(\d+) total=(\d+)(.*)$")
 KV_RE = re.compile(r"(\w+)=(\S+)")
 CHUNK = 60 * 1024  # below the server's 64 KiB cap
+STALE_GRACE_S = 2.0  # a stale job stops at once, but torchrun gets a moment to end its ranks
 VERSION = "1"
 
 # The lab launcher's exit codes (jobs/lab/launch.py) → the journal's failure reasons.
@@ -283,7 +284,7 @@ class Agent:
                 log.error("run %s: server says the lease is stale (%s): killing", job.run_id,
                           exc)
                 job.stale = True
-                self.stop_job(job, grace_s=0)
+                self.stop_job(job, grace_s=STALE_GRACE_S)
                 return
             except (Unreachable, Refused) as exc:
                 log.warning("run %s: heartbeat failed (%s); the run continues", job.run_id,
@@ -311,7 +312,7 @@ class Agent:
                 self.ship_logs(job)
             except Stale:
                 job.stale = True
-                self.stop_job(job, grace_s=0)
+                self.stop_job(job, grace_s=STALE_GRACE_S)
                 return
             except Unreachable:
                 pass  # spooled on disk; sent when the server answers
@@ -416,7 +417,7 @@ class Agent:
         except Stale:
             job.stale = True
             if job.proc is not None and job.proc.poll() is None:
-                self.stop_job(job, grace_s=0)
+                self.stop_job(job, grace_s=STALE_GRACE_S)
 
     def _until_sent(self, send):
         """Retry through outages (the run's results are on disk until then)."""

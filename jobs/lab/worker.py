@@ -12,9 +12,11 @@ Only a crash or a collective timeout makes a worker exit non-zero.
 from __future__ import annotations
 
 import argparse
+import ctypes
 import importlib.util
 import json
 import os
+import signal
 import sys
 import time
 from datetime import UTC, datetime
@@ -89,7 +91,21 @@ def envelope(experiment: str, params: dict, started: float, status: str,
     })
 
 
+def die_with_parent() -> None:
+    """torchrun starts every rank in a session of its own, so killing torchrun (or its
+    process group) with SIGKILL would leave ranks running for ever: ask the kernel to end
+    this rank the moment its parent dies."""
+    parent = os.getppid()
+    try:
+        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return  # not Linux: torchrun's own SIGTERM handling is all there is
+    if os.getppid() != parent:  # the parent died before we asked
+        os._exit(1)
+
+
 def main(argv: list[str] | None = None) -> int:
+    die_with_parent()
     ap = argparse.ArgumentParser(prog="jobs.lab.worker")
     ap.add_argument("experiment")
     ap.add_argument("--params", default="{}")
