@@ -14,21 +14,11 @@ from __future__ import annotations
 
 import contextlib
 import json
-import shutil
-import signal
 import urllib.request
 
-import pytest
+from tests.browser.harness import BROWSER, browser_context, hard_timeout
 
-CHROMIUM = shutil.which("chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
-                       "(apt-get install chromium); CI installs it"),
-]
+pytestmark = BROWSER
 
 # Every payload, if it ran, would set window.__pwned or open a dialog.
 HOSTILE = """# Totally normal notes
@@ -68,47 +58,26 @@ document.addEventListener('securitypolicyviolation', e => {
 
 
 @contextlib.contextmanager
-def hard_timeout(seconds: int):
-    def expire(_signum, _frame):
-        raise TimeoutError(f"browser test took longer than {seconds}s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-@contextlib.contextmanager
 def watched_page(live_server: str):
     """A page whose every request, dialog and CSP report is recorded. Requests that leave
     the server under test are aborted (and recorded), so nothing can reach the network."""
-    from playwright.sync_api import sync_playwright
+    with browser_context() as context:
+        context.add_init_script(WATCH_VIOLATIONS)
+        seen = {"outside": [], "dialogs": [], "errors": []}
 
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context()
-            context.add_init_script(WATCH_VIOLATIONS)
-            seen = {"outside": [], "dialogs": [], "errors": []}
+        def route(r):
+            if r.request.url.startswith(live_server) or r.request.url.startswith("data:"):
+                r.continue_()
+            else:
+                seen["outside"].append(r.request.url)
+                r.abort()
 
-            def route(r):
-                if r.request.url.startswith(live_server) or r.request.url.startswith("data:"):
-                    r.continue_()
-                else:
-                    seen["outside"].append(r.request.url)
-                    r.abort()
-
-            context.route("**/*", route)
-            page = context.new_page()
-            page.set_default_timeout(15_000)
-            page.on("dialog", lambda d: (seen["dialogs"].append(d.message), d.dismiss()))
-            page.on("pageerror", lambda e: seen["errors"].append(str(e)))
-            yield page, seen
-        finally:
-            browser.close()
+        context.route("**/*", route)
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        page.on("dialog", lambda d: (seen["dialogs"].append(d.message), d.dismiss()))
+        page.on("pageerror", lambda e: seen["errors"].append(str(e)))
+        yield page, seen
 
 
 def store(live_server: str, body: str) -> dict:

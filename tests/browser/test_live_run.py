@@ -8,70 +8,18 @@ so that only our pretend runner, which says it has them, can lease it.
 
 from __future__ import annotations
 
-import contextlib
 import json
-import shutil
-import signal
 import time
 import urllib.request
-
-import pytest
 
 from app import create_app
 from app.auth import hash_token, new_token
 from app.models import Token
+from tests.browser.harness import BROWSER, assert_fits, chromium_page, hard_timeout
 
-CHROMIUM = shutil.which("chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
-PHONE = {"viewport": {"width": 375, "height": 812}, "is_mobile": True, "has_touch": True,
-         "device_scale_factor": 2}
-TEST_SECONDS = 150  # a hard limit for the test, browser start included
+pytestmark = BROWSER
+TEST_SECONDS = 150  # a hard limit for one test, browser start included
 
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
-                       "(apt-get install chromium); CI installs it"),
-]
-
-
-# The same harness as test_writing.py: a hard alarm, Debian's chromium, console problems.
-@contextlib.contextmanager
-def hard_timeout(seconds: int):
-    def expire(_signum, _frame):
-        raise TimeoutError(f"browser test took longer than {seconds}s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-@contextlib.contextmanager
-def phone_page():
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            page = browser.new_context(**PHONE).new_page()
-            page.set_default_timeout(15_000)
-            problems: list[str] = []
-            page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
-                    if m.type in ("error", "warning") else None)
-            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-            yield page, problems
-        finally:
-            browser.close()
-
-
-def assert_fits(page) -> None:
-    widths = page.evaluate(
-        "[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
-    assert widths[0] <= widths[1], f"{page.url} scrolls sideways at 375 px: {widths}"
 
 RESULT = {
     "status": "succeeded", "environment": {"backend": "nccl", "torch": "2.5.1"},
@@ -129,7 +77,7 @@ def test_start_a_run_and_watch_it_live_on_a_phone(live_server, data_dir):
     runner.post("/register", {"labels": {"gpu_count": 8, "gpu_model": "pretend"},
                               "version": "browser-test"})
 
-    with hard_timeout(TEST_SECONDS), phone_page() as (page, problems):
+    with hard_timeout(TEST_SECONDS), chromium_page("phone") as (page, problems):
         page.goto(live_server + "/experiments")
         assert_fits(page)
         page.locator("#data_parallel").get_by_role("link", name="New run").click()

@@ -8,12 +8,9 @@ the browser must report no console errors and no CSP violations.
 
 from __future__ import annotations
 
-import contextlib
 import datetime as dt
 import json
 import re
-import shutil
-import signal
 import struct
 import urllib.request
 import zlib
@@ -21,58 +18,10 @@ import zlib
 import pytest
 
 from app import weeks
+from tests.browser.harness import BROWSER, assert_fits, chromium_page, hard_timeout
 
-CHROMIUM = shutil.which("chromium")
-CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
-                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+pytestmark = BROWSER
 TEST_SECONDS = 150  # a hard limit for one test, browser start included
-
-pytestmark = [
-    pytest.mark.browser,
-    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
-                       "(apt-get install chromium); CI installs it"),
-]
-
-DEVICES = {
-    "phone": {"viewport": {"width": 375, "height": 812}, "is_mobile": True, "has_touch": True,
-              "device_scale_factor": 2},
-    "desktop": {"viewport": {"width": 1280, "height": 800}},
-}
-
-
-@contextlib.contextmanager
-def hard_timeout(seconds: int):
-    """Fail the test (instead of hanging CI) if anything in it blocks for too long."""
-
-    def expire(_signum, _frame):
-        raise TimeoutError(f"browser test took longer than {seconds}s")
-
-    previous = signal.signal(signal.SIGALRM, expire)
-    signal.alarm(seconds)
-    try:
-        yield
-    finally:
-        signal.alarm(0)
-        signal.signal(signal.SIGALRM, previous)
-
-
-@contextlib.contextmanager
-def chromium_page(device: str):
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            context = browser.new_context(**DEVICES[device])
-            page = context.new_page()
-            page.set_default_timeout(15_000)
-            problems: list[str] = []
-            page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
-                    if m.type in ("error", "warning") else None)
-            page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
-            yield page, problems
-        finally:
-            browser.close()
 
 
 def post_json(url: str, data: dict) -> dict:
@@ -93,13 +42,9 @@ def tiny_png() -> bytes:
             + chunk(b"IEND", b""))
 
 
-def assert_fits(page, device: str) -> None:
-    if device != "phone":
-        return
-    widths = page.evaluate(
-        "[document.documentElement.scrollWidth, document.documentElement.clientWidth]"
-    )
-    assert widths[0] <= widths[1], f"{page.url} scrolls sideways at 375 px: {widths}"
+def assert_fits_phone(page, device: str) -> None:
+    if device == "phone":
+        assert_fits(page)
 
 
 @pytest.mark.parametrize("device", ["phone", "desktop"])
@@ -115,7 +60,7 @@ def test_write_an_entry_in_the_browser(live_server, data_dir, device, tmp_path):
     with hard_timeout(TEST_SECONDS), chromium_page(device) as (page, problems):
         page.goto(live_server + "/")
         assert page.locator("h1").first.inner_text() == f"Week {this_week}"
-        assert_fits(page, device)
+        assert_fits_phone(page, device)
 
         # A new entry: the "n" shortcut on a keyboard, the New button on a phone.
         if device == "desktop":
@@ -123,7 +68,7 @@ def test_write_an_entry_in_the_browser(live_server, data_dir, device, tmp_path):
         else:
             page.get_by_role("link", name="New", exact=True).tap()
         page.wait_for_url(re.compile(r"/entries/new"))
-        assert_fits(page, device)
+        assert_fits_phone(page, device)
         page.fill("#f-title", title)
         page.fill("#f-tags", "fieldwork, browser")
         body = (f"Measured the {word} today, see [[Ring notes {device}]].\n\n"
@@ -144,7 +89,7 @@ def test_write_an_entry_in_the_browser(live_server, data_dir, device, tmp_path):
         assert link.get_attribute("href") == target["url"]
         assert page.locator(".tags a.tag").all_inner_texts() == ["#fieldwork", "#browser"]
         assert page.locator(".prose table td").first.inner_text() == "2"
-        assert_fits(page, device)
+        assert_fits_phone(page, device)
 
         # Edit: attach an image from the file picker, then save (a tap on a phone).
         page.get_by_role("link", name="Edit", exact=True).click()
@@ -170,19 +115,19 @@ def test_write_an_entry_in_the_browser(live_server, data_dir, device, tmp_path):
         page.locator("header.site").get_by_role("link", name="This week").click()
         page.wait_for_url(re.compile(rf"/weeks/{this_week}$"))
         assert title in page.locator(".week-entries").inner_text()
-        assert_fits(page, device)
+        assert_fits_phone(page, device)
 
         page.fill("#site-search", word)
         page.keyboard.press("Enter")
         page.wait_for_url(re.compile(r"/search\?q="))
         assert page.locator(".hits li").count() == 1
         assert page.locator(".hits mark").first.inner_text().lower() == word
-        assert_fits(page, device)
+        assert_fits_phone(page, device)
 
         entry_id = re.search(r"/entries/(\d+)/", entry_url)[1]
         for path in ("/sitemap", "/tags/fieldwork", f"/entries/{entry_id}/history"):
             page.goto(live_server + path)
-            assert_fits(page, device)
+            assert_fits_phone(page, device)
 
         feed = page.request.get(live_server + "/feed.atom")
         assert feed.ok and title in feed.text()

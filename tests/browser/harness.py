@@ -1,0 +1,80 @@
+"""What every browser test shares: Debian's chromium driven by Playwright (never
+`playwright install`), a hard alarm so a stuck page fails instead of hanging CI, a page
+that records console errors and page errors, and the phone/desktop screens."""
+
+from __future__ import annotations
+
+import contextlib
+import os
+import shutil
+import signal
+
+import pytest
+
+CHROMIUM = shutil.which("chromium")
+CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
+                 "--disable-component-update", "--disable-sync", "--no-first-run"]
+DEVICES = {
+    "phone": {"viewport": {"width": 375, "height": 812}, "is_mobile": True, "has_touch": True,
+              "device_scale_factor": 2},
+    "desktop": {"viewport": {"width": 1280, "height": 800}},
+}
+
+if CHROMIUM is None and os.environ.get("COMMONPLACE_REQUIRE_BROWSER"):
+    # .ci/run installs chromium and sets this: there a missing browser is a failure.
+    raise RuntimeError("COMMONPLACE_REQUIRE_BROWSER is set but chromium is not on the PATH")
+
+# `pytestmark = BROWSER` in each browser test module.
+BROWSER = [
+    pytest.mark.browser,
+    pytest.mark.skipif(CHROMIUM is None, reason="Debian's chromium is not installed "
+                       "(apt-get install chromium); CI installs it"),
+]
+
+
+@contextlib.contextmanager
+def hard_timeout(seconds: int):
+    """Fail the test (instead of hanging CI) if anything in it blocks for too long."""
+
+    def expire(_signum, _frame):
+        raise TimeoutError(f"browser test took longer than {seconds}s")
+
+    previous = signal.signal(signal.SIGALRM, expire)
+    signal.alarm(seconds)
+    try:
+        yield
+    finally:
+        signal.alarm(0)
+        signal.signal(signal.SIGALRM, previous)
+
+
+@contextlib.contextmanager
+def browser_context(**options):
+    """A fresh browser context; the browser is closed whatever happens."""
+    from playwright.sync_api import sync_playwright
+
+    with sync_playwright() as pw:
+        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+        try:
+            yield browser.new_context(**options)
+        finally:
+            browser.close()
+
+
+@contextlib.contextmanager
+def chromium_page(device: str):
+    """(page, problems): every console error or warning and page error lands in problems."""
+    with browser_context(**DEVICES[device]) as context:
+        page = context.new_page()
+        page.set_default_timeout(15_000)
+        problems: list[str] = []
+        page.on("console", lambda m: problems.append(f"console {m.type}: {m.text}")
+                if m.type in ("error", "warning") else None)
+        page.on("pageerror", lambda e: problems.append(f"page error: {e}"))
+        yield page, problems
+
+
+def assert_fits(page) -> None:
+    widths = page.evaluate(
+        "[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
+    assert widths[0] <= widths[1], f"{page.url} scrolls sideways: {widths}"
