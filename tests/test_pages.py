@@ -6,13 +6,13 @@ from __future__ import annotations
 
 import datetime as dt
 import re
-from html.parser import HTMLParser
 
 import pytest
 import sqlalchemy as sa
 
 from app import entries, weeks
 from app.models import Entry, Revision
+from tests.strict_pages import assert_strict_page
 
 THIS_WEEK = weeks.iso_week(dt.datetime.now(dt.UTC).date())  # the fixtures run in UTC
 
@@ -43,36 +43,6 @@ def load(db, entry_id: int) -> Entry | None:
 def edit(client, entry_id: int, base: int | str, **fields):
     return client.post(f"/entries/{entry_id}/edit", data={**form(**fields),
                                                           "base_revision": str(base)})
-
-
-class InlineFinder(HTMLParser):
-    """Collects what a strict CSP would block: inline scripts and styles, handlers."""
-
-    def __init__(self):
-        super().__init__()
-        self.problems: list[str] = []
-
-    def handle_starttag(self, tag, attrs):
-        names = dict(attrs)
-        if tag == "script" and "src" not in names:
-            self.problems.append("inline <script>")
-        if tag == "style":
-            self.problems.append("<style> element")
-        for name, value in attrs:
-            if name == "style" or name.startswith("on"):
-                self.problems.append(f"<{tag} {name}=...>")
-            if name in ("href", "src", "action") and (value or "").strip().lower().startswith(
-                    "javascript:"):
-                self.problems.append(f"<{tag} {name}=javascript:...>")
-
-
-def assert_strict_page(response) -> None:
-    """Served with the CSP, and nothing in it that the CSP would have to block."""
-    csp = response.headers["Content-Security-Policy"]
-    assert "script-src 'self'" in csp and "style-src 'self'" in csp
-    finder = InlineFinder()
-    finder.feed(response.text)
-    assert finder.problems == []
 
 
 # -- every page renders -------------------------------------------------------------------
