@@ -3,7 +3,7 @@
 import pytest
 import sqlalchemy as sa
 
-from app import entries, weeks
+from app import browse, entries, weeks
 from app.models import Entry, Revision
 
 
@@ -20,7 +20,7 @@ def test_every_save_is_a_revision_with_author_and_full_text(db):
         e = entries.get(session, entry.id)
         entries.update(session, e, {"body": "second"}, base_revision=1, author="laptop")
     with db.read() as session:
-        revs = entries.revisions(session, entries.get(session, entry.id))
+        revs = browse.revisions(session, entries.get(session, entry.id))
         assert [(r.number, r.body_md, r.author) for r in revs] == [
             (2, "second", "laptop"), (1, "first", "me@example.com")]
 
@@ -64,7 +64,7 @@ def test_restore_is_a_new_revision(db):
                             author="x")
         assert (e.revision, e.body_md, e.tag_list) == (3, "v1", ["a"])
     with db.read() as session:
-        rev = entries.revision(session, entries.get(session, entry.id), 3)
+        rev = browse.revision(session, entries.get(session, entry.id), 3)
         assert rev.note == "restored revision 1"
 
 
@@ -95,13 +95,13 @@ def test_wiki_links_resolve_and_feed_backlinks_with_context(db):
         html = entries.get(session, source.id).body_html
         assert f'href="/entries/{target.id}/gpipe-paper"' in html
         assert "wikilink missing" not in html.split("the paper")[0].rsplit("<a", 1)[1]
-        back = entries.backlinks(session, entries.get(session, target.id))
+        back = browse.backlinks(session, entries.get(session, target.id))
         assert [b.source.id for b in back] == [source.id]
         assert "On pipelines see the paper" in back[0].context
     with db.write() as session:
         letter, _ = weeks.ensure_letter(session, "2024-W13", "x")
     with db.read() as session:
-        assert [b.source.id for b in entries.backlinks(session, letter)] == [source.id]
+        assert [b.source.id for b in browse.backlinks(session, letter)] == [source.id]
 
 
 def test_renaming_a_target_turns_links_to_it_missing(db):
@@ -118,8 +118,8 @@ def test_renaming_a_target_turns_links_to_it_missing(db):
 def test_tags_come_from_the_field_and_from_hashtags(db):
     create(db, tags="GPU, #ml", body="about #zero-bubble pipelines")
     with db.read() as session:
-        assert dict(entries.tag_counts(session)) == {"gpu": 1, "ml": 1, "zero-bubble": 1}
-        items, total = entries.tagged(session, "zero-bubble")
+        assert dict(browse.tag_counts(session)) == {"gpu": 1, "ml": 1, "zero-bubble": 1}
+        items, total = browse.tagged(session, "zero-bubble")
         assert [e.title for e in items] == ["Parallelism"] and total == 1
 
 

@@ -7,7 +7,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from flask import current_app, g, jsonify, request
 
-from app import attachments, entries, search, weeks
+from app import attachments, browse, entries, search, weeks
 from app.api import bp
 from app.api.openapi import document
 from app.db import get_session
@@ -157,14 +157,14 @@ def delete_entry(entry_id: int):
 @bp.get("/entries/<int:entry_id>/revisions")
 def list_revisions(entry_id: int):
     entry = visible_entry(entry_id)
-    revs = entries.revisions(get_session(), entry)
+    revs = browse.revisions(get_session(), entry)
     return jsonify(entry_id=entry.id, revisions=[revision_json(r) for r in revs])
 
 
 @bp.get("/entries/<int:entry_id>/revisions/<int:number>")
 def get_revision(entry_id: int, number: int):
     entry = visible_entry(entry_id)
-    return jsonify(revision_json(entries.revision(get_session(), entry, number), full=True))
+    return jsonify(revision_json(browse.revision(get_session(), entry, number), full=True))
 
 
 @bp.post("/entries/<int:entry_id>/restore")
@@ -184,7 +184,7 @@ def restore_revision(entry_id: int):
 @bp.get("/entries/<int:entry_id>/backlinks")
 def get_backlinks(entry_id: int):
     entry = visible_entry(entry_id)
-    links = entries.backlinks(get_session(), entry)
+    links = browse.backlinks(get_session(), entry)
     return jsonify(backlinks=[
         {**entry_json(b.source, full=False), "context": b.context} for b in links
         if b.source.status == "published" or can_see_drafts()
@@ -246,7 +246,7 @@ def search_entries():
 
 @bp.get("/tags")
 def list_tags():
-    return jsonify(tags=[{"tag": t, "count": n} for t, n in entries.tag_counts(get_session())])
+    return jsonify(tags=[{"tag": t, "count": n} for t, n in browse.tag_counts(get_session())])
 
 
 @bp.get("/letter-template")

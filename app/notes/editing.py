@@ -7,7 +7,7 @@ from dataclasses import dataclass
 
 from flask import abort, current_app, redirect, render_template, request, url_for
 
-from app import entries
+from app import browse, entries
 from app.db import get_session
 from app.entries import Conflict, Invalid, NotebookError
 from app.models import Entry, Revision
@@ -140,7 +140,7 @@ def merge_page(entry: Entry, mine: Draft, base: int):
     session = get_session()
     current = Draft.of(entry)
     try:
-        base_draft = Draft.of(entries.revision(session, entry, base))
+        base_draft = Draft.of(browse.revision(session, entry, base))
     except NotebookError:
         base_draft = None
     theirs_rows = line_diff(base_draft.body, current.body) if base_draft else []
@@ -181,7 +181,7 @@ def delete_entry(entry_id: int):
 @bp.get("/entries/<int:entry_id>/history")
 def history(entry_id: int):
     entry = visible_entry(entry_id)
-    revisions = entries.revisions(get_session(), entry)
+    revisions = browse.revisions(get_session(), entry)
     return render_template("notes/history.html", entry=entry, revisions=revisions)
 
 
@@ -199,7 +199,7 @@ def diff(entry_id: int):
     if a > b:  # always read a diff forwards in time
         a, b = b, a
     session = get_session()
-    old, new = entries.revision(session, entry, a), entries.revision(session, entry, b)
+    old, new = browse.revision(session, entry, a), browse.revision(session, entry, b)
     rows = line_diff(old.body_md, new.body_md)
     fields = field_changes(Draft.of(old).short_fields(), Draft.of(new).short_fields())
     return render_template("notes/diff.html", entry=entry, old=old, new=new, rows=rows,

@@ -15,7 +15,7 @@ from zoneinfo import ZoneInfo
 
 from flask import Response, abort, current_app, g, redirect, render_template, request, url_for
 
-from app import entries, search, weeks
+from app import browse, entries, search, weeks
 from app.db import get_session
 from app.entries import NotFound
 from app.models import Entry
@@ -126,7 +126,7 @@ def home():
     ensure_current_letter()
     session = get_session()
     letter = weeks.find_letter(session, current_week())
-    recent = entries.recent(session, 15, include_drafts=can_write())
+    recent = browse.recent(session, 15, include_drafts=can_write())
     return render_template("notes/home.html", letter=letter, recent=recent,
                            today=today())
 
@@ -138,8 +138,8 @@ def entry(entry_id: int, slug: str | None = None):
     if item.kind == "week" or slug != item.slug:
         return redirect(entries.entry_url(item))
     session = get_session()
-    prev, nxt = entries.neighbours(session, item, include_drafts=can_write())
-    backlinks = [b for b in entries.backlinks(session, item) if visible(b.source)]
+    prev, nxt = browse.neighbours(session, item, include_drafts=can_write())
+    backlinks = [b for b in browse.backlinks(session, item) if visible(b.source)]
     return render_template("notes/entry.html", entry=item, prev=prev, next=nxt,
                            backlinks=backlinks)
 
@@ -157,7 +157,7 @@ def week(week: str):
     if letter is not None and not visible(letter):
         letter = None
     items = [e for e in weeks.week_entries(session, week) if visible(e)]
-    backlinks = ([b for b in entries.backlinks(session, letter) if visible(b.source)]
+    backlinks = ([b for b in browse.backlinks(session, letter) if visible(b.source)]
                  if letter else [])
     monday, sunday = weeks.week_bounds(week)
     return render_template(
@@ -184,16 +184,16 @@ def sitemap():
     """Every page by ISO year and week, one year at a time (a page stays small however
     long the notebook grows), and the index of tags."""
     session = get_session()
-    years = entries.years(session, include_drafts=can_write())
+    years = browse.years(session, include_drafts=can_write())
     year = request.args.get("year") or (years[0][0] if years else "")
     if year and not (len(year) == 4 and year.isdigit()):
         abort(400, description="year is four digits, e.g. 2024")
-    rows = entries.of_year(session, year, include_drafts=can_write()) if year else []
+    rows = browse.of_year(session, year, include_drafts=can_write()) if year else []
     weeks_of_year = [(wk, list(group))
                      for wk, group in itertools.groupby(rows, lambda e: e.iso_week)]
     return render_template("notes/sitemap.html", years=years, year=year,
                            weeks_of_year=weeks_of_year, count=sum(n for _, n in years),
-                           tags=entries.tag_counts(session))
+                           tags=browse.tag_counts(session))
 
 
 TAG_PAGE = 50
@@ -202,7 +202,7 @@ TAG_PAGE = 50
 @bp.get("/tags/<path:tag>")
 def tag(tag: str):
     offset = _offset()
-    items, total = entries.tagged(get_session(), tag.lower(), limit=TAG_PAGE, offset=offset,
+    items, total = browse.tagged(get_session(), tag.lower(), limit=TAG_PAGE, offset=offset,
                                   include_drafts=can_write())
     if not total:
         abort(404, description=f"no entries are tagged #{tag}")
