@@ -10,6 +10,7 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
+from torch.distributed.tensor import DTensor
 
 from jobs.lab import costmodel
 from jobs.lab.model import Batch, ModelConfig
@@ -60,10 +61,16 @@ def sgd(params: list[nn.Parameter]) -> torch.optim.Optimizer:
 
 
 def local_pieces(model: nn.Module, what: str, prefix: str = "") -> list[Piece]:
+    """Every parameter's gradient (or value) as the reference sees it: a DTensor (FSDP2,
+    DTensor TP) is gathered whole, which is a collective, so every rank calls this in the
+    same order."""
     out = []
     for name, p in model.named_parameters():
         name = name[len(prefix):] if prefix and name.startswith(prefix) else name
-        out.append(Piece(name, p.grad if what == "grad" else p.data))
+        t = p.grad if what == "grad" else p.data
+        if isinstance(t, DTensor):
+            t = t.full_tensor()
+        out.append(Piece(name, t))
     return out
 
 

@@ -14,7 +14,7 @@ from torch.distributed.tensor.parallel import (
 )
 
 from jobs.lab.model import build_model
-from jobs.lab.strategies.base import Piece, Strategy, sgd
+from jobs.lab.strategies.base import Piece, Strategy, local_pieces, sgd
 from jobs.lab.strategies.tensor_parallel import MegatronTP
 
 PLAN = {"attn.q": ColwiseParallel(), "attn.k": ColwiseParallel(), "attn.v": ColwiseParallel(),
@@ -37,13 +37,7 @@ class DTensorTP(MegatronTP):
         self.opt = sgd(list(self.model.parameters()))
 
     def _pieces(self, what: str) -> list[Piece]:
-        out = []
-        for name, p in self.model.named_parameters():
-            t = p.grad if what == "grad" else p.data
-            if isinstance(t, DTensor):
-                t = t.full_tensor()  # a collective: every rank walks the same order
-            out.append(Piece(name, t))
-        return out
+        return local_pieces(self.model, what)
 
     def replicated(self):
         return [(None, [(n, p) for n, p in self.model.named_parameters()

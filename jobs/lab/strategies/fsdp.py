@@ -7,11 +7,10 @@ from __future__ import annotations
 
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
-from torch.distributed.tensor import DTensor
 
 from jobs.lab import costmodel
 from jobs.lab.model import Batch, build_model, loss_fn
-from jobs.lab.strategies.base import Piece, StepOut, Strategy, model_state, sgd
+from jobs.lab.strategies.base import Piece, StepOut, Strategy, local_pieces, model_state, sgd
 
 
 class TorchFSDP2(Strategy):
@@ -41,20 +40,11 @@ class TorchFSDP2(Strategy):
             self.opt.step()
         return StepOut(loss.item(), 1.0 / ctx.world)
 
-    def _pieces(self, what: str) -> list[Piece]:
-        out = []
-        for name, p in self.model.named_parameters():
-            t = p.grad if what == "grad" else p.data
-            if isinstance(t, DTensor):
-                t = t.full_tensor()  # a collective: every rank walks the same order
-            out.append(Piece(name, t))
-        return out
-
     def grad_pieces(self) -> list[Piece]:
-        return self._pieces("grad")
+        return local_pieces(self.model, "grad")
 
     def param_pieces(self) -> list[Piece]:
-        return self._pieces("param")
+        return local_pieces(self.model, "param")
 
     def parameters(self):
         return list(self.model.parameters())
