@@ -34,11 +34,9 @@ def migrate(app) -> None:
 
 
 def _ensure_this_week(app) -> None:
-    from app.weeks import ensure_letter, iso_week, today
+    from app.weeks import ensure_this_week
 
-    with _db(app).write() as session:
-        _, created = ensure_letter(session, iso_week(today(app.config["TIMEZONE"])), "commonplace")
-    if created:
+    if ensure_this_week(_db(app), app.config["TIMEZONE"])[1]:
         click.echo("created this week's letter")
 
 

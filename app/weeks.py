@@ -93,6 +93,18 @@ def ensure_letter(session: Session, week: str, author: str) -> tuple[Entry, bool
     return letter, True
 
 
+def ensure_this_week(db, timezone: str, author: str = "commonplace") -> tuple[str, bool]:
+    """This week's letter exists afterwards: (week, created). The write lock is taken only
+    when the letter is missing, so the common case is one read."""
+    week = iso_week(today(timezone))
+    with db.read() as session:
+        if find_letter(session, week):
+            return week, False
+    with db.write() as session:
+        _, created = ensure_letter(session, week, author)
+    return week, created
+
+
 def week_entries(session: Session, week: str) -> list[Entry]:
     """The week's ordinary entries, oldest first (the letter page lists them)."""
     return list(

@@ -99,9 +99,7 @@ class Scheduler:
             log.info("run %s: card added to its letter", run_id)
 
     def letter(self) -> None:
-        week = weeks.iso_week(weeks.today(self.tz))
-        with self.db.write() as session:
-            _, created = weeks.ensure_letter(session, week, journal.AUTHOR)
+        week, created = weeks.ensure_this_week(self.db, self.tz, journal.AUTHOR)
         if created:
             log.info("created the letter for %s", week)
 

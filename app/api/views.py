@@ -214,15 +214,12 @@ def get_week(week: str):
         weeks.parse_week(week)
     except ValueError as exc:
         raise Invalid(str(exc), "week") from None
+    timezone = current_app.config["TIMEZONE"]
+    if week == weeks.iso_week(weeks.today(timezone)):
+        # Before the request's session reads anything, so its snapshot holds a new letter.
+        weeks.ensure_this_week(current_app.extensions["db"], timezone)
     session = get_session()
     letter = weeks.find_letter(session, week)
-    this_week = weeks.iso_week(weeks.today(current_app.config["TIMEZONE"]))
-    if letter is None and week == this_week:
-        # A GET that writes: the write lock is taken here, not at the request's start.
-        with current_app.extensions["db"].write() as writer:
-            weeks.ensure_letter(writer, week, author="commonplace")
-        session.rollback()  # end our read snapshot so the new letter is visible
-        letter = weeks.find_letter(session, week)
     if letter is None:
         raise NotFound(f"no letter for {week}")
     items = [e for e in weeks.week_entries(session, week)

@@ -67,13 +67,7 @@ def current_week() -> str:
 def ensure_current_letter() -> None:
     """Create this week's letter if it is missing. Runs before the request's own session
     reads anything, so that session's snapshot already contains the letter."""
-    db = current_app.extensions["db"]
-    week = current_week()
-    with db.read() as session:
-        if weeks.find_letter(session, week):
-            return
-    with db.write() as session:
-        weeks.ensure_letter(session, week, author="commonplace")
+    weeks.ensure_this_week(current_app.extensions["db"], current_app.config["TIMEZONE"])
 
 
 def shift_week(week: str, days: int) -> str:
