@@ -480,6 +480,10 @@ CSP = (
     "default-src 'self'; script-src 'self'; style-src 'self'; img-src 'self' data:; "
     "object-src 'none'; base-uri 'none'; frame-ancestors 'none'; form-action 'self'"
 )
+# For files users or runs put on our origin (attachments, run artifacts): opened on its
+# own, an SVG could run script as the notebook; sandboxed with no script source it is an
+# inert document.
+INERT_CSP = "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; sandbox"
 HSTS = "max-age=31536000"
 
 

@@ -6,6 +6,7 @@ import sqlalchemy as sa
 from flask import abort, current_app, send_file
 
 from app.attachments import IMAGE_TYPES, path_for
+from app.auth import INERT_CSP
 from app.db import get_session
 from app.models import Attachment
 from app.notes import bp
@@ -24,11 +25,8 @@ def attachment(sha256: str, name: str):
     inline = row.content_type in IMAGE_TYPES or row.content_type == "application/pdf"
     response = send_file(path, mimetype=row.content_type, as_attachment=not inline,
                          download_name=row.filename, max_age=31536000, conditional=True)
-    # Opened directly, an SVG could run script on our origin: a sandboxed CSP with no
-    # script source makes it an inert document. nosniff stops "text/plain" becoming HTML.
-    response.headers["Content-Security-Policy"] = (
-        "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; sandbox"
-    )
+    # nosniff stops "text/plain" becoming HTML; INERT_CSP stops an SVG running script.
+    response.headers["Content-Security-Policy"] = INERT_CSP
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Cache-Control"] = "private, max-age=31536000, immutable"
     return response
