@@ -3,8 +3,6 @@ It is written by hand beside the views and grows with them."""
 
 from __future__ import annotations
 
-from app.api.openapi_journal import paths as journal_paths
-
 
 def _ref(name: str) -> dict:
     return {"$ref": f"#/components/schemas/{name}"}
@@ -31,6 +29,8 @@ def _query(name: str, schema: dict, description: str = "") -> dict:
 
 
 def document() -> dict:
+    from app.api.openapi_journal import paths as journal_paths  # it builds on the helpers here
+
     tags = {"type": "array", "items": {"type": "string", "pattern": "^#?[A-Za-z][A-Za-z0-9_/-]*$",
                                        "maxLength": 50}, "maxItems": 30}
     entry_fields = {

@@ -3,16 +3,12 @@ protocol (docs/RUNNER.md). Merged into the document by app/api/openapi.py."""
 
 from __future__ import annotations
 
+from app.api.openapi import ERRORS as NOTEBOOK_ERRORS
+from app.api.openapi import _json, _query, _ref
+from app.runs import STATUSES
 
-def _json(schema: dict, description: str = "OK") -> dict:
-    return {"description": description, "content": {"application/json": {"schema": schema}}}
-
-
-ERROR = {"$ref": "#/components/schemas/Error"}
-ERRORS = {code: _json(ERROR, text) for code, text in (
-    ("400", "Bad request"), ("401", "Bad or revoked token"), ("403", "Not allowed"),
-    ("404", "Not found"), ("409", "Not possible in the run's state, or a stale lease"),
-    ("422", "Invalid field"))}
+ERRORS = {**NOTEBOOK_ERRORS,
+          "409": _json(_ref("Error"), "Not possible in the run's state, or a stale lease")}
 OBJ = {"type": "object"}
 RUN_ID = {"name": "run_id", "in": "path", "required": True,
           "schema": {"type": "integer", "minimum": 1}}
@@ -20,16 +16,10 @@ SCHEDULE_ID = {"name": "schedule_id", "in": "path", "required": True,
                "schema": {"type": "integer", "minimum": 1}}
 NAME = {"name": "name", "in": "path", "required": True,
         "schema": {"type": "string", "pattern": r"^[A-Za-z0-9][A-Za-z0-9._-]{0,99}$"}}
-STATUSES = ["QUEUED", "LEASED", "RUNNING", "SUCCEEDED", "FAILED", "CANCELLED", "LOST",
-            "EXPIRED", "SKIPPED"]
 
 
 def _body(schema: dict) -> dict:
     return {"required": True, "content": {"application/json": {"schema": schema}}}
-
-
-def _query(name: str, schema: dict) -> dict:
-    return {"name": name, "in": "query", "required": False, "schema": schema}
 
 
 EPOCH = {"epoch": {"type": "integer", "minimum": 0}}
