@@ -35,7 +35,7 @@ limit_request_line = 8190
 limit_request_fields = 100
 limit_request_field_size = 8190
 
-# gunicorn believes no forwarded headers itself: app/auth.py (ProxyFix, serve mode only)
+# gunicorn believes no forwarded headers itself: app/web/auth (ProxyFix, serve mode only)
 # is the one place that decides whether X-Forwarded-For/-Proto are true.
 forwarded_allow_ips = ""
 

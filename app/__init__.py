@@ -1,4 +1,15 @@
-"""Commonplace: a personal notebook and experiment journal. `create_app` builds the web app."""
+"""Commonplace: a personal notebook and experiment journal. `create_app` builds the web app.
+
+The server side, in one-way layers (each imports only those below it; import-linter
+checks this in the test suite, see pyproject.toml):
+
+    app/web/       HTTP: pages, the JSON API, the runner API, auth
+    app/journal/   runs, schedules, result cards, the scheduler process
+    app/notebook/  entries, letters, search, browsing, files, markdown rendering
+    app/db.py, app/models.py, app/errors.py, app/config.py
+
+docs/ARCHITECTURE.md walks a save and a run through these files.
+"""
 
 from __future__ import annotations
 
@@ -10,26 +21,22 @@ ROOT = Path(__file__).resolve().parent.parent
 
 
 def create_app(config: dict | None = None) -> Flask:
-    app = Flask(__name__, template_folder=str(ROOT / "templates"))
+    # Imported here, not at the top: the layers below import `app.*` modules, and the
+    # package's __init__ must not pull the whole web layer into every one of them.
+    from app import db
     from app.config import from_environment
+    from app.journal import cards
+    from app.notebook import embeds
+    from app.web import init_app as init_web
 
+    app = Flask(__name__, template_folder=str(ROOT / "templates"))
     app.config.update(from_environment())
     app.config.update(config or {})
     Path(app.config["DATA_DIR"]).mkdir(parents=True, exist_ok=True)
 
-    from app import auth, db, errors
-
     db.init_app(app)
-    auth.init_app(app)
-    errors.init_app(app)
-
-    from app.api import bp as api_bp
-    from app.experiments import bp as experiments_bp
-    from app.notes import bp as notes_bp
-    from app.runner_api import bp as runner_bp
-
-    app.register_blueprint(notes_bp)
-    app.register_blueprint(experiments_bp)
-    app.register_blueprint(api_bp)
-    app.register_blueprint(runner_bp)
+    init_web(app)
+    # The notebook renders ```run blocks without importing the journal: the embed is
+    # registered from above.
+    embeds.register("run", cards.run_card)
     return app

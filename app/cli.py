@@ -1,5 +1,9 @@
 """The `commonplace` command: run the processes, migrate, move plain files in and out,
-manage tokens. Client commands (note, week, search, run …) come with the API client."""
+manage tokens. Client commands (note, week, search, run …) come with the API client.
+
+The top of the layers: it builds the app and starts each process. The scheduler and the
+runner are imported only by the command that runs them, so `commonplace web` never loads
+APScheduler and a runner host never loads the server."""
 
 from __future__ import annotations
 
@@ -13,7 +17,14 @@ from pathlib import Path
 import click
 import sqlalchemy as sa
 
-from app import create_app
+from app import ROOT, create_app
+from app import db as dbmod
+from app.config import from_environment
+from app.models import Token, utcnow
+from app.notebook.letters import ensure_this_week
+from app.notebook.transfer import export_folder, import_folder
+from app.web.auth.identity import hash_token, new_token
+from app.web.hardening import bind_problem
 
 
 def _app():
@@ -25,8 +36,6 @@ def _db(app):
 
 
 def migrate(app) -> None:
-    from app import db as dbmod
-
     database = _db(app)
     backup = dbmod.upgrade(database, Path(app.config["DATA_DIR"]) / "backups")
     if backup:
@@ -34,8 +43,6 @@ def migrate(app) -> None:
 
 
 def _ensure_this_week(app) -> None:
-    from app.weeks import ensure_this_week
-
     if ensure_this_week(_db(app), app.config["TIMEZONE"])[1]:
         click.echo("created this week's letter")
 
@@ -43,8 +50,6 @@ def _ensure_this_week(app) -> None:
 def gunicorn_argv(bind: str) -> list[str]:
     # Workers, threads, timeouts and logging live in gunicorn.conf.py (the same file Docker
     # and systemd use); the command line only names the address.
-    from app import ROOT
-
     return [sys.executable, "-m", "gunicorn", "--config", str(ROOT / "gunicorn.conf.py"),
             "--bind", bind, "app:create_app()"]
 
@@ -60,8 +65,6 @@ def main() -> None:
 def up(allow_non_loopback: bool) -> None:
     """Everything for one machine: migrate, then web + scheduler + a local runner.
     Ctrl-C stops them all."""
-    from app.auth import bind_problem
-
     app = _app()
     bind = app.config["BIND"]
     problem = bind_problem(bind, app.config["AUTH_MODE"], allow_non_loopback)
@@ -87,9 +90,6 @@ def up(allow_non_loopback: bool) -> None:
 
 def _local_runner_token(app) -> str:
     """A fresh runner token for the runner `up` starts; the previous one stops working."""
-    from app.auth import hash_token, new_token
-    from app.models import Token
-
     secret = new_token()
     with _db(app).write() as session:
         row = session.scalar(sa.select(Token).where(Token.name == "local"))
@@ -133,8 +133,6 @@ def _supervise(children: list[subprocess.Popen]) -> None:
               help="Listen on a non-loopback COMMONPLACE_BIND (the tailnet address, whois mode).")
 def web(allow_non_loopback: bool) -> None:
     """The web process alone: gunicorn on COMMONPLACE_BIND (loopback unless told otherwise)."""
-    from app.auth import bind_problem
-
     app = _app()
     bind = app.config["BIND"]
     problem = bind_problem(bind, app.config["AUTH_MODE"], allow_non_loopback)
@@ -146,7 +144,7 @@ def web(allow_non_loopback: bool) -> None:
 @main.command()
 def scheduler() -> None:
     """The scheduler process alone: schedules, reaper, cards into letters, backups."""
-    from jobs.scheduler import main as run_scheduler
+    from app.journal.scheduler import main as run_scheduler  # APScheduler: only this process
 
     app = _app()
     migrate(app)
@@ -161,8 +159,7 @@ def scheduler() -> None:
               help="where runs write their files [default: <data>/runner]")
 def runner(server: str, token: str, work_dir: Path | None) -> None:
     """A runner agent: pulls runs from the server and executes them (GPU or CPU host)."""
-    from app.config import from_environment
-    from jobs.runner import main as run_agent
+    from jobs.runner import main as run_agent  # the agent needs nothing of the server
 
     folder = work_dir or Path(from_environment()["DATA_DIR"]) / "runner"
     folder.mkdir(parents=True, exist_ok=True)
@@ -186,8 +183,6 @@ def db_upgrade() -> None:
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def import_cmd(folder: Path) -> None:
     """Import a folder of markdown files (front matter, or YYYY-MM-DD*.md names)."""
-    from app.mirror import import_folder
-
     app = _app()
     migrate(app)
     report = import_folder(_db(app), folder)
@@ -203,8 +198,6 @@ def import_cmd(folder: Path) -> None:
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 def export_cmd(folder: Path) -> None:
     """Write every entry as a markdown file with front matter under FOLDER."""
-    from app.mirror import export_folder
-
     app = _app()
     migrate(app)
     click.echo(f"exported {export_folder(_db(app), folder)} entries to {folder}")
@@ -221,9 +214,6 @@ def token() -> None:
               default="owner", show_default=True)
 def token_create(name: str, role: str) -> None:
     """Create a token; it is shown once and stored only as a hash."""
-    from app.auth import hash_token, new_token
-    from app.models import Token
-
     app = _app()
     migrate(app)
     secret = new_token()
@@ -236,8 +226,6 @@ def token_create(name: str, role: str) -> None:
 
 @token.command("list")
 def token_list() -> None:
-    from app.models import Token
-
     app = _app()
     migrate(app)
     with _db(app).read() as session:
@@ -250,8 +238,6 @@ def token_list() -> None:
 @token.command("revoke")
 @click.argument("name")
 def token_revoke(name: str) -> None:
-    from app.models import Token, utcnow
-
     app = _app()
     migrate(app)
     with _db(app).write() as session:

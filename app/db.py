@@ -64,7 +64,8 @@ class Database:
 
     def session(self, write: bool = False) -> Session:
         session = Session(self._write_engine if write else self.engine, expire_on_commit=False)
-        session.info["notes_dir"] = self.notes_dir  # where app.mirror writes after commit
+        # where app/notebook/mirror.py writes its files after commit
+        session.info["notes_dir"] = self.notes_dir
         return session
 
     @contextlib.contextmanager

@@ -1,14 +1,113 @@
-"""One place that turns a refusal into a response: JSON under /api, a page elsewhere.
-Bad input is always a clear 4xx; nothing the user sends may produce a 500."""
+"""Every refusal the server can make, and the one place that turns one into a response:
+JSON under /api (and /healthz), a page elsewhere. Bad input is always a clear 4xx; nothing
+a user or a runner sends may produce a 500.
+
+The classes sit at the bottom of the layers, so the notebook, the journal and the web
+raise them without importing each other. A refusal carries its HTTP status, a stable
+machine-readable code, a message for people, and optionally the field it is about.
+"""
 
 from __future__ import annotations
 
 from flask import Flask, g, jsonify, render_template, request
 from werkzeug.exceptions import HTTPException
 
-from app.auth import Denied
-from app.entries import Conflict, NotebookError
-from app.search import QueryError
+
+class Refusal(Exception):
+    status = 400
+    code = "bad_request"
+
+    def __init__(self, message: str, field: str | None = None, **details):
+        super().__init__(message)
+        self.message = message
+        self.field = field
+        self.details = details  # extra keys for the JSON error (e.g. a log gap's size)
+
+
+class Invalid(Refusal):
+    status = 422
+    code = "invalid"
+
+
+def refuse_unknown(data: dict, allowed) -> None:
+    """Invalid naming the first field of `data` that is not in `allowed`: a typo in a
+    field name is an error, never silently ignored."""
+    unknown = sorted(set(data) - set(allowed))
+    if unknown:
+        raise Invalid(f"unknown field {unknown[0]!r}", unknown[0])
+
+
+class NotFound(Refusal):
+    status = 404
+    code = "not_found"
+
+
+class BadQuery(Refusal):
+    """A search we cannot run; the message is shown to the user as it is."""
+
+    code = "bad_query"
+
+
+class TooLarge(Invalid):
+    status = 413
+    code = "too_large"
+
+
+class Unsupported(Invalid):
+    status = 415
+    code = "unsupported_media_type"
+
+
+class Conflict(Refusal):
+    """A save based on an older revision than the entry now has. `current` is a snapshot
+    of the entry as it is (the session rolls back after this; the merge view needs it)."""
+
+    status = 409
+    code = "conflict"
+
+    def __init__(self, message: str, current: dict):
+        super().__init__(message, current=current)
+        self.current = current
+
+
+class BadState(Refusal):
+    """The run is not in a state that allows this (e.g. cancelling a finished run)."""
+
+    status = 409
+    code = "bad_state"
+
+
+class LogGap(BadState):
+    """A log chunk starts past what we have: the runner resends from `size`."""
+
+    code = "log_gap"
+
+    def __init__(self, size: int, offset: int):
+        super().__init__(f"log gap: have {size} bytes, chunk starts at {offset}", size=size)
+
+
+class Stale(Refusal):
+    """A runner spoke for a lease it no longer holds: it must stop its job."""
+
+    status = 409
+    code = "stale_lease"
+
+
+class Denied(Refusal):
+    """Who is asking may not do this (403), or could not be told apart from nobody (401).
+    `seen_as` tells the person who we took them for, so a refusal can be acted on."""
+
+    status = 403
+    code = "forbidden"
+
+    def __init__(self, status: int, message: str, seen_as: str | None = None):
+        super().__init__(message, **({"seen_as": seen_as} if seen_as else {}))
+        self.status = status
+        self.code = "unauthorized" if status == 401 else "forbidden"
+        self.seen_as = seen_as
+
+
+# -- responses ----------------------------------------------------------------------------
 
 
 def wants_json() -> bool:
@@ -24,25 +123,11 @@ def error_response(status: int, code: str, message: str, **extra):
 
 
 def init_app(app: Flask) -> None:
-    @app.errorhandler(Denied)
-    def _denied(exc: Denied):
-        extra = {"seen_as": exc.seen_as} if exc.seen_as else {}
-        code = "unauthorized" if exc.status == 401 else "forbidden"
-        return error_response(exc.status, code, exc.message, **extra)
-
-    @app.errorhandler(Conflict)
-    def _conflict(exc: Conflict):
-        return error_response(409, exc.code, exc.message, current=exc.current)
-
-    @app.errorhandler(NotebookError)
-    def _notebook(exc: NotebookError):
+    @app.errorhandler(Refusal)
+    def _refusal(exc: Refusal):
         extra = {"field": exc.field} if exc.field else {}
-        extra.update(getattr(exc, "details", {}))
+        extra.update(exc.details)
         return error_response(exc.status, exc.code, exc.message, **extra)
-
-    @app.errorhandler(QueryError)
-    def _query(exc: QueryError):
-        return error_response(400, "bad_query", str(exc))
 
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException):

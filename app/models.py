@@ -1,4 +1,6 @@
-"""The notebook's tables. Every change here needs a migration in migrations/versions/."""
+"""The tables: the notebook's (entry, revision, link, tag, attachment, token, setting), then the
+experiment journal's (runner, schedule, run, run_event, metric, run_artifact). Every change
+here needs a migration in migrations/versions/."""
 
 from __future__ import annotations
 
@@ -184,7 +186,7 @@ class Schedule(Base):
 
 
 class Run(Base):
-    """One launch of one experiment with frozen parameters; see app/runs.py for its life."""
+    """One launch of one experiment with frozen parameters; see app/journal/runs.py for its life."""
 
     __tablename__ = "run"
     __table_args__ = (

@@ -42,8 +42,8 @@ import sqlalchemy as sa  # noqa: E402
 
 from app import create_app  # noqa: E402
 from app import db as dbmod  # noqa: E402
-from app.render import render  # noqa: E402
-from app.weeks import iso_week  # noqa: E402
+from app.notebook.isoweeks import iso_week  # noqa: E402
+from app.notebook.render import render  # noqa: E402
 
 WORDS = ("pipeline tensor gradient bubble stage rank bandwidth latency collective reduce "
          "scatter gather broadcast shard optimizer activation memory checkpoint micro batch "

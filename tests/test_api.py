@@ -7,7 +7,7 @@ import pytest
 import sqlalchemy as sa
 
 from app.models import Attachment, Entry, Revision, Token
-from app.weeks import iso_week, today
+from app.notebook.isoweeks import iso_week, today
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 
@@ -265,7 +265,7 @@ def test_same_origin_writes_pass(client):
 
 
 def test_tokens_feed_and_revocation(make_app):
-    from app.auth import hash_token
+    from app.web.auth.identity import hash_token
 
     app = make_app(AUTH_MODE="serve", OWNERS=["owner@example.com"])
     db = app.extensions["db"]

@@ -18,9 +18,10 @@ import sqlalchemy as sa
 from conftest import ROOT
 from tailnet import NETNS_ADDR, NetnsWebServer, WebServer, fetch, netns_available, notebook_state
 
-from app import auth
 from app.config import from_environment, trusted_hosts
 from app.models import Entry, Token
+from app.web import hardening
+from app.web.auth import identity
 
 OWNER, VIEWER = "owner@example.com", "viewer@example.com"
 AS_OWNER = {"Tailscale-User-Login": OWNER}
@@ -35,9 +36,9 @@ def served(make_app):
 
 
 def add_token(app, name: str, role: str) -> str:
-    secret = auth.new_token()
+    secret = identity.new_token()
     with app.extensions["db"].write() as session:
-        session.add(Token(name=name, role=role, token_hash=auth.hash_token(secret)))
+        session.add(Token(name=name, role=role, token_hash=identity.hash_token(secret)))
     return secret
 
 
@@ -115,7 +116,7 @@ def test_no_identity_at_all_is_403(served):
     ("=?x-unknown?q?abc?=", "=?x-unknown?q?abc?="),
 ])
 def test_rfc2047_names_are_decoded(raw, decoded):
-    assert auth.decode_header_value(raw) == decoded
+    assert identity.decode_header_value(raw) == decoded
 
 
 # -- viewers, owners, tokens -----------------------------------------------------------
@@ -429,7 +430,7 @@ def test_oversized_bodies_are_413_and_change_nothing(served, data_dir):
     ("0.0.0.0:8000", "dev", True, True), ("notes.example:8000", "serve", False, True),
 ])
 def test_bind_policy(bind, mode, allow, refused):
-    assert (auth.bind_problem(bind, mode, allow) is not None) == refused
+    assert (hardening.bind_problem(bind, mode, allow) is not None) == refused
 
 
 @pytest.mark.parametrize("bind, mode", [("0.0.0.0:18080", "serve"), (":18080", "whois"),

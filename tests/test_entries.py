@@ -3,8 +3,9 @@
 import pytest
 import sqlalchemy as sa
 
-from app import browse, entries, weeks
+from app import errors
 from app.models import Entry, Revision
+from app.notebook import browse, entries, letters
 
 
 def create(db, **fields):
@@ -38,7 +39,7 @@ def test_two_devices_editing_the_same_base_conflict_and_nothing_is_lost(db):
     with db.write() as session:  # the phone saves first
         entries.update(session, entries.get(session, entry.id), {"body": "from phone"},
                        base_revision=1, author="phone")
-    with pytest.raises(entries.Conflict) as caught, db.write() as session:  # then the laptop
+    with pytest.raises(errors.Conflict) as caught, db.write() as session:  # then the laptop
         entries.update(session, entries.get(session, entry.id), {"body": "from laptop"},
                        base_revision=1, author="laptop")
     assert caught.value.current["body"] == "from phone"
@@ -75,7 +76,7 @@ def test_restore_is_a_new_revision(db):
     ({"body": 5}, "body"), ({"body": "x" * 1_000_001}, "body"),
 ])
 def test_invalid_fields_are_refused_with_the_field_named_and_nothing_saved(db, fields, field):
-    with pytest.raises(entries.Invalid) as caught, db.write() as session:
+    with pytest.raises(errors.Invalid) as caught, db.write() as session:
         entries.create(session, author="x", **{"date": "2024-01-01", "title": "t", **fields})
     assert caught.value.field == field
     with db.read() as session:
@@ -99,7 +100,7 @@ def test_wiki_links_resolve_and_feed_backlinks_with_context(db):
         assert [b.source.id for b in back] == [source.id]
         assert "On pipelines see the paper" in back[0].context
     with db.write() as session:
-        letter, _ = weeks.ensure_letter(session, "2024-W13", "x")
+        letter, _ = letters.ensure_letter(session, "2024-W13", "x")
     with db.read() as session:
         assert [b.source.id for b in browse.backlinks(session, letter)] == [source.id]
 
@@ -125,10 +126,10 @@ def test_tags_come_from_the_field_and_from_hashtags(db):
 
 def test_one_letter_per_week_from_the_editable_template(db):
     with db.write() as session:
-        weeks.set_letter_template(session, "## Notes\n\n## Experiments\n")
+        letters.set_letter_template(session, "## Notes\n\n## Experiments\n")
     with db.write() as session:
-        letter, created = weeks.ensure_letter(session, "2024-W13", "x")
-        again, created_again = weeks.ensure_letter(session, "2024-W13", "x")
+        letter, created = letters.ensure_letter(session, "2024-W13", "x")
+        again, created_again = letters.ensure_letter(session, "2024-W13", "x")
     assert created and not created_again and letter.id == again.id
     assert letter.kind == "week" and letter.date.isoformat() == "2024-03-25"
     assert letter.body_md == "## Notes\n\n## Experiments"
@@ -139,8 +140,8 @@ def test_one_letter_per_week_from_the_editable_template(db):
 
 def test_a_letter_cannot_move_out_of_its_week(db):
     with db.write() as session:
-        letter, _ = weeks.ensure_letter(session, "2024-W13", "x")
-    with pytest.raises(entries.Invalid), db.write() as session:
+        letter, _ = letters.ensure_letter(session, "2024-W13", "x")
+    with pytest.raises(errors.Invalid), db.write() as session:
         entries.update(session, entries.get(session, letter.id), {"date": "2024-04-10"},
                        base_revision=1, author="x")
 
@@ -162,5 +163,5 @@ def test_delete_removes_entry_history_and_index(db):
 
 def test_stale_delete_conflicts(db):
     entry = create(db)
-    with pytest.raises(entries.Conflict), db.write() as session:
+    with pytest.raises(errors.Conflict), db.write() as session:
         entries.delete(session, entries.get(session, entry.id), base_revision=0)

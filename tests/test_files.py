@@ -6,9 +6,9 @@ import feedparser
 import sqlalchemy as sa
 import yaml
 
-from app import entries, mirror, weeks
 from app.cli import main
 from app.models import Entry
+from app.notebook import entries, letters, transfer
 
 
 def test_every_save_writes_the_mirror_file_and_moves_it_on_rename(db, data_dir):
@@ -34,7 +34,7 @@ def test_every_save_writes_the_mirror_file_and_moves_it_on_rename(db, data_dir):
 
 def test_letters_are_mirrored_by_week(db, data_dir):
     with db.write() as session:
-        weeks.ensure_letter(session, "2025-W01", "x")  # ISO year 2025 starts in Dec 2024
+        letters.ensure_letter(session, "2025-W01", "x")  # ISO year 2025 starts in Dec 2024
     text = (data_dir / "notes" / "2025" / "2025-W01.md").read_text()
     assert "kind: week" in text and "week: 2025-W01" in text
 
@@ -70,10 +70,10 @@ def test_import_then_export_reproduces_the_entries(tmp_path, make_app):
           "tags: []\nstatus: published\n---\nrenamed since\n")
     app = make_app()
     db = app.extensions["db"]
-    report = mirror.import_folder(db, source)
+    report = transfer.import_folder(db, source)
     assert (report.created, report.updated, report.unchanged, report.errors) == (4, 0, 0, [])
     out = tmp_path / "out"
-    assert mirror.export_folder(db, out) == 4
+    assert transfer.export_folder(db, out) == 4
     renamed = source / "2024" / "2024-04-02-old-name.md"
     for path in source.rglob("*.md"):
         if path != renamed:
@@ -81,12 +81,12 @@ def test_import_then_export_reproduces_the_entries(tmp_path, make_app):
     # an entry's file is named after its title; its content is the same
     assert (out / "2024" / "2024-04-02-new-name.md").read_text() == renamed.read_text()
     # importing the same folder again changes nothing
-    again = mirror.import_folder(db, source)
+    again = transfer.import_folder(db, source)
     assert (again.created, again.updated, again.unchanged) == (0, 0, 4)
     # a changed file becomes a new revision of the same entry
     write(source, "2024/2024-04-01-a-draft.md",
           "---\ntitle: A draft\ndate: 2024-04-01\ntags: []\nstatus: draft\n---\nfinished\n")
-    third = mirror.import_folder(db, source)
+    third = transfer.import_folder(db, source)
     assert (third.created, third.updated, third.unchanged) == (0, 1, 3)
     with db.read() as session:
         draft = session.scalar(sa.select(Entry).where(Entry.title == "A draft"))
@@ -101,7 +101,7 @@ def test_plain_dated_files_import_with_date_from_the_name(tmp_path, make_app):
     write(source, "2023-12-03-bad.md", "---\ntitle: [unclosed\n---\nx\n")
     write(source, ".hidden/2023-12-04-x.md", "ignored\n")
     db = make_app().extensions["db"]
-    report = mirror.import_folder(db, source)
+    report = transfer.import_folder(db, source)
     assert report.created == 2 and len(report.errors) == 2
     with db.read() as session:
         rows = {e.date.isoformat(): e.title for e in session.scalars(sa.select(Entry))}

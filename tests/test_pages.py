@@ -10,11 +10,11 @@ import re
 import pytest
 import sqlalchemy as sa
 
-from app import entries, weeks
 from app.models import Entry, Revision
+from app.notebook import entries, isoweeks, letters
 from tests.strict_pages import assert_strict_page
 
-THIS_WEEK = weeks.iso_week(dt.datetime.now(dt.UTC).date())  # the fixtures run in UTC
+THIS_WEEK = isoweeks.iso_week(dt.datetime.now(dt.UTC).date())  # the fixtures run in UTC
 
 
 def form(**fields) -> dict:
@@ -96,7 +96,7 @@ def test_home_shows_this_weeks_letter_created_on_demand(client, db):
     response = client.get("/")
     assert response.status_code == 200
     with db.read() as session:
-        letter = weeks.find_letter(session, THIS_WEEK)
+        letter = letters.find_letter(session, THIS_WEEK)
     assert letter is not None
     assert f"Week {THIS_WEEK}" in response.text
     assert "<h2" in response.text  # the template's sections, rendered in full
@@ -124,7 +124,7 @@ def test_entry_urls_redirect_to_the_canonical_slug(client):
     assert client.get(f"/entries/{entry_id}/old-slug").location.endswith("/ring-all-reduce")
     client.get("/")
     with client.application.app_context():
-        letter_id = weeks.find_letter(client.application.extensions["db"].session(),
+        letter_id = letters.find_letter(client.application.extensions["db"].session(),
                                       THIS_WEEK).id
     assert client.get(f"/entries/{letter_id}").location == f"/weeks/{THIS_WEEK}"
 
@@ -260,7 +260,7 @@ def test_unknown_ids_are_404(client, method, path):
 def test_a_letter_cannot_leave_its_week(client, db):
     client.get("/")
     with db.read() as session:
-        letter = weeks.find_letter(session, THIS_WEEK)
+        letter = letters.find_letter(session, THIS_WEEK)
     response = edit(client, letter.id, letter.revision, title=letter.title, date="2001-01-01",
                     body="kept", tags="")
     assert response.status_code == 422
@@ -435,7 +435,7 @@ def test_sitemap_groups_by_year_and_week_with_a_tag_index(client):
 
 
 def test_tag_pages_are_paged(client, db):
-    from app import entries
+    from app.notebook import entries
 
     with db.write() as session:
         for day in range(1, 56):
@@ -487,7 +487,7 @@ def test_letter_template_setting(client, db):
     response = client.post("/settings/template", data={"template": too_long})
     assert response.status_code == 422 and too_long in response.text
     with db.read() as session:
-        assert weeks.letter_template(session).startswith("## Wins")
+        assert letters.letter_template(session).startswith("## Wins")
 
 
 def test_preview_renders_like_a_save_would(client):

@@ -5,7 +5,7 @@ from html.parser import HTMLParser
 
 import pytest
 
-from app.render import Rendered, WikiLink, pygments_css, render
+from app.notebook.render import Rendered, WikiLink, pygments_css, render
 
 EXISTING = {"Some Title", "2024-W13", "2024-03-31"}
 

@@ -14,12 +14,13 @@ import pytest
 import sqlalchemy as sa
 from markupsafe import escape
 
-from app import runs, weeks
+from app.journal import run_files, runs
 from app.models import Run, RunEvent, Schedule
+from app.notebook import isoweeks
 from jobs.lab import registry
 from tests.strict_pages import assert_strict_page
 
-THIS_WEEK = weeks.iso_week(dt.datetime.now(dt.UTC).date())  # the fixtures run in UTC
+THIS_WEEK = isoweeks.iso_week(dt.datetime.now(dt.UTC).date())  # the fixtures run in UTC
 
 
 # -- helpers ------------------------------------------------------------------------------
@@ -262,7 +263,7 @@ def test_the_run_page_shows_status_history_params_result_and_log(app, client, db
         run = session.get(Run, run_id)
         runs.transition(session, run, runs.LEASED, actor="runner:gpu-1", reason="leased")
         runs.transition(session, run, runs.RUNNING, actor="runner:gpu-1")
-        runs.append_log(app.config["DATA_DIR"], session, run, 0,
+        run_files.append_log(app.config["DATA_DIR"], session, run, 0,
                         "step 1 <script>alert(1)</script>\n")
         runs.store_result(session, run, RESULT)
         runs.transition(session, run, runs.SUCCEEDED, actor="runner:gpu-1")

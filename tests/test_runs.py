@@ -5,9 +5,9 @@ import datetime as dt
 import pytest
 import sqlalchemy as sa
 
-from app import journal, runs, schedules
-from app.auth import hash_token
+from app.journal import posting, run_files, runs, schedules
 from app.models import Run, RunEvent, Schedule, Token
+from app.web.auth.identity import hash_token
 
 SMALL = {"steps": 1, "warmup": 0}
 
@@ -326,8 +326,8 @@ def finished_run(db, status="SUCCEEDED"):
 def test_finished_runs_land_in_the_experiments_section_of_their_week(client, db):
     run_id = finished_run(db)
     failed_id = finished_run(db, "FAILED")
-    assert journal.post_cards(db, "UTC") == [run_id, failed_id]
-    assert journal.post_cards(db, "UTC") == []  # once only
+    assert posting.post_cards(db, "UTC") == [run_id, failed_id]
+    assert posting.post_cards(db, "UTC") == []  # once only
     letter = client.get("/api/v1/weeks/2024-W13")
     body = letter.get_json()["letter"]["body"]
     assert body.index("## Experiments") < body.index(f"id: {run_id}") < body.index("## Reading")
@@ -342,7 +342,7 @@ def test_card_never_clobbers_the_owners_concurrent_edit(client, db):
     letter = client.get("/api/v1/weeks/2024-W13")
     assert letter.status_code == 404  # a past week: no letter yet
     run_id = finished_run(db)
-    journal.post_cards(db, "UTC")
+    posting.post_cards(db, "UTC")
     entry = client.get("/api/v1/weeks/2024-W13").get_json()["letter"]
     # the owner opened the letter before the card arrived and saves from that stale base
     stale = client.put(f"/api/v1/entries/{entry['id']}", json={
@@ -353,7 +353,7 @@ def test_card_never_clobbers_the_owners_concurrent_edit(client, db):
     client.put(f"/api/v1/entries/{entry['id']}", json={
         "body": entry["body"] + "\n\nnotes typed meanwhile", "base_revision": entry["revision"]})
     second = finished_run(db)
-    journal.post_cards(db, "UTC")
+    posting.post_cards(db, "UTC")
     body = client.get("/api/v1/weeks/2024-W13").get_json()["letter"]["body"]
     assert "notes typed meanwhile" in body and f"id: {second}" in body
 
@@ -378,7 +378,7 @@ def test_a_hand_written_embed_of_an_unfinished_run_shows_its_final_card(client, 
         finished = session.get(Run, run.id)
         finished.status, finished.finished_at = "FAILED", dt.datetime(2024, 3, 27, 12)
         finished.reason = "boom"
-    journal.post_cards(db, "UTC")
+    posting.post_cards(db, "UTC")
     after = client.get(f"/api/v1/entries/{entry['id']}").get_json()
     assert "run-failed" in after["html"] and "boom" in after["html"]
     assert after["revision"] == entry["revision"]  # derived HTML, not a new revision
@@ -410,7 +410,7 @@ def test_bad_requirements_are_refused(client, db, requires):
 
 
 def test_a_runaway_log_is_capped_but_offsets_keep_counting(runner, client, monkeypatch):
-    monkeypatch.setattr(runs, "MAX_LOG_BYTES", 10)
+    monkeypatch.setattr(run_files, "MAX_LOG_BYTES", 10)
     run = new_run(client)
     lease(runner)
     assert call(runner, run["id"], "logs", {"epoch": 1, "offset": 0,

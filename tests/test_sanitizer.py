@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.render import render
+from app.notebook.render import render
 
 FORBIDDEN_ELEMENTS = {
     "script", "style", "iframe", "frame", "frameset", "object", "embed", "applet", "svg",

@@ -2,7 +2,8 @@
 
 import pytest
 
-from app import entries, search, weeks
+from app import errors
+from app.notebook import entries, letters, search
 
 
 @pytest.fixture
@@ -20,7 +21,7 @@ def notebook(db):
         for date, title, body, tags in rows:
             entries.create(session, author="x", date=date, title=title, body=body, tags=tags,
                            status="draft" if title.startswith("Draft") else "published")
-        weeks.ensure_letter(session, "2024-W13", "x")
+        letters.ensure_letter(session, "2024-W13", "x")
     return db
 
 
@@ -92,7 +93,7 @@ def test_index_follows_edits_in_the_same_transaction(notebook):
     "kind:letter", "x" * 501, "(", ")", "'", "- -",
 ])
 def test_malformed_queries_give_a_clear_message(notebook, q):
-    with pytest.raises(search.QueryError) as caught, notebook.read() as session:
+    with pytest.raises(errors.BadQuery) as caught, notebook.read() as session:
         search.search(session, q)
     assert str(caught.value)
 

@@ -4,7 +4,7 @@ import json
 import urllib.error
 import urllib.request
 
-from app.weeks import iso_week, today
+from app.notebook.isoweeks import iso_week, today
 
 
 def fetch(url, data=None, method=None, headers=None):

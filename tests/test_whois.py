@@ -2,7 +2,7 @@
 
 A stand-in LocalAPI on a temporary unix socket answers with the shape tailscaled really
 returns (tests/data/tailscale_whois_*.json and their README for the source). The app's own
-client code (app.auth.localapi_whois) talks to it: no mock of our code.
+client code (app.tailscaled.localapi_whois) talks to it: no mock of our code.
 """
 
 from __future__ import annotations
@@ -13,7 +13,7 @@ import pytest
 from tailnet import NETNS_ADDR, FakeLocalAPI, NetnsWebServer, netns_available, notebook_state
 from tailnet import whois_sample as sample
 
-from app import auth
+from app.web.auth import identity, tailscaled
 
 OWNER, VIEWER = "alice@example.com", "bob@example.com"
 PHONE = {"REMOTE_ADDR": "100.101.102.103", "REMOTE_PORT": "52144"}
@@ -22,12 +22,12 @@ PHONE = {"REMOTE_ADDR": "100.101.102.103", "REMOTE_PORT": "52144"}
 @pytest.fixture
 def localapi():
     fake = FakeLocalAPI()
-    auth.whois_cache.clear()
+    tailscaled.whois_cache.clear()
     try:
         yield fake
     finally:
         fake.close()
-        auth.whois_cache.clear()
+        tailscaled.whois_cache.clear()
 
 
 @pytest.fixture
@@ -37,11 +37,11 @@ def whois_app(make_app, localapi):
 
 
 def test_recorded_samples_parse():
-    user = auth.parse_whois(sample("user"))
-    assert user == auth.Peer(login="alice@example.com", name="Alice Müller",
+    user = tailscaled.parse_whois(sample("user"))
+    assert user == tailscaled.Peer(login="alice@example.com", name="Alice Müller",
                              node="alices-iphone", tags=())
     assert not user.tagged
-    tagged = auth.parse_whois(sample("tagged"))
+    tagged = tailscaled.parse_whois(sample("tagged"))
     assert tagged.tagged and tagged.tags == ("tag:gpu",) and tagged.login == "tagged-devices"
 
 
@@ -49,8 +49,8 @@ def test_recorded_samples_parse():
                                  {"Node": {}, "UserProfile": {"LoginName": 5}},
                                  {"Node": {"Tags": "tag:x"}, "UserProfile": {"LoginName": "a"}}])
 def test_malformed_answers_are_unavailable_not_identities(doc):
-    with pytest.raises(auth.WhoisUnavailable):
-        auth.parse_whois(doc)
+    with pytest.raises(tailscaled.WhoisUnavailable):
+        tailscaled.parse_whois(doc)
 
 
 def test_owner_device_is_the_owner(whois_app, localapi):
@@ -73,7 +73,7 @@ def test_answers_are_cached_briefly(whois_app, localapi, make_app):
     # with caching off, each request asks
     uncached = make_app(AUTH_MODE="whois", OWNERS=[OWNER], TAILSCALE_SOCKET=localapi.path,
                         WHOIS_CACHE_SECONDS=0).test_client()
-    auth.whois_cache.clear()
+    tailscaled.whois_cache.clear()
     for _ in range(3):
         assert uncached.get("/api/v1/entries", environ_base=PHONE).status_code == 200
     assert len(localapi.requests) == 4
@@ -107,11 +107,11 @@ def test_tagged_node_has_no_user_identity_but_a_token_works(whois_app, localapi)
     assert r.status_code == 403
     error = r.get_json()["error"]
     assert "tagged device" in error["message"] and error["seen_as"] == "gpu-box (tag:gpu)"
-    secret = auth.new_token()
+    secret = identity.new_token()
     from app.models import Token
 
     with whois_app.extensions["db"].write() as session:
-        session.add(Token(name="gpu-box", role="owner", token_hash=auth.hash_token(secret)))
+        session.add(Token(name="gpu-box", role="owner", token_hash=identity.hash_token(secret)))
     r = client.get("/api/v1/entries", environ_base=gpu,
                    headers={"Authorization": f"Bearer {secret}"})
     assert r.status_code == 200
@@ -173,8 +173,8 @@ def test_tailscaled_trouble_fails_closed(whois_app, localapi, data_dir, trouble)
 
 
 def test_a_hung_tailscaled_fails_closed(whois_app, localapi, monkeypatch):
-    monkeypatch.setattr(auth, "WHOIS_TIMEOUT", 0.5)
-    monkeypatch.setattr(auth.localapi_whois, "__defaults__", (0.5,))
+    monkeypatch.setattr(tailscaled, "WHOIS_TIMEOUT", 0.5)
+    monkeypatch.setattr(tailscaled.localapi_whois, "__defaults__", (0.5,))
     localapi.mode = "hang"
     r = whois_app.test_client().get("/api/v1/entries", environ_base=PHONE)
     assert r.status_code == 403 and localapi.requests
@@ -182,14 +182,14 @@ def test_a_hung_tailscaled_fails_closed(whois_app, localapi, monkeypatch):
 
 def test_the_whois_function_is_swappable(whois_app, monkeypatch):
     """golink's seam: tests, or a platform whose LocalAPI is not a unix socket, replace
-    app.auth.whois; the cache and the policy stay the same."""
+    app.tailscaled.whois; the cache and the policy stay the same."""
     asked = []
 
     def fake_whois(socket_path, addr):
         asked.append(addr)
-        return auth.Peer(login=OWNER, name="Alice", node="laptop", tags=())
+        return tailscaled.Peer(login=OWNER, name="Alice", node="laptop", tags=())
 
-    monkeypatch.setattr(auth, "whois", fake_whois)
+    monkeypatch.setattr(tailscaled, "whois", fake_whois)
     assert whois_app.test_client().get("/", environ_base=PHONE).status_code == 200
     assert asked == ["100.101.102.103:52144"]
 

@@ -104,7 +104,7 @@ def upgrade() -> None:
         sa.Column("value", sa.Text, nullable=False),
     )
     if op.get_bind().dialect.name == "sqlite":
-        # Full-text index, rowid = entry.id; kept in sync by app/search.py in the same
+        # Full-text index, rowid = entry.id; kept in sync by app/notebook/search.py in the same
         # transaction as every save. Porter stemming so "measure" finds "measured".
         op.execute(
             "CREATE VIRTUAL TABLE entry_fts USING fts5("

@@ -13,8 +13,8 @@ import time
 import urllib.request
 
 from app import create_app
-from app.auth import hash_token, new_token
 from app.models import Token
+from app.web.auth.identity import hash_token, new_token
 from tests.browser.harness import BROWSER, assert_fits, chromium_page, hard_timeout
 
 pytestmark = BROWSER

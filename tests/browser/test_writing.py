@@ -17,7 +17,7 @@ import zlib
 
 import pytest
 
-from app import weeks
+from app.notebook import isoweeks
 from tests.browser.harness import BROWSER, assert_fits, chromium_page, hard_timeout
 
 pytestmark = BROWSER
@@ -53,7 +53,7 @@ def test_write_an_entry_in_the_browser(live_server, data_dir, device, tmp_path):
     title = f"Field notes from the {device}"
     target = post_json(f"{live_server}/api/v1/entries",
                        {"title": f"Ring notes {device}", "body": "All-reduce in a ring."})
-    this_week = weeks.iso_week(dt.datetime.now(dt.UTC).date())  # the server runs in UTC
+    this_week = isoweeks.iso_week(dt.datetime.now(dt.UTC).date())  # the server runs in UTC
     image = tmp_path / "dot.png"
     image.write_bytes(tiny_png())
 

@@ -1,0 +1,12 @@
+"""The experiment journal: runs of the lab's experiments, their schedules, and how their
+results reach the weekly letter. Built on the notebook; knows nothing of HTTP.
+
+    runs.py        THE run state machine: create, lease, heartbeat, finish, cancel, reap
+    run_files.py   a run's log and artifacts on disk (the one place their paths are made)
+    schedules.py   cron validation, next fires, firing due schedules (idempotent)
+    cards.py       the ```run embed: a run's result card (HTML + inline SVG)
+    posting.py     a finished run's card into its week's letter
+    scheduler.py   the scheduler process (APScheduler as the clock; rows are the truth)
+
+The experiment catalogue comes from the lab (jobs.lab.registry, torch-free).
+"""

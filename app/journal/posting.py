@@ -1,0 +1,83 @@
+"""Finished runs into the weekly letter: the scheduler appends each run's card to the
+Experiments section of the letter of the week it finished in, as a new revision.
+
+The owner may be editing that letter at the same moment. The append is an ordinary save
+with a base revision: if the letter moved on, we re-read it and append to the fresh text,
+so the owner's words are never overwritten (and their stale save gets the merge view).
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+from zoneinfo import ZoneInfo
+
+import sqlalchemy as sa
+
+from app.errors import Conflict
+from app.journal import cards, runs
+from app.models import Entry, Run
+from app.notebook import entries, letters
+from app.notebook.isoweeks import iso_week
+
+log = logging.getLogger(__name__)
+AUTHOR = "scheduler"
+SECTION_RE = re.compile(r"^##\s+Experiments\s*$", re.M | re.I)
+NEXT_SECTION_RE = re.compile(r"^#{1,2}\s+\S", re.M)
+
+
+def with_card(body: str, run_id: int) -> str:
+    """`body` with the run's block at the end of its Experiments section (made if missing)."""
+    card = cards.block(run_id)
+    if run_id in cards.embedded_runs(body):
+        return body  # already there (a retry after a crash between save and mark)
+    section = SECTION_RE.search(body)
+    if section is None:
+        return f"{body.rstrip()}\n\n## Experiments\n\n{card}".lstrip()
+    following = NEXT_SECTION_RE.search(body, section.end())
+    end = following.start() if following else len(body)
+    head, tail = body[:end].rstrip(), body[end:]
+    return f"{head}\n\n{card}\n\n{tail}".rstrip() if tail else f"{head}\n\n{card}"
+
+
+def post_card(db, run_id: int, timezone: str, attempts: int = 5) -> int | None:
+    """Append one finished run's card to its letter; returns the letter's id."""
+    for _ in range(attempts):
+        try:
+            with db.write() as session:
+                run = session.get(Run, run_id)
+                if run is None or run.carded_entry_id or run.status not in runs.TERMINAL:
+                    return None
+                finished = (run.finished_at or run.created_at).replace(tzinfo=dt.UTC)
+                week = iso_week(finished.astimezone(ZoneInfo(timezone)).date())
+                letter, _ = letters.ensure_letter(session, week, AUTHOR)
+                entries.update(session, letter, {"body": with_card(letter.body_md, run.id)},
+                               base_revision=letter.revision, author=AUTHOR,
+                               note=f"run {run.id} finished: {run.status}")
+                run.carded_entry_id = letter.id
+                refresh_embeds(session, run.id, skip=letter.id)
+                return letter.id
+        except Conflict:
+            continue  # the letter changed under us: read the fresh text and try again
+    log.error("could not append run %s to its letter after %s attempts", run_id, attempts)
+    return None
+
+
+def refresh_embeds(session, run_id: int, skip: int | None = None) -> None:
+    """Entries that embed this run by hand, saved while it was unfinished, show its final
+    card from now on."""
+    candidates = session.scalars(sa.select(Entry).where(
+        Entry.body_md.contains("```run"), Entry.body_md.contains(str(run_id)),
+        Entry.id != (skip or 0)))
+    for entry in candidates:
+        if run_id in cards.embedded_runs(entry.body_md):
+            entries.refresh_html(session, entry)
+
+
+def post_cards(db, timezone: str) -> list[int]:
+    with db.read() as session:
+        pending = list(session.scalars(
+            sa.select(Run.id).where(Run.status.in_(runs.TERMINAL),
+                                    Run.carded_entry_id.is_(None)).order_by(Run.id)))
+    return [run_id for run_id in pending if post_card(db, run_id, timezone)]

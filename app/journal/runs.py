@@ -1,0 +1,350 @@
+"""Runs: the one state machine, and every operation that moves a run through it.
+
+    QUEUED → LEASED → RUNNING → SUCCEEDED | FAILED | CANCELLED | LOST
+    QUEUED → CANCELLED | EXPIRED            (cancelled before a runner took it; waited too long)
+    SKIPPED                                 (a schedule fire while that schedule's last run
+                                             was unfinished; recorded, never launched)
+
+Every change goes through `transition`, the only writer of run_event: a run is born by
+a transition to QUEUED, and a cancel request is an event too. A run whose lease expires
+becomes LOST and stays LOST: a duplicate GPU run wastes hours and pollutes comparisons,
+so only the owner's Rerun (a new run, linked) launches it again.
+Functions take an open write session and never commit. A run's files (log, artifacts)
+are app/journal/run_files.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import json
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from app.errors import BadState, Invalid, NotFound, Stale
+from app.models import Metric, Run, RunEvent, Runner, utcnow
+from app.notebook.isoweeks import week_bounds
+from jobs.lab import registry
+
+QUEUED, LEASED, RUNNING = "QUEUED", "LEASED", "RUNNING"
+SUCCEEDED, FAILED, CANCELLED, LOST = "SUCCEEDED", "FAILED", "CANCELLED", "LOST"
+EXPIRED, SKIPPED = "EXPIRED", "SKIPPED"
+ACTIVE = (LEASED, RUNNING)
+UNFINISHED = (QUEUED, LEASED, RUNNING)
+TERMINAL = (SUCCEEDED, FAILED, CANCELLED, LOST, EXPIRED, SKIPPED)
+STATUSES = UNFINISHED + TERMINAL
+
+ALLOWED = {
+    "": {QUEUED},  # a new run
+    # SKIPPED: a schedule fire coalesced; FAILED: a stored schedule's params went stale
+    QUEUED: {LEASED, CANCELLED, EXPIRED, SKIPPED, FAILED},
+    LEASED: {RUNNING, SUCCEEDED, FAILED, CANCELLED, LOST},
+    RUNNING: {SUCCEEDED, FAILED, CANCELLED, LOST},
+}
+
+# Why a run ended as it did: what the lab reports (forwarded by the runner), what the
+# runner itself can tell (it could not start the lab; the lab was killed by a signal), and
+# what only the server knows (leases, queues, schedules).
+REASON_CODES = ("exit_code", "signal", "out_of_memory", "collective_timeout", "correctness",
+                "invalid_params", "unsupported", "timeout", "cancelled", "lease_expired",
+                "queued_too_long", "previous_run_unfinished", "launch_failed", "")  # FIXME(contract)
+
+MAX_METRIC_POINTS = 1000
+
+
+def get(session: Session, run_id: int) -> Run:
+    run = session.get(Run, run_id)
+    if run is None:
+        raise NotFound(f"no run {run_id}")
+    return run
+
+
+def transition(session: Session, run: Run, to: str, *, actor: str, reason: str = "",
+               reason_code: str = "", note: bool = False) -> None:
+    """Move `run` to `to` and record who and why. The only writer of run_event.
+    `note=True` records an event that changes nothing (a cancel request), so the run's
+    history shows it too."""
+    before = run.status or ""
+    now = utcnow()
+    if not note:
+        if to == run.status:
+            return  # idempotent: a retried call changes nothing
+        if to not in ALLOWED.get(before, ()):
+            raise BadState(f"run {run.id} is {run.status}; it cannot become {to}")
+        run.status = to
+        run.reason = reason[:1000]  # the reason of the latest change; the events keep them all
+        run.reason_code = reason_code
+        if to == LEASED:
+            run.leased_at = now
+        elif to == RUNNING:
+            run.started_at = run.started_at or now
+        elif to in TERMINAL:
+            run.finished_at = now
+            run.lease_expires_at = None
+    if run.id is None:
+        session.add(run)
+        session.flush()  # a new run needs its id before its first event
+    session.add(RunEvent(run_id=run.id, at=now, from_status=before, to_status=to,
+                         actor=actor, reason=reason[:1000]))
+
+
+# -- creating -----------------------------------------------------------------------------
+
+
+def requirements(params: dict, asked: dict | None = None) -> dict:
+    """What kind of host a run needs: a CUDA run needs one GPU per rank; the owner may
+    also name a GPU model (matched as a substring of the runner's gpu_model label)."""
+    needs: dict = {}
+    if params.get("device") == "cuda":
+        needs["gpu_count"] = int(params.get("world_size", 1))
+    asked = asked or {}
+    if not isinstance(asked, dict) or set(asked) - {"gpu_model", "gpu_count"}:
+        raise Invalid("requires may name gpu_model and gpu_count", "requires")
+    model = asked.get("gpu_model")
+    if model is not None:
+        if not isinstance(model, str) or not 0 < len(model) <= 60:
+            raise Invalid("requires.gpu_model is a short name such as 'H100'", "requires")
+        needs["gpu_model"] = model
+    count = asked.get("gpu_count")
+    if count is not None:
+        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 64:
+            raise Invalid("requires.gpu_count is a whole number from 0 to 64", "requires")
+        needs["gpu_count"] = max(count, needs.get("gpu_count", 0))
+    return needs
+
+
+def check_params(experiment, params) -> dict:
+    """The experiment's parameters, resolved against the lab's catalogue (defaults filled
+    in), or Invalid naming the parameter. Runs and schedules both ask here."""
+    if not isinstance(experiment, str) or not experiment:
+        raise Invalid("experiment is required", "experiment")
+    if params is None:
+        params = {}
+    if not isinstance(params, dict):
+        raise Invalid("params must be an object", "params")
+    try:
+        return registry.validate(experiment, params)
+    except registry.ParamError as exc:
+        raise Invalid(exc.message, exc.param) from None
+
+
+def create(session: Session, experiment: str, params, *, actor: str, trigger: str = "manual",
+           parent: Run | None = None, schedule_id: int | None = None,
+           scheduled_for: dt.datetime | None = None, requires: dict | None = None) -> Run:
+    """Validate against the lab's catalogue and enqueue. Bad input raises Invalid naming
+    the parameter, and nothing is written."""
+    resolved = check_params(experiment, params)
+    needs = requirements(resolved, requires)
+    why = f"rerun of run {parent.id}" if parent else (
+        f"schedule {schedule_id} fire at {scheduled_for:%Y-%m-%d %H:%M} UTC"
+        if schedule_id else "")
+    return enqueue(session, experiment, resolved, needs, actor=actor, trigger=trigger,
+                   reason=why, parent_id=parent.id if parent else None,
+                   schedule_id=schedule_id, scheduled_for=scheduled_for)
+
+
+def enqueue(session: Session, experiment: str, params: dict, requires: dict, *, actor: str,
+            trigger: str, reason: str = "", **links) -> Run:
+    """A new QUEUED run with these (already checked) parameters."""
+    run = Run(experiment=experiment, params=params, requires=requires, trigger=trigger,
+              created_by=actor, created_at=utcnow(), progress={}, environment={}, **links)
+    transition(session, run, QUEUED, actor=actor, reason=reason)
+    return run
+
+
+def skip(session: Session, run: Run, *, reason: str) -> None:
+    """A schedule fire recorded but not launched (its previous run is unfinished)."""
+    transition(session, run, SKIPPED, actor="scheduler", reason=reason,
+               reason_code="previous_run_unfinished")
+
+
+def rerun(session: Session, run: Run, *, actor: str) -> Run:
+    return create(session, run.experiment, run.params, actor=actor, trigger="rerun", parent=run,
+                  requires=run.requires)
+
+
+def cancel(session: Session, run: Run, *, actor: str) -> Run:
+    """A queued run is cancelled at once; a leased or running one on the runner's next
+    heartbeat (SIGTERM to its process group, a grace period, SIGKILL)."""
+    if run.status == QUEUED:
+        transition(session, run, CANCELLED, actor=actor, reason="cancelled before it started",
+                   reason_code="cancelled")
+    elif run.status in ACTIVE:
+        if run.cancel_requested_at is None:
+            run.cancel_requested_at = utcnow()
+            transition(session, run, run.status, actor=actor, reason="cancel requested",
+                       note=True)
+    else:
+        raise BadState(f"run {run.id} is {run.status}; there is nothing to cancel")
+    return run
+
+
+# -- the runner's side --------------------------------------------------------------------
+
+
+def matches(requires: dict, labels: dict) -> bool:
+    need = int(requires.get("gpu_count", 0) or 0)
+    if need and int(labels.get("gpu_count", 0) or 0) < need:
+        return False
+    model = requires.get("gpu_model")
+    return not model or model.lower() in str(labels.get("gpu_model", "")).lower()
+
+
+def claim(session: Session, runner: Runner, ttl_s: float) -> Run | None:
+    """Lease the oldest queued run this runner can take. The caller's write transaction
+    began with BEGIN IMMEDIATE, so two runners polling at once cannot both take it."""
+    queued = session.scalars(
+        sa.select(Run).where(Run.status == QUEUED).order_by(Run.id).limit(50)
+    )
+    for run in queued:
+        if matches(run.requires or {}, runner.labels or {}):
+            run.runner_id = runner.id
+            run.lease_epoch += 1
+            run.lease_expires_at = utcnow() + dt.timedelta(seconds=ttl_s)
+            transition(session, run, LEASED, actor=f"runner:{runner.name}",
+                       reason=f"leased by {runner.name} (epoch {run.lease_epoch})")
+            return run
+    return None
+
+
+def held(session: Session, run_id: int, runner: Runner, epoch) -> Run:
+    """The run, if this runner still holds its lease at this epoch; else Stale (409)."""
+    if isinstance(epoch, bool) or not isinstance(epoch, int):
+        raise Invalid("epoch (an integer) is required", "epoch")
+    run = get(session, run_id)
+    if run.runner_id != runner.id or run.lease_epoch != epoch or run.status not in ACTIVE:
+        raise Stale(f"run {run_id} is not leased to {runner.name} at epoch {epoch} "
+                    f"(it is {run.status}, epoch {run.lease_epoch}): stop the job")
+    return run
+
+
+def heartbeat(session: Session, run: Run, runner: Runner, ttl_s: float, *, step=None,
+              total=None, progress: dict | None = None) -> dict:
+    now = utcnow()
+    run.lease_expires_at = now + dt.timedelta(seconds=ttl_s)
+    runner.last_seen_at = now
+    if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
+        run.progress_step = step
+    if isinstance(total, int) and not isinstance(total, bool) and total >= 0:
+        run.progress_total = total
+    if isinstance(progress, dict):
+        run.progress = {str(k)[:40]: (v if isinstance(v, (int, float, str)) else str(v))
+                        for k, v in list(progress.items())[:20]}
+    return {"lease_expires_at": run.lease_expires_at.isoformat() + "Z",
+            "cancel": run.cancel_requested_at is not None}
+
+
+def add_metrics(session: Session, run: Run, points) -> int:
+    if not isinstance(points, list) or len(points) > MAX_METRIC_POINTS:
+        raise Invalid(f"points must be a list of at most {MAX_METRIC_POINTS}", "points")
+    rows = []
+    for point in points:
+        if not (isinstance(point, dict) and isinstance(point.get("key"), str)
+                and isinstance(point.get("step"), int)
+                and isinstance(point.get("value"), (int, float))
+                and not isinstance(point.get("value"), bool)):
+            raise Invalid("each point is {key: str, step: int, value: number}", "points")
+        rows.append({"run_id": run.id, "key": point["key"][:100], "step": point["step"],
+                     "value": float(point["value"])})
+    if rows:
+        session.execute(sa.insert(Metric), rows)
+    return len(rows)
+
+
+def store_result(session: Session, run: Run, result) -> None:
+    if not isinstance(result, dict):
+        raise Invalid("result must be a JSON object", "result")
+    if len(json.dumps(result)) > 4 * 1024 * 1024:
+        raise Invalid("result is larger than 4 MB", "result")
+    run.result = result
+    merge_environment(run, result.get("environment"))
+
+
+def merge_environment(run: Run, env) -> None:
+    """What the runner and the lab learnt about where the run ran (torch, CUDA, GPU,
+    host), added to what was known: later reports refine earlier ones."""
+    if isinstance(env, dict) and env:
+        run.environment = {**(run.environment or {}),
+                           **{str(k)[:40]: v if isinstance(v, (int, float, bool)) or v is None
+                              else str(v)[:200] for k, v in list(env.items())[:40]}}
+
+
+def finish(session: Session, run: Run, runner: Runner, to: str, *, reason: str,
+           reason_code: str, exit_code) -> None:
+    if to not in (RUNNING, SUCCEEDED, FAILED, CANCELLED):
+        raise Invalid("to must be RUNNING, SUCCEEDED, FAILED or CANCELLED", "to")
+    if reason_code not in REASON_CODES:
+        raise Invalid(f"reason_code must be one of {', '.join(c for c in REASON_CODES if c)}",
+                      "reason_code")
+    if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)):
+        raise Invalid("exit_code must be an integer", "exit_code")
+    if to == SUCCEEDED and run.result is None:
+        raise BadState("send the result before reporting SUCCEEDED")
+    if exit_code is not None:
+        run.exit_code = exit_code
+    transition(session, run, to, actor=f"runner:{runner.name}", reason=reason,
+               reason_code=reason_code)
+
+
+# -- the scheduler's side -----------------------------------------------------------------
+
+
+def reap(session: Session, now: dt.datetime | None = None) -> list[int]:
+    """Leases that ran out become LOST (with the reason); never re-queued."""
+    now = now or utcnow()
+    lost = list(session.scalars(
+        sa.select(Run).where(Run.status.in_(ACTIVE), Run.lease_expires_at < now)))
+    for run in lost:
+        late = (now - run.lease_expires_at).total_seconds() if run.lease_expires_at else 0
+        runner = run.runner.name if run.runner else "its runner"
+        transition(session, run, LOST, actor="reaper", reason_code="lease_expired",
+                   reason=f"no heartbeat from {runner}: lease expired {late:.0f}s ago")
+    return [run.id for run in lost]
+
+
+def expire_queued(session: Session, max_age_s: float, now: dt.datetime | None = None) -> list[int]:
+    now = now or utcnow()
+    old = list(session.scalars(sa.select(Run).where(
+        Run.status == QUEUED, Run.created_at < now - dt.timedelta(seconds=max_age_s))))
+    for run in old:
+        transition(session, run, EXPIRED, actor="reaper", reason_code="queued_too_long",
+                   reason=f"no runner took it within {max_age_s / 3600:.1f} h")
+    return [run.id for run in old]
+
+
+def differing_params(group: list[Run]) -> set[str]:
+    keys = set().union(*(r.params.keys() for r in group))
+    return {k for k in keys if len({repr(r.params.get(k)) for r in group}) > 1}
+
+
+def query(filters) -> sa.Select:
+    """Runs newest first, filtered by status (comma-separated), experiment, ISO week of
+    creation (UTC) and schedule id — the run list of the pages and the API."""
+    stmt = sa.select(Run).order_by(Run.id.desc())
+    status = filters.get("status")
+    if status:
+        wanted = [s.strip().upper() for s in status.split(",")]
+        if any(s not in STATUSES for s in wanted):
+            raise Invalid(f"status is one of {', '.join(STATUSES)}", "status")
+        stmt = stmt.where(Run.status.in_(wanted))
+    if filters.get("experiment"):
+        stmt = stmt.where(Run.experiment == filters["experiment"])
+    week = filters.get("week")
+    if week:
+        try:
+            monday, sunday = week_bounds(week)
+        except ValueError as exc:
+            raise Invalid(str(exc), "week") from None
+        stmt = stmt.where(Run.created_at >= dt.datetime.combine(monday, dt.time()),
+                          Run.created_at <= dt.datetime.combine(sunday, dt.time.max))
+    schedule_id = filters.get("schedule")
+    if schedule_id:
+        if not schedule_id.isdigit() or int(schedule_id) > 2**63 - 1:
+            raise Invalid("schedule is a schedule id", "schedule")
+        stmt = stmt.where(Run.schedule_id == int(schedule_id))
+    return stmt
+
+
+def events(session: Session, run: Run) -> list[RunEvent]:
+    return list(session.scalars(
+        sa.select(RunEvent).where(RunEvent.run_id == run.id).order_by(RunEvent.id)))

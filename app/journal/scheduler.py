@@ -1,0 +1,152 @@
+"""The scheduler process: the only place a scheduler runs (never inside gunicorn).
+
+    commonplace scheduler
+
+APScheduler 3 (BlockingScheduler, memory job store) is the clock; our tables are the
+truth. Its jobs only write rows:
+
+  sync      every few seconds: one cron job per enabled schedule row, re-made when the
+            row changes (the web edits rows, never this process's memory)
+  fire      a schedule's cron time came: schedules.fire_due inserts the QUEUED run (or a
+            SKIPPED one) under the unique (schedule, fire time) key
+  reap      leases that ran out → LOST; runs queued too long → EXPIRED
+  cards     finished runs → a card in the Experiments section of their week's letter
+  letter    Monday 00:00 (our time zone): this week's letter
+  backup    nightly: an online SQLite backup, older ones pruned
+
+On start it catches up: a fire missed while it was down, within the schedule's grace,
+runs once (coalesced); and leases get one TTL of amnesty, since no runner could renew
+them while the server was down.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import signal
+import time
+from pathlib import Path
+
+import sqlalchemy as sa
+from apscheduler.schedulers.blocking import BlockingScheduler
+from apscheduler.triggers.cron import CronTrigger
+
+from app import db as dbmod
+from app.journal import posting, runs, schedules
+from app.models import Run, Schedule, utcnow
+from app.notebook import letters
+
+log = logging.getLogger("commonplace.scheduler")
+SYNC_S = 3
+CARDS_S = 2
+
+
+class Scheduler:
+    def __init__(self, app):
+        self.config = app.config
+        self.db = app.extensions["db"]
+        self.tz = app.config["TIMEZONE"]
+        self.clock = BlockingScheduler(timezone=self.tz, job_defaults={
+            # A weekly job missed by seconds during a restart must still run: the grace is
+            # hours (APScheduler's default of 1 s would drop it), and fires coalesce.
+            "misfire_grace_time": 6 * 3600, "coalesce": True, "max_instances": 1})
+        self.known: dict[int, str] = {}  # schedule id → the version its cron job was made from
+
+    # -- jobs -----------------------------------------------------------------------------
+
+    def sync(self) -> None:
+        with self.db.read() as session:
+            rows = list(session.scalars(sa.select(Schedule).where(Schedule.enabled)))
+        wanted = {row.id: f"{row.cron}|{row.timezone}|{row.updated_at.isoformat()}"
+                  for row in rows}
+        for schedule_id in set(self.known) - set(wanted):
+            self.clock.remove_job(f"schedule-{schedule_id}")
+            del self.known[schedule_id]
+        for row in rows:
+            if self.known.get(row.id) == wanted[row.id]:
+                continue
+            try:
+                trig = CronTrigger.from_crontab(row.cron, timezone=row.timezone)
+            except ValueError as exc:
+                log.error("schedule %s has a bad cron %r: %s", row.id, row.cron, exc)
+                continue
+            self.clock.add_job(self.fire, trig, args=[row.id], id=f"schedule-{row.id}",
+                               replace_existing=True,
+                               misfire_grace_time=max(1, row.misfire_grace_s))
+            self.known[row.id] = wanted[row.id]
+            log.info("schedule %s: %s (%s)", row.id, row.cron, row.timezone)
+
+    def fire(self, schedule_id: int | None = None) -> None:
+        with self.db.write() as session:
+            query = sa.select(Schedule).where(Schedule.enabled)
+            if schedule_id is not None:
+                query = query.where(Schedule.id == schedule_id)
+            for schedule in session.scalars(query):
+                run = schedules.fire_due(session, schedule)
+                if run is not None:
+                    log.info("schedule %s fired: run %s %s", schedule.id, run.id, run.status)
+
+    def reap(self) -> None:
+        with self.db.write() as session:
+            lost = runs.reap(session)
+            expired = runs.expire_queued(session, self.config["MAX_QUEUE_AGE_S"])
+        for run_id in lost:
+            log.warning("run %s is LOST: its lease expired", run_id)
+        for run_id in expired:
+            log.warning("run %s EXPIRED in the queue", run_id)
+
+    def cards(self) -> None:
+        for run_id in posting.post_cards(self.db, self.tz):
+            log.info("run %s: card added to its letter", run_id)
+
+    def letter(self) -> None:
+        week, created = letters.ensure_this_week(self.db, self.tz, posting.AUTHOR)
+        if created:
+            log.info("created the letter for %s", week)
+
+    def backup(self) -> None:
+        if not self.db.url.startswith("sqlite"):
+            return
+        folder = Path(self.config["DATA_DIR"]) / "backups"
+        path = dbmod.backup(self.db, folder, reason="nightly")
+        cutoff = time.time() - self.config["BACKUP_KEEP_DAYS"] * 86400
+        for old in folder.glob("commonplace-*-nightly.db"):
+            if old.stat().st_mtime < cutoff:
+                old.unlink()
+        log.info("backed up to %s", path)
+
+    def amnesty(self) -> None:
+        """Nobody could renew a lease while we were down: give each one TTL from now."""
+        until = utcnow() + dt.timedelta(seconds=self.config["LEASE_TTL_S"])
+        with self.db.write() as session:
+            session.execute(sa.update(Run).where(Run.status.in_(runs.ACTIVE))
+                            .values(lease_expires_at=until))
+
+    # -- running --------------------------------------------------------------------------
+
+    def start(self) -> None:
+        self.amnesty()
+        self.letter()
+        self.fire()  # catch up on fires missed while we were down (coalesced, within grace)
+        self.sync()
+        self.clock.add_job(self.sync, "interval", seconds=SYNC_S, id="sync")
+        self.clock.add_job(self.reap, "interval", seconds=self.config["REAPER_INTERVAL_S"],
+                           id="reap")
+        self.clock.add_job(self.cards, "interval", seconds=CARDS_S, id="cards")
+        self.clock.add_job(self.letter, "cron", day_of_week="mon", hour=0, minute=0,
+                           id="letter")
+        self.clock.add_job(self.backup, "cron", hour=3, minute=30, id="backup")
+        log.info("scheduler started (%s schedules, time zone %s)", len(self.known), self.tz)
+        self.clock.start()
+
+
+def main(app) -> None:
+    logging.basicConfig(level=logging.INFO, format="%(asctime)s scheduler %(message)s")
+    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    scheduler = Scheduler(app)
+    signal.signal(signal.SIGTERM, lambda _sig, _frame: scheduler.clock.shutdown(wait=False))
+    try:
+        scheduler.start()
+    except KeyboardInterrupt:
+        pass
+    log.info("scheduler stopped")

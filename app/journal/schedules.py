@@ -1,0 +1,164 @@
+"""Schedules: rows that say "run this experiment with these parameters on this cron".
+
+The table is the source of truth; the scheduler process (scheduler.py) only wakes
+up at the right times and calls `fire_due`, which is idempotent: a fire is one run row,
+guarded by the unique (schedule_id, scheduled_for) key, so a restarted or duplicated
+scheduler can neither lose nor double a fire.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+import sqlalchemy as sa
+from apscheduler.triggers.cron import CronTrigger
+from sqlalchemy.orm import Session
+
+from app.errors import Invalid, NotFound, refuse_unknown
+from app.journal import runs
+from app.models import Run, Schedule, utcnow
+
+MAX_GRACE_S = 7 * 24 * 3600
+FIELDS = ("name", "experiment", "params", "cron", "timezone", "enabled", "misfire_grace_s")
+
+
+def trigger(cron: str, timezone: str) -> CronTrigger:
+    """A CronTrigger from a five-field crontab line, or Invalid naming what is wrong."""
+    if not isinstance(cron, str) or not cron.strip():
+        raise Invalid("cron is required, e.g. '0 2 * * sun' (Sundays at 02:00)", "cron")
+    if len(cron.split()) != 5:
+        raise Invalid("cron has five fields: minute hour day-of-month month day-of-week",
+                      "cron")
+    try:
+        zone = ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise Invalid(f"unknown time zone {timezone!r}", "timezone") from None
+    try:
+        return CronTrigger.from_crontab(cron, timezone=zone)
+    except (ValueError, TypeError) as exc:
+        raise Invalid(f"cron: {exc}", "cron") from None
+
+
+def next_fires(cron: str, timezone: str, count: int = 5,
+               after: dt.datetime | None = None) -> list[dt.datetime]:
+    trig = trigger(cron, timezone)
+    now = after or dt.datetime.now(dt.UTC)
+    fires, previous = [], None
+    for _ in range(count):
+        nxt = trig.get_next_fire_time(previous, now if previous is None else previous)
+        if nxt is None:
+            break
+        if previous is not None and nxt <= previous:
+            nxt = trig.get_next_fire_time(previous, previous + dt.timedelta(seconds=1))
+        fires.append(nxt)
+        previous = nxt
+    return fires
+
+
+def latest_fire(cron: str, timezone: str, now: dt.datetime,
+                since: dt.datetime) -> dt.datetime | None:
+    """The last fire time in (since, now], or None. Times are aware; callers bound the
+    window by the misfire grace (at most a week: ~10k steps for a minutely cron)."""
+    trig = trigger(cron, timezone)
+    latest, cursor = None, since
+    while True:
+        nxt = trig.get_next_fire_time(None, cursor + dt.timedelta(seconds=1))
+        if nxt is None or nxt > now:
+            break
+        latest, cursor = nxt, nxt
+    return latest
+
+
+def _clean(data: dict, current: Schedule | None = None) -> dict:
+    refuse_unknown(data, FIELDS)
+    merged = {
+        "name": current.name if current else "", "experiment": current.experiment if current
+        else None, "params": current.params if current else {},
+        "cron": current.cron if current else None,
+        "timezone": current.timezone if current else "UTC",
+        "enabled": current.enabled if current else True,
+        "misfire_grace_s": current.misfire_grace_s if current else 6 * 3600,
+        **data,
+    }
+    name = merged["name"]
+    if not isinstance(name, str) or len(name) > 100:
+        raise Invalid("name is text of at most 100 characters", "name")
+    if not isinstance(merged["enabled"], bool):
+        raise Invalid("enabled is true or false", "enabled")
+    grace = merged["misfire_grace_s"]
+    if isinstance(grace, bool) or not isinstance(grace, int) or not 0 <= grace <= MAX_GRACE_S:
+        raise Invalid(f"misfire_grace_s is whole seconds from 0 to {MAX_GRACE_S}",
+                      "misfire_grace_s")
+    if not next_fires(merged["cron"], merged["timezone"], 1):
+        raise Invalid(f"cron {merged['cron']!r} never fires", "cron")
+    experiment = merged["experiment"]
+    merged["params"] = runs.check_params(experiment, merged["params"])
+    merged["cron"] = " ".join(merged["cron"].split())
+    merged["name"] = name.strip() or f"{experiment} ({merged['cron']})"
+    return merged
+
+
+def create(session: Session, data: dict) -> Schedule:
+    if not isinstance(data, dict):
+        raise Invalid("send a JSON object")
+    schedule = Schedule(**_clean(data), created_at=utcnow(), updated_at=utcnow())
+    session.add(schedule)
+    session.flush()
+    return schedule
+
+
+def update(session: Session, schedule: Schedule, data: dict) -> Schedule:
+    for key, value in _clean(data, schedule).items():
+        setattr(schedule, key, value)
+    schedule.updated_at = utcnow()
+    return schedule
+
+
+def get(session: Session, schedule_id: int) -> Schedule:
+    schedule = session.get(Schedule, schedule_id)
+    if schedule is None:
+        raise NotFound(f"no schedule {schedule_id}")
+    return schedule
+
+
+def fire_due(session: Session, schedule: Schedule, now: dt.datetime | None = None) -> Run | None:
+    """Fire the schedule's latest due time, if it has not fired yet and is within the
+    misfire grace. Missed fires coalesce into this one; older ones are dropped."""
+    now = now or dt.datetime.now(dt.UTC)
+    if not schedule.enabled:
+        return None
+    since = (schedule.last_fired_at or schedule.created_at).replace(tzinfo=dt.UTC)
+    # Fires older than the grace window are dropped: too late to be this week's numbers.
+    window = max(since, now - dt.timedelta(seconds=schedule.misfire_grace_s))
+    due = latest_fire(schedule.cron, schedule.timezone, now, window)
+    if due is None:
+        if window > since:
+            schedule.last_fired_at = window.replace(tzinfo=None)
+        return None
+    due_utc = due.astimezone(dt.UTC).replace(tzinfo=None)
+    schedule.last_fired_at = due_utc
+    if session.scalar(sa.select(Run.id).where(Run.schedule_id == schedule.id,
+                                              Run.scheduled_for == due_utc)):
+        return None  # another scheduler got here first
+    unfinished = session.scalar(sa.select(Run.id).where(
+        Run.schedule_id == schedule.id, Run.status.in_(runs.UNFINISHED)).limit(1))
+    try:
+        with session.begin_nested():
+            run = runs.create(session, schedule.experiment, schedule.params,
+                              actor="scheduler", trigger="schedule", schedule_id=schedule.id,
+                              scheduled_for=due_utc)
+            if unfinished:
+                runs.skip(session, run, reason=f"run {unfinished} of this schedule is still "
+                                               "unfinished")
+    except sa.exc.IntegrityError:
+        return None  # the unique (schedule, fire time) key: someone else enqueued it
+    except Invalid as exc:
+        # The catalogue changed under a stored schedule: keep a visible record of the fire.
+        run = runs.enqueue(session, schedule.experiment, schedule.params, {},
+                           actor="scheduler", trigger="schedule", schedule_id=schedule.id,
+                           scheduled_for=due_utc)
+        runs.transition(session, run, runs.FAILED, actor="scheduler",
+                        reason=f"parameters no longer valid: {exc.message}",
+                        reason_code="invalid_params")
+    return run

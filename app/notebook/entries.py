@@ -1,0 +1,350 @@
+"""Entries: the rules of saving. Every change goes through here, so every save is a
+revision, re-renders and re-indexes the entry in the same transaction, and is mirrored to
+a plain markdown file once the transaction commits.
+
+Functions take an open write session and never commit: the caller owns the transaction.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import re
+import unicodedata
+from dataclasses import dataclass
+from urllib.parse import quote
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from app.errors import Conflict, Invalid, NotFound, refuse_unknown
+from app.models import Entry, EntryTag, Link, Revision, utcnow
+from app.notebook import embeds, mirror, search
+from app.notebook.isoweeks import WEEK_RE, iso_week
+from app.notebook.render import Rendered, render
+
+MAX_TITLE = 200
+MAX_BODY = 1_000_000
+MAX_TAGS = 30
+TAG_RE = re.compile(r"^[a-z][a-z0-9_/-]{0,49}$")
+DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+STATUSES = ("draft", "published")
+# What a save may change; the API, the edit form and the merge view all take these names.
+FIELDS = ("date", "title", "body", "tags", "status")
+
+
+# -- validation ---------------------------------------------------------------------------
+
+
+def stale(entry: Entry, base_revision: int) -> Conflict:
+    """The refusal of a save based on an older revision, with the entry as it is now."""
+    return Conflict(
+        f"entry {entry.id} is at revision {entry.revision}; "
+        f"this edit was based on revision {base_revision}",
+        current={"id": entry.id, "revision": entry.revision, "title": entry.title,
+                 "body": entry.body_md, "tags": entry.tag_list, "status": entry.status,
+                 "date": entry.date.isoformat(), "kind": entry.kind},
+    )
+
+
+def parse_date(value) -> dt.date:
+    if isinstance(value, dt.date):
+        return value
+    if not isinstance(value, str) or not DATE_RE.match(value):
+        raise Invalid("date must be YYYY-MM-DD", "date")
+    try:
+        day = dt.date.fromisoformat(value)
+    except ValueError:
+        raise Invalid(f"{value} is not a calendar date", "date") from None
+    if not 1900 <= day.year <= 2999:
+        raise Invalid("date must be between 1900 and 2999", "date")
+    return day
+
+
+def parse_tags(value) -> list[str]:
+    """Tags as a list or a space/comma separated string; '#' prefixes are dropped."""
+    if value is None:
+        return []
+    if isinstance(value, str):
+        value = re.split(r"[\s,]+", value)
+    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
+        raise Invalid("tags must be a list of strings", "tags")
+    tags: list[str] = []
+    for raw in value:
+        tag = raw.strip().lstrip("#").lower()
+        if not tag:
+            continue
+        if not TAG_RE.match(tag):
+            raise Invalid(
+                f"tag {raw!r}: letters, digits, '-', '_' and '/', starting with a letter", "tags"
+            )
+        if tag not in tags:
+            tags.append(tag)
+    if len(tags) > MAX_TAGS:
+        raise Invalid(f"at most {MAX_TAGS} tags", "tags")
+    return tags
+
+
+def check_title(value) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise Invalid("title is required", "title")
+    title = " ".join(value.split())
+    if len(title) > MAX_TITLE:
+        raise Invalid(f"title is longer than {MAX_TITLE} characters", "title")
+    return title
+
+
+def check_body(value) -> str:
+    if not isinstance(value, str):
+        raise Invalid("body must be a string", "body")
+    if len(value) > MAX_BODY:
+        raise Invalid(f"body is longer than {MAX_BODY} characters", "body")
+    # Trailing blank lines are an editor's accident, not content; dropping them keeps the
+    # mirror file and an import of it byte-for-byte the same entry.
+    return value.replace("\r\n", "\n").rstrip()
+
+
+def check_status(value) -> str:
+    if value not in STATUSES:
+        raise Invalid("status must be 'draft' or 'published'", "status")
+    return value
+
+
+def slugify(title: str) -> str:
+    text = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode()
+    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:80].strip("-")
+    return slug or "entry"
+
+
+# -- urls (plain paths, so they work outside a request: CLI, scheduler, mirror) -----------
+
+
+def entry_url(entry: Entry) -> str:
+    if entry.kind == "week":
+        return f"/weeks/{entry.iso_week}"
+    return f"/entries/{entry.id}/{entry.slug}"
+
+
+def tag_url(tag: str) -> str:
+    return f"/tags/{quote(tag)}"
+
+
+# -- lookups ------------------------------------------------------------------------------
+
+
+def get(session: Session, entry_id: int) -> Entry:
+    entry = session.get(Entry, entry_id)
+    if entry is None:
+        raise NotFound(f"no entry {entry_id}")
+    return entry
+
+
+def link_key(target: str) -> str:
+    return " ".join(target.split()).lower()
+
+
+def keys_of(entry: Entry) -> set[str]:
+    """The link keys an entry answers to: its title, its week if a letter, its date."""
+    keys = {link_key(entry.title), entry.date.isoformat()}
+    if entry.kind == "week":
+        keys.add(entry.iso_week.lower())
+    return keys
+
+
+def resolve(session: Session, target: str) -> Entry | None:
+    key = link_key(target)
+    if WEEK_RE.match(target.strip().upper()):
+        return session.scalar(
+            sa.select(Entry).where(Entry.kind == "week", Entry.iso_week == target.strip().upper())
+        )
+    if DATE_RE.match(key):
+        return session.scalar(
+            sa.select(Entry).where(Entry.date == key).order_by(Entry.kind.desc(), Entry.id)
+        )
+    return session.scalar(
+        sa.select(Entry).where(sa.func.lower(Entry.title) == key).order_by(Entry.date.desc())
+    )
+
+
+def _resolver(session: Session):
+    def resolve_link(target: str) -> tuple[str, bool]:
+        found = resolve(session, target)
+        if found is not None:
+            return entry_url(found), True
+        if WEEK_RE.match(target.strip().upper()):
+            return f"/weeks/{target.strip().upper()}", False
+        field = "date" if DATE_RE.match(target.strip()) else "title"
+        return f"/entries/new?{field}={quote(target.strip())}", False
+
+    return resolve_link
+
+
+# -- saving -------------------------------------------------------------------------------
+
+
+@dataclass
+class Fields:
+    date: dt.date
+    title: str
+    body: str
+    tags: list[str]
+    status: str
+
+
+def _unique_slug(session: Session, entry: Entry, base: str) -> str:
+    """Slugs are unique per date, so the mirror's <date>-<slug>.md names one entry."""
+    slug, n = base, 1
+    while session.scalar(
+        sa.select(Entry.id).where(
+            Entry.date == entry.date, Entry.slug == slug, Entry.kind == "entry",
+            Entry.id != (entry.id or 0),
+        )
+    ):
+        n += 1
+        slug = f"{base}-{n}"
+    return slug
+
+
+def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: str) -> Entry:
+    old_keys = keys_of(entry) if entry.id else set()
+    old_path = mirror.relpath(entry) if entry.id else None
+    entry.date = fields.date
+    entry.iso_week = iso_week(fields.date)
+    entry.title = fields.title
+    entry.body_md = fields.body
+    entry.tags = " ".join(fields.tags)
+    entry.status = fields.status
+    entry.revision += 1
+    entry.updated_at = utcnow()
+    if entry.kind == "entry":
+        entry.slug = _unique_slug(session, entry, slugify(fields.title))
+    else:
+        entry.slug = entry.iso_week.lower()
+    session.add(entry)
+    session.flush()  # an id for the links, tags and index rows below
+    rendered = _render(session, entry)
+    session.add(
+        Revision(
+            entry_id=entry.id, number=entry.revision, date=entry.date, title=entry.title,
+            body_md=entry.body_md, tags=entry.tags, status=entry.status, author=author,
+            note=note,
+        )
+    )
+    _store_links_and_tags(session, entry, rendered)
+    search.index_entry(session, entry, rendered.text)
+    mirror.queue_write(session, entry, old_path)
+    # Links written before this entry existed (or under its old title) render afresh.
+    _rerender_linkers(session, (keys_of(entry) ^ old_keys), skip=entry.id)
+    return entry
+
+
+def render_body(session: Session, body: str) -> Rendered:
+    """Markdown → sanitized HTML with links resolved against the notebook (also the
+    editor's preview, so a preview shows exactly what a save would store)."""
+    bound = {name: functools.partial(embed, session) for name, embed in embeds.EMBEDS.items()}
+    return render(body, resolve_link=_resolver(session), tag_url=tag_url, embeds=bound)
+
+
+def _render(session: Session, entry: Entry) -> Rendered:
+    rendered = render_body(session, entry.body_md)
+    entry.body_html = rendered.html
+    entry.toc_html = rendered.toc_html
+    return rendered
+
+
+def refresh_html(session: Session, entry: Entry) -> None:
+    """Render the stored text again (an embed's data changed); the text and its history
+    stay as they are, so this is not a revision."""
+    _render(session, entry)
+
+
+def _store_links_and_tags(session: Session, entry: Entry, rendered: Rendered) -> None:
+    session.execute(sa.delete(Link).where(Link.source_id == entry.id))
+    session.execute(sa.delete(EntryTag).where(EntryTag.entry_id == entry.id))
+    for link in rendered.links:
+        session.add(
+            Link(source_id=entry.id, target_key=link_key(link.target)[:200],
+                 text=link.text[:200], context=link.context[:400])
+        )
+    tags = list(dict.fromkeys(entry.tag_list + [t for t in rendered.tags if TAG_RE.match(t)]))
+    for tag in tags:
+        session.add(EntryTag(entry_id=entry.id, tag=tag))
+
+
+def _rerender_linkers(session: Session, keys: set[str], skip: int | None) -> None:
+    if not keys:
+        return
+    sources = session.scalars(
+        sa.select(Entry).where(
+            Entry.id.in_(sa.select(Link.source_id).where(Link.target_key.in_(keys))),
+            Entry.id != (skip or 0),
+        )
+    )
+    for source in sources:
+        _render(session, source)
+
+
+def create(
+    session: Session, *, author: str, date, title, body="", tags=None, status="published",
+    kind: str = "entry", note: str = "",
+) -> Entry:
+    fields = Fields(parse_date(date), check_title(title), check_body(body), parse_tags(tags),
+                    check_status(status))
+    entry = Entry(kind=kind, revision=0, created_at=utcnow())
+    if kind == "week":
+        entry.iso_week = iso_week(fields.date)
+    return _apply(session, entry, fields, author, note)
+
+
+def update(session: Session, entry: Entry, changes: dict, *, base_revision, author: str,
+           note: str = "") -> Entry:
+    """Apply `changes` (any of date, title, body, tags, status) on top of `base_revision`.
+    A stale base raises Conflict: the caller shows both texts, nothing is overwritten."""
+    if isinstance(base_revision, bool) or not isinstance(base_revision, int):
+        raise Invalid("base_revision (an integer) is required", "base_revision")
+    refuse_unknown(changes, FIELDS)
+    if base_revision != entry.revision:
+        raise stale(entry, base_revision)
+    fields = Fields(
+        parse_date(changes.get("date", entry.date)),
+        check_title(changes.get("title", entry.title)),
+        check_body(changes.get("body", entry.body_md)),
+        parse_tags(changes["tags"]) if "tags" in changes else entry.tag_list,
+        check_status(changes.get("status", entry.status)),
+    )
+    if entry.kind == "week" and iso_week(fields.date) != entry.iso_week:
+        raise Invalid("a letter's date must stay within its week", "date")
+    unchanged = (
+        fields.date == entry.date and fields.title == entry.title
+        and fields.body == entry.body_md and fields.tags == entry.tag_list
+        and fields.status == entry.status
+    )
+    if unchanged:
+        return entry  # saving the same text twice makes no empty revision
+    return _apply(session, entry, fields, author, note)
+
+
+def restore(session: Session, entry: Entry, number: int, *, base_revision, author: str) -> Entry:
+    """Bring back an old revision's text as a new revision; nothing in history is lost."""
+    old = session.scalar(
+        sa.select(Revision).where(Revision.entry_id == entry.id, Revision.number == number)
+    )
+    if old is None:
+        raise NotFound(f"entry {entry.id} has no revision {number}")
+    changes = {"title": old.title, "body": old.body_md, "tags": old.tags.split(),
+               "status": old.status}
+    if entry.kind == "entry":
+        changes["date"] = old.date
+    return update(session, entry, changes, base_revision=base_revision, author=author,
+                  note=f"restored revision {number}")
+
+
+def delete(session: Session, entry: Entry, *, base_revision=None) -> None:
+    if base_revision is not None and base_revision != entry.revision:
+        raise stale(entry, base_revision)
+    keys = keys_of(entry)
+    search.remove_entry(session, entry.id)
+    mirror.queue_delete(session, entry)
+    session.delete(entry)
+    session.flush()
+    _rerender_linkers(session, keys, skip=None)

@@ -1,0 +1,165 @@
+"""The plain-markdown mirror: every saved entry is also a file the owner can walk away with.
+
+    <data>/notes/2024/2024-03-31-parallelism-notes.md     an entry
+    <data>/notes/2024/2024-W13.md                          the letter of ISO week 2024-W13
+
+Files are written atomically (jobs.lab.durable: temp file, fsync, rename) once the saving
+transaction has committed, so a rolled-back save never leaves a file behind. This module
+owns the file format (`to_text` writes it, `parse_file` reads it); moving whole folders in
+and out is app/notebook/transfer.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import logging
+import re
+from dataclasses import dataclass, field
+from pathlib import Path
+
+import yaml
+from sqlalchemy import event
+from sqlalchemy.orm import Session
+
+from app.models import Entry
+from jobs.lab.durable import write_atomic
+
+log = logging.getLogger(__name__)
+ENTRY_FILE_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})(?:[-_ ]+(.*))?$")
+LETTER_FILE_RE = re.compile(r"^(\d{4})-W(\d{2})$")
+
+
+def relpath(entry: Entry) -> Path:
+    if entry.kind == "week":
+        return Path(entry.iso_week[:4]) / f"{entry.iso_week}.md"
+    return Path(f"{entry.date.year:04d}") / f"{entry.date.isoformat()}-{entry.slug}.md"
+
+
+def to_text(entry: Entry) -> str:
+    meta: dict = {"title": entry.title, "date": entry.date}
+    if entry.kind == "week":
+        meta["kind"] = "week"
+        meta["week"] = entry.iso_week
+    meta["tags"] = entry.tag_list
+    meta["status"] = entry.status
+    front = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, default_flow_style=None)
+    body = entry.body_md
+    return f"---\n{front}---\n{body}\n" if body else f"---\n{front}---\n"
+
+
+# -- queued on the session, done after commit ---------------------------------------------
+
+
+@dataclass
+class _Pending:
+    writes: dict[int, tuple[Path, str]] = field(default_factory=dict)
+    removes: set[Path] = field(default_factory=set)
+
+
+def _pending(session: Session) -> _Pending | None:
+    if not session.info.get("notes_dir"):
+        return None  # a session without a data directory (e.g. a migration) mirrors nothing
+    return session.info.setdefault("mirror", _Pending())
+
+
+def queue_write(session: Session, entry: Entry, old: Path | None = None) -> None:
+    pending = _pending(session)
+    if pending is None:
+        return
+    new = relpath(entry)
+    if old is not None and old != new:
+        pending.removes.add(old)
+    pending.removes.discard(new)
+    pending.writes[entry.id] = (new, to_text(entry))
+
+
+def queue_delete(session: Session, entry: Entry) -> None:
+    pending = _pending(session)
+    if pending is None:
+        return
+    pending.writes.pop(entry.id, None)
+    pending.removes.add(relpath(entry))
+
+
+@event.listens_for(Session, "after_commit")
+def _flush_mirror(session: Session) -> None:
+    pending: _Pending | None = session.info.pop("mirror", None)
+    if not pending:
+        return
+    root = Path(session.info["notes_dir"])
+    written = {path for path, _ in pending.writes.values()}
+    for path in pending.removes - written:
+        (root / path).unlink(missing_ok=True)
+    for path, text in pending.writes.values():
+        try:
+            write_atomic(root / path, text)
+        except OSError:
+            # The database has the save; the file catches up on the next save or export.
+            log.exception("could not write the markdown mirror file %s", root / path)
+
+
+@event.listens_for(Session, "after_rollback")
+def _drop_mirror(session: Session) -> None:
+    session.info.pop("mirror", None)
+
+
+# -- reading a file back -----------------------------------------------------------------
+
+
+@dataclass
+class Parsed:
+    path: Path
+    kind: str
+    date: dt.date
+    slug: str | None  # from the file name, as written
+    title: str
+    body: str
+    tags: list[str]
+    status: str
+
+
+def parse_file(path: Path) -> Parsed:
+    """Read one markdown file: front matter if it has some, else the date from its name."""
+    text = path.read_text(encoding="utf-8").replace("\r\n", "\n")
+    meta: dict = {}
+    body = text
+    if text.startswith("---\n"):
+        end = text.find("\n---\n", 4)
+        if end == -1 and text.endswith("\n---"):
+            end = len(text) - 4
+        if end != -1:
+            meta = yaml.safe_load(text[4:end]) or {}
+            if not isinstance(meta, dict):
+                raise ValueError("front matter is not a mapping")
+            body = text[end + 5:]
+    stem = path.stem
+    letter = LETTER_FILE_RE.match(stem)
+    named = ENTRY_FILE_RE.match(stem)
+    kind = meta.get("kind") or ("week" if letter else "entry")
+    if kind not in ("entry", "week"):
+        raise ValueError(f"kind must be entry or week, not {kind!r}")
+    raw_date = meta.get("date")
+    if raw_date is None and letter:
+        raw_date = dt.date.fromisocalendar(int(letter[1]), int(letter[2]), 1)
+    if raw_date is None and named:
+        raw_date = named[1]
+    if raw_date is None:
+        raise ValueError("no date: give front matter 'date:' or name the file YYYY-MM-DD-….md")
+    date = raw_date if isinstance(raw_date, dt.date) else dt.date.fromisoformat(str(raw_date))
+    if isinstance(date, dt.datetime):
+        date = date.date()
+    title = meta.get("title")
+    if not title:
+        heading = re.search(r"^# (.+)$", body, re.M)
+        if heading:
+            title = heading[1].strip()
+        elif named and named[2]:
+            title = re.sub(r"[-_]+", " ", named[2]).strip().capitalize()
+        else:
+            title = f"Week {stem}" if kind == "week" else date.isoformat()
+    tags = meta.get("tags") or []
+    if isinstance(tags, str):
+        tags = tags.split()
+    slug = named[2] if (named and kind == "entry" and named[2]) else None
+    return Parsed(path, kind, date, slug, str(title), body, [str(t) for t in tags],
+                  str(meta.get("status") or "published"))

@@ -1,0 +1,267 @@
+"""Full-text search: an SQLite FTS5 index kept in the same transaction as every save, and a
+small query language parsed here into a safe FTS5 expression plus filters.
+
+    measure* "bubble fraction" -draft tag:gpu from:2024-01-01 to:2024-03-31 week:2024-W13 kind:week
+
+User words are always quoted before they reach FTS5, so nothing typed can become an FTS5
+operator by accident; OR and a leading '-' (exclude) are the operators we offer.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import html
+import re
+from dataclasses import dataclass, field
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from app.errors import BadQuery
+from app.models import Entry, EntryTag
+from app.notebook.isoweeks import WEEK_RE
+
+# Title and tags matter more than a passing mention in the body.
+WEIGHTS = (10.0, 5.0, 1.0)  # title, tags, body
+FILTERS = {"tag", "from", "to", "week", "kind"}
+MAX_QUERY = 500
+TOKEN_RE = re.compile(r'"[^"]*"|\S+')
+MARK_OPEN, MARK_CLOSE = "\x02", "\x03"
+
+
+@dataclass
+class Query:
+    terms: list[str] = field(default_factory=list)  # FTS5 fragments, already safe
+    tags: list[str] = field(default_factory=list)
+    date_from: dt.date | None = None
+    date_to: dt.date | None = None
+    week: str | None = None
+    kind: str | None = None
+
+    @property
+    def fts(self) -> str:
+        return " ".join(self.terms)
+
+
+def _quote(word: str) -> str:
+    return '"' + word.replace('"', '""') + '"'
+
+
+def _date(name: str, value: str) -> dt.date:
+    try:
+        return dt.date.fromisoformat(value)
+    except ValueError:
+        raise BadQuery(f"{name}: expects a date like 2024-03-31, not {value!r}") from None
+
+
+def parse(text: str) -> Query:
+    text = (text or "").strip()
+    if len(text) > MAX_QUERY:
+        raise BadQuery(f"query is longer than {MAX_QUERY} characters")
+    if text.count('"') % 2:
+        raise BadQuery('unbalanced quote: close the phrase with another "')
+    query = Query()
+    pending_or = False
+    for token in TOKEN_RE.findall(text):
+        name, sep, value = token.partition(":")
+        if sep and name.lower() in FILTERS and not token.startswith('"'):
+            _apply_filter(query, name.lower(), value)
+            continue
+        if token == "OR":
+            if not query.terms or pending_or:
+                raise BadQuery("OR needs a word on each side")
+            query.terms.append("OR")
+            pending_or = True
+            continue
+        if token in ("AND", "NOT", "NEAR"):
+            raise BadQuery(f"{token} is not supported: words are all required; "
+                             "use -word to exclude one")
+        negate = token.startswith("-") and len(token) > 1
+        if negate:
+            token = token[1:]
+        if token.startswith('"'):
+            phrase = token[1:-1].strip()
+            if not phrase:
+                raise BadQuery("empty phrase")
+            fragment = _quote(phrase)
+        else:
+            prefix = token.endswith("*")
+            word = token.rstrip("*")
+            if not re.search(r"\w", word):
+                raise BadQuery(f"{token!r} has nothing to search for")
+            fragment = _quote(word) + ("*" if prefix else "")
+        if negate:
+            if not query.terms or pending_or:
+                raise BadQuery("-word excludes from other words; give at least one first")
+            query.terms.append("NOT " + fragment)
+        else:
+            query.terms.append(fragment)
+        pending_or = False
+    if pending_or:
+        raise BadQuery("OR needs a word on each side")
+    return query
+
+
+def _apply_filter(query: Query, name: str, value: str) -> None:
+    if not value:
+        raise BadQuery(f"{name}: needs a value")
+    if name == "tag":
+        query.tags.append(value.lstrip("#").lower())
+    elif name == "from":
+        query.date_from = _date("from", value)
+    elif name == "to":
+        query.date_to = _date("to", value)
+    elif name == "week":
+        if not WEEK_RE.match(value.upper()):
+            raise BadQuery(f"week: expects an ISO week like 2024-W13, not {value!r}")
+        query.week = value.upper()
+    elif name == "kind":
+        if value not in ("week", "entry"):
+            raise BadQuery("kind: is 'week' or 'entry'")
+        query.kind = value
+
+
+@dataclass
+class Hit:
+    entry: Entry
+    snippet_html: str
+    score: float
+
+
+@dataclass
+class Results:
+    query: Query
+    hits: list[Hit]
+    has_more: bool
+
+
+def search(session: Session, text: str, *, limit: int = 20, offset: int = 0,
+           include_drafts: bool = True) -> Results:
+    query = parse(text)
+    if not query.terms and not (query.tags or query.date_from or query.date_to
+                                or query.week or query.kind):
+        return Results(query, [], False)
+    conditions = []
+    if query.tags:
+        for tag in query.tags:
+            conditions.append(
+                sa.exists().where(EntryTag.entry_id == Entry.id, EntryTag.tag == tag)
+            )
+    if query.date_from:
+        conditions.append(Entry.date >= query.date_from)
+    if query.date_to:
+        conditions.append(Entry.date <= query.date_to)
+    if query.week:
+        conditions.append(Entry.iso_week == query.week)
+    if query.kind:
+        conditions.append(Entry.kind == query.kind)
+    if not include_drafts:
+        conditions.append(Entry.status == "published")
+
+    if query.terms:
+        rows = _ranked(session, query, conditions, limit + 1, offset)
+    else:
+        stmt = (
+            sa.select(Entry, sa.literal(0.0), sa.literal(""))
+            .where(*conditions)
+            .order_by(Entry.date.desc(), Entry.id.desc())
+        )
+        rows = _run(session, stmt.limit(limit + 1).offset(offset))
+    hits = [
+        Hit(entry, _snippet_html(snip) or html.escape(_lead(entry)), float(score))
+        for entry, score, snip in rows[:limit]
+    ]
+    return Results(query, hits, len(rows) > limit)
+
+
+def _run(session: Session, stmt) -> list:
+    try:
+        return session.execute(stmt).all()
+    except sa.exc.OperationalError as exc:  # FTS5 syntax we failed to prevent
+        session.rollback()
+        raise BadQuery(f"cannot search for that: {exc.orig}") from None
+
+
+# Scoring happens inside the FTS index, never across a join: joining every match to
+# `entry` before ranking costs ~3x on a word that half the notebook contains. With filters,
+# FTS5 still ranks alone and we walk its ranked matches, keeping those the filters allow,
+# until the page is full. (Handing FTS5 a rowid list instead costs a doclist seek per id.)
+FILTER_SET = 5000  # up to this many filtered entries, membership is a Python set
+BATCH = 500
+
+
+def _ranked(session: Session, query: Query, conditions: list, limit: int, offset: int) -> list:
+    want = limit + offset
+    stmt = sa.text(
+        "SELECT rowid, bm25(entry_fts, :w0, :w1, :w2) AS score FROM entry_fts "
+        "WHERE entry_fts MATCH :q ORDER BY score" + ("" if conditions else " LIMIT :want")
+    ).bindparams(q=query.fts, w0=WEIGHTS[0], w1=WEIGHTS[1], w2=WEIGHTS[2])
+    if not conditions:
+        return _page(session, query, _run(session, stmt.bindparams(want=want))[offset:])
+    allowed = set(session.scalars(sa.select(Entry.id).where(*conditions).limit(FILTER_SET + 1)))
+    if not allowed:
+        return []
+    if len(allowed) <= FILTER_SET:
+        def keep(batch):
+            return [row for row in batch if row[0] in allowed]
+    else:  # a broad filter: most matches pass, so ask the database batch by batch
+        def keep(batch):
+            ok = set(session.scalars(sa.select(Entry.id).where(
+                Entry.id.in_([row[0] for row in batch]), *conditions)))
+            return [row for row in batch if row[0] in ok]
+    kept: list = []
+    try:
+        result = session.execute(stmt)
+        while len(kept) < want and (batch := result.fetchmany(BATCH)):
+            kept.extend(keep(batch))
+        result.close()
+    except sa.exc.OperationalError as exc:
+        session.rollback()
+        raise BadQuery(f"cannot search for that: {exc.orig}") from None
+    return _page(session, query, kept[offset:want])
+
+
+def _page(session: Session, query: Query, top: list) -> list:
+    """Entries and snippets for a page of (rowid, score), in rank order."""
+    if not top:
+        return []
+    ids = ",".join(str(int(i)) for i, _ in top)
+    snippets = dict(_run(session, sa.text(
+        "SELECT rowid, snippet(entry_fts, 2, :o, :c, '…', 16) FROM entry_fts "
+        f"WHERE entry_fts MATCH :q AND rowid IN ({ids})"
+    ).bindparams(q=query.fts, o=MARK_OPEN, c=MARK_CLOSE)))
+    found = {e.id: e for e in session.scalars(
+        sa.select(Entry).where(Entry.id.in_([i for i, _ in top])))}
+    return [(found[i], score, snippets.get(i, "")) for i, score in top if i in found]
+
+
+def _snippet_html(snippet: str) -> str:
+    escaped = html.escape(snippet or "")
+    return escaped.replace(MARK_OPEN, "<mark>").replace(MARK_CLOSE, "</mark>")
+
+
+def _lead(entry: Entry) -> str:
+    text = re.sub(r"[#*_`>\[\]]+", "", entry.body_md)
+    return " ".join(text.split())[:200]
+
+
+# -- index maintenance (called by entries.py inside the saving transaction) --------------
+
+
+def _has_index(session: Session) -> bool:
+    return session.get_bind().dialect.name == "sqlite"
+
+
+def index_entry(session: Session, entry: Entry, text: str) -> None:
+    if not _has_index(session):
+        return
+    session.execute(sa.text("DELETE FROM entry_fts WHERE rowid = :id"), {"id": entry.id})
+    session.execute(
+        sa.text("INSERT INTO entry_fts (rowid, title, tags, body) VALUES (:id, :t, :g, :b)"),
+        {"id": entry.id, "t": entry.title, "g": entry.tags, "b": text},
+    )
+
+
+def remove_entry(session: Session, entry_id: int) -> None:
+    if _has_index(session):
+        session.execute(sa.text("DELETE FROM entry_fts WHERE rowid = :id"), {"id": entry_id})

@@ -1,0 +1,41 @@
+"""What the current request's identity may see and change, as the pages and the JSON API
+both ask it. Who the identity is, and whether it may call a route at all, is decided
+before any view runs (app/web/auth); this is the finer grain inside a view: drafts are
+the owner's, and a form that only leads to a write is for owners too.
+"""
+
+from __future__ import annotations
+
+from flask import abort, g
+
+from app.db import get_session
+from app.errors import NotFound
+from app.models import Entry
+from app.notebook import entries
+
+
+def can_write() -> bool:
+    return bool(g.get("identity") and g.identity.can_write)
+
+
+def require_owner() -> None:
+    """Pages that only lead to a write (forms) are for owners; viewers get a clear 403."""
+    if not can_write():
+        abort(403, description="read-only access: only the notebook's owners can change it")
+
+
+def visible(entry: Entry) -> bool:
+    return entry.status == "published" or can_write()
+
+
+def visible_entry(entry_id: int) -> Entry:
+    """The entry, or NotFound: a draft does not exist for someone who cannot write."""
+    entry = entries.get(get_session(), entry_id)
+    if not visible(entry):
+        raise NotFound(f"no entry {entry_id}")
+    return entry
+
+
+def author() -> str:
+    """Who a save or a run is recorded as."""
+    return g.identity.login

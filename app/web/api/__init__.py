@@ -1,0 +1,14 @@
+"""The JSON API under /api/v1: everything the pages show and do, for the CLI and scripts.
+
+    notebook_endpoints.py   entries, revisions, letters, search, tags, the letter template
+    journal_endpoints.py    the experiment catalogue, runs, compare, schedules
+    openapi/                the OpenAPI 3.1 document served at /api/v1/openapi.json
+
+The runner agents' pull API is app/web/runner_api.py (a blueprint of its own, because a
+runner token may call it and nothing else).
+"""
+
+from app.web.api import journal_endpoints, notebook_endpoints  # noqa: F401  (routes on bp)
+from app.web.api.blueprint import bp
+
+__all__ = ["bp"]

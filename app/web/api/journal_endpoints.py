@@ -1,0 +1,214 @@
+"""/api/v1 for the journal: experiments, runs and schedules, as the run pages offer them."""
+
+from __future__ import annotations
+
+import datetime as dt
+from pathlib import Path
+
+import sqlalchemy as sa
+from flask import current_app, jsonify, request, send_file
+
+from app.db import get_session
+from app.errors import Invalid, NotFound, refuse_unknown
+from app.journal import run_files, runs, schedules
+from app.models import Metric, Run, Schedule
+from app.web.access import author
+from app.web.api.blueprint import bp
+from app.web.hardening import INERT_CSP
+from app.web.parsing import int_arg, json_body
+from jobs.lab import registry
+
+
+def iso(moment) -> str | None:
+    return None if moment is None else moment.isoformat() + "Z"
+
+
+def run_json(run: Run, *, full: bool = False) -> dict:
+    data = {
+        "id": run.id, "experiment": run.experiment, "status": run.status,
+        "reason": run.reason, "reason_code": run.reason_code, "trigger": run.trigger,
+        "parent_id": run.parent_id, "schedule_id": run.schedule_id,
+        "scheduled_for": iso(run.scheduled_for), "created_by": run.created_by,
+        "created_at": iso(run.created_at), "leased_at": iso(run.leased_at),
+        "started_at": iso(run.started_at), "finished_at": iso(run.finished_at),
+        "cancel_requested": run.cancel_requested_at is not None,
+        "runner": run.runner.name if run.runner else None,
+        "progress": {"step": run.progress_step, "total": run.progress_total, **run.progress},
+        "params": run.params, "url": f"/runs/{run.id}",
+    }
+    if full:
+        session = get_session()
+        data.update(
+            requires=run.requires, exit_code=run.exit_code, environment=run.environment,
+            result=run.result, log_size=run.log_size,
+            events=[{"at": iso(e.at), "from": e.from_status, "to": e.to_status,
+                     "actor": e.actor, "reason": e.reason} for e in runs.events(session, run)],
+            reruns=list(session.scalars(sa.select(Run.id).where(Run.parent_id == run.id))),
+            artifacts=[{"name": a.name, "size": a.size, "content_type": a.content_type,
+                        "url": f"/api/v1/runs/{run.id}/artifacts/{a.name}"}
+                       for a in run_files.artifacts(session, run)],
+            letter_entry_id=run.carded_entry_id,
+        )
+    return data
+
+
+def schedule_json(schedule: Schedule) -> dict:
+    try:
+        fires = schedules.next_fires(schedule.cron, schedule.timezone, 5)
+    except Invalid:
+        fires = []
+    return {
+        "id": schedule.id, "name": schedule.name, "experiment": schedule.experiment,
+        "params": schedule.params, "cron": schedule.cron, "timezone": schedule.timezone,
+        "enabled": schedule.enabled, "misfire_grace_s": schedule.misfire_grace_s,
+        "last_fired_at": iso(schedule.last_fired_at),
+        "next_fires": [iso(t.astimezone(dt.UTC).replace(tzinfo=None)) for t in fires],
+        "next_fires_local": [t.isoformat() for t in fires],
+        "url": f"/schedules/{schedule.id}",
+    }
+
+
+# -- experiments --------------------------------------------------------------------------
+
+
+@bp.get("/experiments")
+def list_experiments():
+    return jsonify(experiments=registry.catalogue())
+
+
+@bp.get("/experiments/<name>")
+def get_experiment(name: str):
+    try:
+        return jsonify(registry.describe(name))
+    except registry.UnknownExperiment:
+        raise NotFound(f"no experiment {name!r}") from None
+
+
+# -- runs ---------------------------------------------------------------------------------
+
+
+@bp.get("/runs")
+def list_runs():
+    limit = int_arg("limit", 50, 1, 500)
+    offset = int_arg("offset", 0, 0, 10_000_000)
+    rows = list(get_session().scalars(runs.query(request.args).limit(limit + 1).offset(offset)))
+    return jsonify(runs=[run_json(r) for r in rows[:limit]], has_more=len(rows) > limit)
+
+
+@bp.post("/runs")
+def create_run():
+    data = json_body()
+    refuse_unknown(data, ("experiment", "params", "requires"))
+    session = get_session()
+    run = runs.create(session, data.get("experiment"), data.get("params", {}),
+                      actor=author(), requires=data.get("requires"))
+    session.commit()
+    return jsonify(run_json(run, full=True)), 201, {"Location": f"/runs/{run.id}"}
+
+
+@bp.get("/runs/<int:run_id>")
+def get_run(run_id: int):
+    return jsonify(run_json(runs.get(get_session(), run_id), full=True))
+
+
+@bp.post("/runs/<int:run_id>/cancel")
+def cancel_run(run_id: int):
+    session = get_session()
+    run = runs.cancel(session, runs.get(session, run_id), actor=author())
+    session.commit()
+    return jsonify(run_json(run, full=True))
+
+
+@bp.post("/runs/<int:run_id>/rerun")
+def rerun_run(run_id: int):
+    session = get_session()
+    run = runs.rerun(session, runs.get(session, run_id), actor=author())
+    session.commit()
+    return jsonify(run_json(run, full=True)), 201, {"Location": f"/runs/{run.id}"}
+
+
+@bp.get("/runs/<int:run_id>/logs")
+def run_logs(run_id: int):
+    run = runs.get(get_session(), run_id)
+    offset = int_arg("offset", 0, 0, 2**62)
+    text, next_offset = run_files.read_log(Path(current_app.config["DATA_DIR"]), run, offset)
+    return jsonify(data=text, offset=next_offset, size=run.log_size,
+                   truncated=run.log_size > run_files.MAX_LOG_BYTES,
+                   done=run.status in runs.TERMINAL)
+
+
+@bp.get("/runs/<int:run_id>/metrics")
+def run_metrics(run_id: int):
+    run = runs.get(get_session(), run_id)
+    query = sa.select(Metric.key, Metric.step, Metric.value).where(Metric.run_id == run.id)
+    if request.args.get("key"):
+        query = query.where(Metric.key == request.args["key"])
+    series: dict[str, list] = {}
+    for key, step, value in get_session().execute(query.order_by(Metric.key, Metric.step)):
+        series.setdefault(key, []).append([step, value])
+    return jsonify(metrics=series)
+
+
+@bp.get("/runs/<int:run_id>/artifacts/<name>")
+def run_artifact(run_id: int, name: str):
+    row, path = run_files.find_artifact(Path(current_app.config["DATA_DIR"]), get_session(),
+                                        run_id, name)
+    response = send_file(path, mimetype=row.content_type, as_attachment=False,
+                         download_name=name)
+    response.headers["Content-Security-Policy"] = INERT_CSP  # an SVG chart runs nothing
+    return response
+
+
+@bp.get("/compare")
+def compare_runs():
+    raw = request.args.get("ids", "")
+    try:
+        ids = [int(x) for x in raw.split(",") if x.strip()]
+    except ValueError:
+        raise Invalid("ids is a comma-separated list of run ids", "ids") from None
+    if not 2 <= len(ids) <= 8:
+        raise Invalid("compare two to eight runs", "ids")
+    if any(not 0 < i < 2**63 for i in ids):
+        raise Invalid("ids are run ids (positive integers)", "ids")
+    session = get_session()
+    found = [runs.get(session, i) for i in ids]
+    return jsonify(runs=[run_json(r, full=True) for r in found],
+                   differing_params=sorted(runs.differing_params(found)))
+
+
+# -- schedules ----------------------------------------------------------------------------
+
+
+@bp.get("/schedules")
+def list_schedules():
+    rows = get_session().scalars(sa.select(Schedule).order_by(Schedule.id))
+    return jsonify(schedules=[schedule_json(s) for s in rows])
+
+
+@bp.post("/schedules")
+def create_schedule():
+    session = get_session()
+    schedule = schedules.create(session, json_body())
+    session.commit()
+    return jsonify(schedule_json(schedule)), 201, {"Location": f"/schedules/{schedule.id}"}
+
+
+@bp.get("/schedules/<int:schedule_id>")
+def get_schedule(schedule_id: int):
+    return jsonify(schedule_json(schedules.get(get_session(), schedule_id)))
+
+
+@bp.put("/schedules/<int:schedule_id>")
+def update_schedule(schedule_id: int):
+    session = get_session()
+    schedule = schedules.update(session, schedules.get(session, schedule_id), json_body())
+    session.commit()
+    return jsonify(schedule_json(schedule))
+
+
+@bp.delete("/schedules/<int:schedule_id>")
+def delete_schedule(schedule_id: int):
+    session = get_session()
+    session.delete(schedules.get(session, schedule_id))  # its runs stay, unlinked
+    session.commit()
+    return "", 204

@@ -1,0 +1,231 @@
+"""Pages that change entries: new, edit (with the merge view on a stale base), delete,
+history with diffs and restore, and the preview the editor fetches."""
+
+from __future__ import annotations
+
+from dataclasses import dataclass
+
+from flask import abort, current_app, redirect, render_template, request, url_for
+
+from app.db import get_session
+from app.errors import Conflict, Invalid, Refusal
+from app.models import Entry, Revision
+from app.notebook import browse, entries
+from app.web.access import author, require_owner, visible_entry
+from app.web.pages.blueprints import notes as bp
+from app.web.pages.diffing import field_changes, line_diff, stats
+from app.web.pages.reading import today
+
+
+@dataclass
+class Draft:
+    """What the form holds: the user's text, exactly as typed, for re-showing it."""
+
+    date: str = ""
+    title: str = ""
+    tags: str = ""
+    status: str = "published"
+    body: str = ""
+
+    @classmethod
+    def from_form(cls) -> Draft:
+        form = request.form
+        draft = cls(**{name: form.get(name, "") for name in entries.FIELDS})
+        # Browsers send textarea lines ending in CRLF; the stored text uses LF.
+        draft.body = draft.body.replace("\r\n", "\n")
+        return draft
+
+    @classmethod
+    def of(cls, thing: Entry | Revision) -> Draft:
+        return cls(thing.date.isoformat(), thing.title, " ".join(thing.tags.split()),
+                   thing.status, thing.body_md)
+
+    def changes(self) -> dict[str, str]:
+        return {name: getattr(self, name) for name in entries.FIELDS}
+
+    def short_fields(self) -> dict[str, str]:
+        return {"title": self.title, "date": self.date, "tags": self.tags,
+                "status": self.status}
+
+
+def check(draft: Draft) -> dict[str, str]:
+    """Every field's problem at once, so the form can show each next to its field."""
+    errors: dict[str, str] = {}
+    for name, checker in (("date", entries.parse_date), ("title", entries.check_title),
+                          ("tags", entries.parse_tags), ("status", entries.check_status),
+                          ("body", entries.check_body)):
+        try:
+            checker(getattr(draft, name))
+        except Invalid as exc:
+            errors[name] = exc.message
+    return errors
+
+
+def base_revision() -> int:
+    raw = request.form.get("base_revision", "")
+    if not raw.isdigit() or len(raw) > 9:
+        raise Invalid("base_revision must be the revision number the edit started from",
+                      "base_revision")
+    return int(raw)
+
+
+def form_page(draft: Draft, *, entry: Entry | None, errors=None, status: int = 200):
+    return render_template("notes/edit.html", draft=draft, entry=entry, errors=errors or {},
+                           statuses=entries.STATUSES), status
+
+
+# -- new and edit -------------------------------------------------------------------------
+
+
+@bp.get("/entries/new")
+def new_entry():
+    require_owner()
+    date = request.args.get("date", "")
+    draft = Draft(date=date or today().isoformat(), title=request.args.get("title", ""))
+    errors = {}
+    if date:
+        try:
+            entries.parse_date(date)
+        except Invalid as exc:
+            errors["date"] = exc.message
+    return form_page(draft, entry=None, errors=errors)
+
+
+@bp.post("/entries/new")
+def create_entry():
+    draft = Draft.from_form()
+    draft.date = draft.date or today().isoformat()  # the home page's capture box sends none
+    draft.status = draft.status or "published"
+    errors = check(draft)
+    if errors:
+        return form_page(draft, entry=None, errors=errors, status=422)
+    session = get_session()
+    entry = entries.create(session, author=author(), date=draft.date, title=draft.title,
+                           body=draft.body, tags=draft.tags, status=draft.status)
+    session.commit()
+    return redirect(entries.entry_url(entry), code=303)
+
+
+@bp.get("/entries/<int:entry_id>/edit")
+def edit_entry(entry_id: int):
+    require_owner()
+    entry = visible_entry(entry_id)
+    return form_page(Draft.of(entry), entry=entry)
+
+
+@bp.post("/entries/<int:entry_id>/edit")
+def update_entry(entry_id: int):
+    session = get_session()
+    entry = entries.get(session, entry_id)
+    base = base_revision()
+    draft = Draft.from_form()
+    errors = check(draft)
+    if errors:
+        return form_page(draft, entry=entry, errors=errors, status=422)
+    try:
+        entries.update(session, entry, draft.changes(), base_revision=base, author=author())
+    except Conflict:
+        return merge_page(entry, draft, base)
+    except Invalid as exc:  # rules that need the entry, e.g. a letter stays in its week
+        return form_page(draft, entry=entry, errors={exc.field or "body": exc.message},
+                         status=422)
+    session.commit()
+    return redirect(entries.entry_url(entry), code=303)
+
+
+def merge_page(entry: Entry, mine: Draft, base: int):
+    """Someone saved this entry since the edit began: show both texts and how they differ,
+    and let the user save a merge on top of the current revision."""
+    session = get_session()
+    current = Draft.of(entry)
+    try:
+        base_draft = Draft.of(browse.revision(session, entry, base))
+    except Refusal:
+        base_draft = None
+    theirs_rows = line_diff(base_draft.body, current.body) if base_draft else []
+    rows = line_diff(current.body, mine.body)
+    return render_template(
+        "notes/merge.html", entry=entry, mine=mine, current=current, base=base,
+        rows=rows, stats=stats(rows), theirs_rows=theirs_rows,
+        fields=field_changes(current.short_fields(), mine.short_fields()),
+        statuses=entries.STATUSES,
+    ), 409
+
+
+# -- delete -------------------------------------------------------------------------------
+
+
+@bp.get("/entries/<int:entry_id>/delete")
+def confirm_delete(entry_id: int):
+    require_owner()
+    return render_template("notes/delete.html", entry=visible_entry(entry_id), changed=False)
+
+
+@bp.post("/entries/<int:entry_id>/delete")
+def delete_entry(entry_id: int):
+    session = get_session()
+    entry = entries.get(session, entry_id)
+    try:
+        entries.delete(session, entry, base_revision=base_revision())
+    except Conflict:
+        # It changed since the user looked: ask again about what it is now.
+        return render_template("notes/delete.html", entry=entry, changed=True), 409
+    session.commit()
+    return redirect(url_for("notes.home"), code=303)
+
+
+# -- history ------------------------------------------------------------------------------
+
+
+@bp.get("/entries/<int:entry_id>/history")
+def history(entry_id: int):
+    entry = visible_entry(entry_id)
+    revisions = browse.revisions(get_session(), entry)
+    return render_template("notes/history.html", entry=entry, revisions=revisions)
+
+
+def _revision_arg(name: str) -> int:
+    raw = request.args.get(name, "")
+    if not raw.isdigit() or len(raw) > 9:
+        abort(400, description=f"{name} must be a revision number")
+    return int(raw)
+
+
+@bp.get("/entries/<int:entry_id>/diff")
+def diff(entry_id: int):
+    entry = visible_entry(entry_id)
+    a, b = _revision_arg("a"), _revision_arg("b")
+    if a > b:  # always read a diff forwards in time
+        a, b = b, a
+    session = get_session()
+    old, new = browse.revision(session, entry, a), browse.revision(session, entry, b)
+    rows = line_diff(old.body_md, new.body_md)
+    fields = field_changes(Draft.of(old).short_fields(), Draft.of(new).short_fields())
+    return render_template("notes/diff.html", entry=entry, old=old, new=new, rows=rows,
+                           stats=stats(rows), fields=fields)
+
+
+@bp.post("/entries/<int:entry_id>/restore")
+def restore(entry_id: int):
+    session = get_session()
+    entry = entries.get(session, entry_id)
+    raw = request.form.get("revision", "")
+    if not raw.isdigit() or len(raw) > 9:
+        raise Invalid("revision must be a revision number", "revision")
+    entries.restore(session, entry, int(raw), base_revision=base_revision(), author=author())
+    session.commit()
+    return redirect(url_for("notes.history", entry_id=entry.id), code=303)
+
+
+# -- preview ------------------------------------------------------------------------------
+
+
+@bp.post("/preview")
+def preview():
+    """The editor's preview: the body rendered and sanitized exactly as a save would,
+    returned as an HTML fragment. Reads only, so it does not hold the write lock."""
+    body = entries.check_body(request.form.get("body", ""))
+    with current_app.extensions["db"].read() as session:
+        rendered = entries.render_body(session, body)
+    html = rendered.html or '<p class="muted">Nothing to preview yet.</p>'
+    return html, 200, {"Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-store"}

@@ -1,0 +1,224 @@
+"""The notebook's reading pages: home, entry, letter, site map, tags, search, settings.
+
+Views parse the request, call the notebook (entries, letters, browse, search) and render.
+Forms that change entries live in editing.py.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+import functools
+import hashlib
+import itertools
+from pathlib import Path
+from zoneinfo import ZoneInfo
+
+from flask import Response, abort, current_app, g, redirect, render_template, request, url_for
+
+from app.db import get_session
+from app.errors import BadQuery
+from app.notebook import browse, entries, isoweeks, letters, search
+from app.notebook.render import pygments_css
+from app.web.access import author, can_write, require_owner, visible, visible_entry
+from app.web.pages.blueprints import notes as bp
+
+SEARCH_PAGE = 20
+
+# -- weeks --------------------------------------------------------------------------------
+
+
+def today() -> dt.date:
+    return isoweeks.today(current_app.config["TIMEZONE"])
+
+
+def current_week() -> str:
+    return isoweeks.iso_week(today())
+
+
+def ensure_current_letter() -> None:
+    """Create this week's letter if it is missing. Runs before the request's own session
+    reads anything, so that session's snapshot already contains the letter."""
+    letters.ensure_this_week(current_app.extensions["db"], current_app.config["TIMEZONE"])
+
+
+# -- template helpers ---------------------------------------------------------------------
+
+
+@functools.cache
+def _asset_version(path: str) -> str:
+    return hashlib.sha256(Path(path).read_bytes()).hexdigest()[:10]
+
+
+def asset_url(name: str) -> str:
+    """A static file's URL with a content hash, so a changed file is never served stale."""
+    path = Path(current_app.static_folder or "") / name
+    return url_for("static", filename=name, v=_asset_version(str(path)))
+
+
+@bp.app_context_processor
+def _page_context() -> dict:
+    return {"can_write": can_write(), "identity": g.get("identity"),
+            "this_week": current_week(), "asset_url": asset_url}
+
+
+# Globals rather than context: imported macros do not see a template's context.
+bp.add_app_template_global(entries.entry_url, "entry_url")
+bp.add_app_template_global(entries.tag_url, "tag_url")
+
+
+@bp.app_template_filter("localtime")
+def _localtime(moment: dt.datetime) -> str:
+    """A stored UTC time shown in the notebook's time zone."""
+    zone = ZoneInfo(current_app.config["TIMEZONE"])
+    return moment.replace(tzinfo=dt.UTC).astimezone(zone).strftime("%Y-%m-%d %H:%M")
+
+
+@bp.app_template_filter("longdate")
+def _longdate(day: dt.date) -> str:
+    return f"{day:%a} {day.day} {day:%b %Y}"
+
+
+# -- pages --------------------------------------------------------------------------------
+
+
+@bp.get("/")
+def home():
+    ensure_current_letter()
+    session = get_session()
+    letter = letters.find_letter(session, current_week())
+    recent = browse.recent(session, 15, include_drafts=can_write())
+    return render_template("notes/home.html", letter=letter, recent=recent,
+                           today=today())
+
+
+@bp.get("/entries/<int:entry_id>")
+@bp.get("/entries/<int:entry_id>/<slug>")
+def entry(entry_id: int, slug: str | None = None):
+    item = visible_entry(entry_id)
+    if item.kind == "week" or slug != item.slug:
+        return redirect(entries.entry_url(item))
+    session = get_session()
+    prev, nxt = browse.neighbours(session, item, include_drafts=can_write())
+    backlinks = [b for b in browse.backlinks(session, item) if visible(b.source)]
+    return render_template("notes/entry.html", entry=item, prev=prev, next=nxt,
+                           backlinks=backlinks)
+
+
+@bp.get("/weeks/<week>")
+def week(week: str):
+    try:
+        isoweeks.parse_week(week)
+    except ValueError as exc:
+        abort(404, description=str(exc))
+    if week == current_week():
+        ensure_current_letter()
+    session = get_session()
+    letter = letters.find_letter(session, week)
+    if letter is not None and not visible(letter):
+        letter = None
+    items = [e for e in letters.week_entries(session, week) if visible(e)]
+    backlinks = ([b for b in browse.backlinks(session, letter) if visible(b.source)]
+                 if letter else [])
+    monday, sunday = isoweeks.week_bounds(week)
+    return render_template(
+        "notes/week.html", week=week, letter=letter, items=items, backlinks=backlinks,
+        monday=monday, sunday=sunday, prev_week=isoweeks.shift_week(week, -7),
+        next_week=isoweeks.shift_week(week, 7), is_current=week == current_week(),
+    )
+
+
+@bp.post("/weeks/<week>/letter")
+def start_letter(week: str):
+    try:
+        isoweeks.parse_week(week)
+    except ValueError as exc:
+        abort(404, description=str(exc))
+    session = get_session()
+    letters.ensure_letter(session, week, author=author())
+    session.commit()
+    return redirect(url_for("notes.week", week=week), code=303)
+
+
+@bp.get("/sitemap")
+def sitemap():
+    """Every page by ISO year and week, one year at a time (a page stays small however
+    long the notebook grows), and the index of tags."""
+    session = get_session()
+    years = browse.years(session, include_drafts=can_write())
+    year = request.args.get("year") or (years[0][0] if years else "")
+    if year and not (len(year) == 4 and year.isdigit()):
+        abort(400, description="year is four digits, e.g. 2024")
+    rows = browse.of_year(session, year, include_drafts=can_write()) if year else []
+    weeks_of_year = [(wk, list(group))
+                     for wk, group in itertools.groupby(rows, lambda e: e.iso_week)]
+    return render_template("notes/sitemap.html", years=years, year=year,
+                           weeks_of_year=weeks_of_year, count=sum(n for _, n in years),
+                           tags=browse.tag_counts(session))
+
+
+TAG_PAGE = 50
+
+
+@bp.get("/tags/<path:tag>")
+def tag(tag: str):
+    offset = _offset()
+    items, total = browse.tagged(get_session(), tag.lower(), limit=TAG_PAGE, offset=offset,
+                                  include_drafts=can_write())
+    if not total:
+        abort(404, description=f"no entries are tagged #{tag}")
+    return render_template("notes/tag.html", tag=tag.lower(), items=items, total=total,
+                           offset=offset, page_size=TAG_PAGE)
+
+
+def _offset() -> int:
+    raw = request.args.get("offset", "0")
+    if not raw.isdigit() or int(raw) > 100_000:
+        abort(400, description="offset must be a whole number up to 100000")
+    return int(raw)
+
+
+@bp.get("/search")
+def search_page():
+    q = request.args.get("q", "")
+    offset = _offset()
+    results, error = None, None
+    try:
+        results = search.search(get_session(), q, limit=SEARCH_PAGE, offset=offset,
+                                include_drafts=can_write())
+    except BadQuery as exc:
+        error = str(exc)
+    body = render_template("notes/search.html", q=q, results=results, error=error,
+                           offset=offset, page_size=SEARCH_PAGE)
+    return body, 400 if error else 200
+
+
+@bp.route("/settings/template", methods=["GET", "POST"])
+def settings_template():
+    require_owner()
+    session = get_session()
+    error, saved = None, request.args.get("saved") == "1"
+    if request.method == "POST":
+        text = request.form.get("template", "").replace("\r\n", "\n")
+        if len(text) > letters.MAX_TEMPLATE:
+            error = f"the template is longer than {letters.MAX_TEMPLATE} characters"
+        else:
+            letters.set_letter_template(session, text)
+            session.commit()
+            return redirect(url_for("notes.settings_template", saved=1), code=303)
+    else:
+        text = letters.letter_template(session)
+    body = render_template("notes/settings.html", template=text, error=error, saved=saved,
+                           limit=letters.MAX_TEMPLATE)
+    return body, 422 if error else 200
+
+
+@functools.cache
+def _pygments_css() -> str:
+    return pygments_css()
+
+
+@bp.get("/pygments.css")
+def pygments_stylesheet():
+    response = Response(_pygments_css(), mimetype="text/css")
+    response.headers["Cache-Control"] = "public, max-age=86400"
+    return response

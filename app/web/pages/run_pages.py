@@ -1,0 +1,228 @@
+"""Run pages: the catalogue, the new-run form, the run list, one run, compare.
+
+Views parse the request, call app/journal/runs.py (the one state machine) and render. The live parts
+of the run page come from app/static/runs.js polling the JSON API; every page works
+without it.
+"""
+
+from __future__ import annotations
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from flask import abort, current_app, redirect, render_template, request, url_for
+
+from app.db import get_session
+from app.errors import Invalid
+from app.journal import cards, run_files, runs
+from app.models import Run, Schedule
+from app.web.access import author, require_owner
+from app.web.pages import run_summary as summary
+from app.web.pages.blueprints import experiments as bp
+from app.web.pages.param_forms import ParamForm, fmt
+from jobs.lab import registry
+
+PAGE = 50
+LOG_TAIL = 16 * 1024  # bytes of log the page starts with; the script fetches the rest
+MAX_COMPARE = 8
+
+
+@bp.app_template_global("experiment_title")
+def experiment_title(name: str) -> str:
+    return cards.title_of(name)
+
+
+bp.add_app_template_filter(fmt, "param")
+bp.add_app_template_global(summary.duration, "run_duration")
+bp.add_app_template_global(summary.progress_text, "progress_text")
+
+
+def is_id(text: str) -> bool:
+    return text.isdigit() and len(text) <= 12
+
+
+def experiment_or_404(name: str) -> dict:
+    try:
+        return registry.describe(name)
+    except registry.UnknownExperiment:
+        abort(404, description=f"there is no experiment called {name!r}")
+
+
+def run_or_404(run_id: int) -> Run:
+    return runs.get(get_session(), run_id)  # NotFound → the 404 page
+
+
+# -- the catalogue and the form -----------------------------------------------------------
+
+
+@bp.get("/experiments")
+def catalogue():
+    session = get_session()
+    latest_ids = sa.select(sa.func.max(Run.id)).group_by(Run.experiment)
+    latest = {r.experiment: r for r in session.scalars(sa.select(Run).where(
+        Run.id.in_(latest_ids)))}
+    return render_template("experiments/catalogue.html", experiments=registry.catalogue(),
+                           latest=latest)
+
+
+def form_page(spec: dict, form: ParamForm, *, message: str = "", source: Run | None = None,
+              status: int = 200):
+    return render_template("experiments/new_run.html", spec=spec, form=form,
+                           message=message, source=source), status
+
+
+@bp.get("/experiments/<name>/run")
+def new_run(name: str):
+    require_owner()
+    spec = experiment_or_404(name)
+    source = None
+    if is_id(request.args.get("from", "")):
+        source = get_session().get(Run, int(request.args["from"]))
+    values = source.params if source is not None and source.experiment == name else None
+    return form_page(spec, ParamForm.initial(name, values), source=source)
+
+
+@bp.post("/experiments/<name>/run")
+def create_run(name: str):
+    spec = experiment_or_404(name)
+    form, params = ParamForm.parse(name, request.form)
+    if form.errors:
+        return form_page(spec, form, message=next(iter(form.errors.values())), status=422)
+    session = get_session()
+    try:
+        run = runs.create(session, name, params, actor=author())
+    except Invalid as exc:
+        if exc.field in form.field_names():
+            form.errors[exc.field] = exc.message
+        return form_page(spec, form, message=exc.message, status=422)
+    session.commit()
+    return redirect(url_for("experiments.run_page", run_id=run.id), code=303)
+
+
+# -- the run list -------------------------------------------------------------------------
+
+
+def _filters() -> dict[str, str]:
+    return {key: request.args.get(key, "").strip()
+            for key in ("status", "experiment", "week", "schedule")}
+
+
+@bp.get("/runs")
+def run_list():
+    filters = _filters()
+    error, rows, more = "", [], False
+    before = request.args.get("before", "")
+    try:
+        # Ids are checked here (runs.query checks the schedule id too): past SQLite's
+        # integer range a number cannot even be bound, and that must be a 400, never a 500.
+        if before and not is_id(before):
+            raise Invalid("before is a run id", "before")
+        if filters["schedule"] and not is_id(filters["schedule"]):
+            raise Invalid("schedule is a schedule id", "schedule")
+        query = runs.query(filters)
+        if before:
+            query = query.where(Run.id < int(before))
+        rows = list(get_session().scalars(query.limit(PAGE + 1)))
+    except Invalid as exc:
+        error = exc.message
+    more = len(rows) > PAGE
+    rows = rows[:PAGE]
+    schedule = None
+    if is_id(filters["schedule"]):
+        schedule = get_session().get(Schedule, int(filters["schedule"]))
+    body = render_template(
+        "experiments/runs.html", rows=rows, filters=filters, error=error, more=more,
+        before=before, statuses=runs.STATUSES, experiments=registry.EXPERIMENTS,
+        schedule=schedule, filtered=any(filters.values()),
+        active={k: v for k, v in filters.items() if v},
+    )
+    return body, 400 if error else 200
+
+
+# -- one run ------------------------------------------------------------------------------
+
+
+def log_tail(run: Run) -> tuple[str, int]:
+    """The end of the run's log, starting at a line break, and the offset it ends at."""
+    start = max(0, run.log_size - LOG_TAIL)
+    text, end = run_files.read_log(Path(current_app.config["DATA_DIR"]), run, start)
+    if start and "\n" in text:
+        text = text.split("\n", 1)[1]
+    return text, end
+
+
+@bp.get("/runs/<int:run_id>")
+def run_page(run_id: int):
+    session = get_session()
+    run = run_or_404(run_id)
+    spec = registry.EXPERIMENTS.get(run.experiment, {})
+    log, log_end = log_tail(run)
+    return render_template(
+        "experiments/run.html", run=run, spec=spec, events=runs.events(session, run),
+        reruns=list(session.scalars(sa.select(Run.id).where(Run.parent_id == run.id)
+                                    .order_by(Run.id))),
+        artifacts=run_files.artifacts(session, run),
+        schedule=session.get(Schedule, run.schedule_id) if run.schedule_id else None,
+        card=cards.card(run), checks=summary.checks(run), problem=summary.result_problem(run),
+        extras=summary.progress_extras(run), log=log, log_end=log_end,
+        unfinished=run.status in runs.UNFINISHED, cancellable=run.status in runs.UNFINISHED
+        and run.cancel_requested_at is None,
+    )
+
+
+@bp.get("/runs/<int:run_id>/cancel")
+def confirm_cancel(run_id: int):
+    require_owner()
+    run = run_or_404(run_id)
+    return render_template("experiments/cancel.html", run=run,
+                           unfinished=run.status in runs.UNFINISHED)
+
+
+@bp.post("/runs/<int:run_id>/cancel")
+def cancel_run(run_id: int):
+    session = get_session()
+    run = run_or_404(run_id)
+    runs.cancel(session, run, actor=author())  # BadState (409) when there is nothing to stop
+    session.commit()
+    return redirect(url_for("experiments.run_page", run_id=run.id), code=303)
+
+
+@bp.post("/runs/<int:run_id>/rerun")
+def rerun(run_id: int):
+    session = get_session()
+    new = runs.rerun(session, run_or_404(run_id), actor=author())
+    session.commit()
+    return redirect(url_for("experiments.run_page", run_id=new.id), code=303)
+
+
+# -- compare ------------------------------------------------------------------------------
+
+
+def compare_ids() -> list[int]:
+    """?ids=1,2 from a link, or ?ids=1&ids=2 from the run list's checkboxes."""
+    raw = ",".join(request.args.getlist("ids"))
+    parts = [p.strip() for p in raw.split(",") if p.strip()]
+    if not all(is_id(p) for p in parts):
+        raise Invalid("ids is a list of run ids, e.g. ?ids=3,5", "ids")
+    ids = list(dict.fromkeys(int(p) for p in parts))
+    if not 2 <= len(ids) <= MAX_COMPARE:
+        raise Invalid(f"pick two to {MAX_COMPARE} runs to compare (got {len(ids)})", "ids")
+    return ids
+
+
+@bp.get("/runs/compare")
+def compare():
+    ids = compare_ids()
+    session = get_session()
+    group = [runs.get(session, i) for i in ids]
+    differing = runs.differing_params(group)
+    names = sorted(set().union(*(r.params.keys() for r in group)),
+                   key=lambda k: (k not in differing, k))
+    metrics = summary.side_by_side([summary.headline(r) for r in group])
+    env_keys = sorted(set().union(*((r.environment or {}).keys() for r in group)))
+    env_differs = {k for k in env_keys
+                   if len({repr((r.environment or {}).get(k)) for r in group}) > 1}
+    return render_template(
+        "experiments/compare.html", group=group, names=names, differing=differing,
+        metrics=metrics, env_keys=env_keys, env_differs=env_differs,
+    )

@@ -1,0 +1,178 @@
+"""What the run pages say about a run beyond its card: duration, how it was triggered,
+the headline numbers of a result (for comparing runs side by side), correctness checks.
+
+Plain functions of a Run, so the compare table and the run page agree on every number.
+"""
+
+from __future__ import annotations
+
+import datetime as dt
+from dataclasses import dataclass
+
+from app.journal import cards
+from app.models import Run, utcnow
+
+
+def duration(run: Run, now: dt.datetime | None = None) -> str:
+    """How long it ran (or has been running); "–" before it started."""
+    start = run.started_at or run.leased_at
+    if start is None:
+        return "–"
+    end = run.finished_at or (now or utcnow())
+    return span((end - start).total_seconds())
+
+
+def span(seconds: float) -> str:
+    seconds = max(0, int(seconds))
+    if seconds < 60:
+        return f"{seconds}s"
+    minutes, seconds = divmod(seconds, 60)
+    if minutes < 60:
+        return f"{minutes}m {seconds:02d}s"
+    hours, minutes = divmod(minutes, 60)
+    return f"{hours}h {minutes:02d}m"
+
+
+def progress_text(run: Run) -> str:
+    if run.progress_total:
+        return f"step {run.progress_step} of {run.progress_total}"
+    if run.progress_step:
+        return f"step {run.progress_step}"
+    return ""
+
+
+def progress_extras(run: Run) -> list[tuple[str, str]]:
+    """The runner's latest key=values (current strategy, throughput, …) for display."""
+    out = []
+    for key, value in (run.progress or {}).items():
+        if isinstance(value, float):
+            value = cards.si(value) if abs(value) >= 1000 else f"{value:.4g}"
+        out.append((key.replace("_", " "), str(value)))
+    return out
+
+
+# -- headline metrics ---------------------------------------------------------------------
+
+
+@dataclass(frozen=True)
+class Metric:
+    label: str
+    value: float | None
+    text: str
+    better: str = ""  # "higher" or "lower": which way a change is an improvement
+
+
+def _num(value) -> float | None:
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) \
+        else None
+
+
+def headline(run: Run) -> dict[str, list[Metric]]:
+    """Groups of numbers worth putting side by side: one group per strategy (training
+    experiments), per collective (the sweep), or one for the whole result."""
+    result = run.result or {}
+    groups: dict[str, list[Metric]] = {}
+    if isinstance(result.get("strategies"), list):
+        for s in result["strategies"]:
+            if not isinstance(s, dict):
+                continue
+            step = s.get("step_time_s") or {}
+            pred = s.get("prediction") or {}
+            check = s.get("correctness") or {}
+            mfu = _num((s.get("mfu") or {}).get("value"))
+            ratio = _num((s.get("ratios") or {}).get("step_time"))
+            groups[str(s.get("label") or s.get("strategy"))] = [
+                Metric("step time (median)", _num(step.get("median")),
+                       cards.seconds(_num(step.get("median"))), "lower"),
+                Metric("predicted", _num(pred.get("step_time_s")),
+                       cards.seconds(_num(pred.get("step_time_s")))),
+                Metric("measured / predicted", ratio, cards.ratio(ratio)),
+                Metric("tokens/s", _num(s.get("tokens_per_s")),
+                       cards.si(_num(s.get("tokens_per_s"))), "higher"),
+                Metric("MFU", mfu, cards.percent(mfu), "higher"),
+                Metric("correct", None, "✓" if check.get("passed") else
+                       ("✗" if check else "–")),
+            ]
+    elif isinstance(result.get("fits"), dict):
+        for op, fit in result["fits"].items():
+            if isinstance(fit, dict):
+                alpha, busbw = _num(fit.get("alpha_s")), _num(fit.get("busbw_Bps"))
+                groups[str(op)] = [
+                    Metric("latency α", alpha, cards.seconds(alpha), "lower"),
+                    Metric("bus bandwidth", busbw, cards.si(busbw, "B/s"), "higher"),
+                ]
+    else:
+        items = []
+        for key, label, fmt, better in (
+                ("tokens_per_s", "tokens/s", cards.si, "higher"),
+                ("achieved_flops", "achieved", lambda v: cards.si(v, "FLOP/s"), "higher"),
+                ("mfu", "MFU", cards.percent, "higher"),
+                ("peak_flops", "peak", lambda v: cards.si(v, "FLOP/s"), "higher"),
+                ("copy_bandwidth_Bps", "copy bandwidth", lambda v: cards.si(v, "B/s"),
+                 "higher")):
+            value = _num(result.get(key))
+            if value is not None:
+                items.append(Metric(label, value, fmt(value), better))
+        if items:
+            groups["result"] = items
+    return groups
+
+
+def change(base: Metric | None, other: Metric | None) -> tuple[str, str]:
+    """(text, class) for `other` beside `base`: "+12%" marked better or worse."""
+    if base is None or other is None or not base.value or other.value is None:
+        return "", ""
+    delta = other.value / base.value - 1
+    if abs(delta) < 0.005:
+        return "±0%", "same"
+    good = (delta > 0) == (base.better == "higher")
+    return f"{delta:+.0%}", ("" if not base.better else ("better" if good else "worse"))
+
+
+# -- correctness --------------------------------------------------------------------------
+
+
+def checks(run: Run) -> list[dict]:
+    """Each strategy's check against the single-device reference, failures first."""
+    rows = []
+    for s in (run.result or {}).get("strategies") or []:
+        if not isinstance(s, dict) or not isinstance(s.get("correctness"), dict):
+            continue
+        c = s["correctness"]
+        rows.append({
+            "strategy": str(s.get("label") or s.get("strategy")),
+            "passed": bool(c.get("passed")),
+            "reason": c.get("reason") or "",
+            "loss_error": _num(c.get("loss_abs_error")),
+            "grad_error": _num(c.get("max_grad_abs_error")),
+            "param_error": _num(c.get("max_param_abs_error")),
+        })
+    return sorted(rows, key=lambda r: r["passed"])
+
+
+def result_problem(run: Run) -> str:
+    """The lab's own verdict when it failed (e.g. a correctness gate), as one line."""
+    reason = (run.result or {}).get("reason")
+    if isinstance(reason, dict):
+        return ": ".join(str(reason[k]) for k in ("code", "message") if reason.get(k))
+    return str(reason) if reason else ""
+
+
+def side_by_side(groups: list[dict[str, list[Metric]]]) -> list[tuple[str, list[tuple]]]:
+    """Rows for the compare table: [(group, [(label, [(text, change, class) per run])])],
+    every change against the first run."""
+    table = []
+    for name in dict.fromkeys(g for run in groups for g in run):
+        by_run = [{m.label: m for m in run.get(name, [])} for run in groups]
+        labels = list(dict.fromkeys(label for metrics in by_run for label in metrics))
+        rows = []
+        for label in labels:
+            base = by_run[0].get(label)
+            cells = []
+            for i, metrics in enumerate(by_run):
+                metric = metrics.get(label)
+                text, css = change(base, metric) if i else ("", "")
+                cells.append((metric.text if metric else "–", text, css))
+            rows.append((label, cells))
+        table.append((name, rows))
+    return table

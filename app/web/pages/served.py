@@ -1,0 +1,45 @@
+"""What is fetched rather than read as a page: the Atom feed, uploaded attachments, and
+the health check. Each file is served so that it cannot act as a page of the notebook."""
+
+from pathlib import Path
+
+import sqlalchemy as sa
+from flask import Response, abort, current_app, jsonify, request, send_file
+
+from app.db import get_session
+from app.models import Attachment
+from app.notebook import atom
+from app.notebook.attachments import IMAGE_TYPES, path_for
+from app.web.hardening import INERT_CSP
+from app.web.pages.blueprints import notes as bp
+
+
+@bp.get("/feed.atom")
+def feed():
+    body = atom.build(get_session(), request.host_url)
+    return Response(body, mimetype="application/atom+xml")
+
+
+@bp.get("/healthz")
+def healthz():
+    return jsonify(status="ok")
+
+
+@bp.get("/attachments/<sha256>/<name>")
+def attachment(sha256: str, name: str):
+    if len(sha256) != 64 or not all(c in "0123456789abcdef" for c in sha256):
+        abort(404)
+    row = get_session().scalar(
+        sa.select(Attachment).where(Attachment.sha256 == sha256).limit(1)
+    )
+    path = path_for(Path(current_app.config["DATA_DIR"]), sha256)
+    if row is None or not path.exists():
+        abort(404)
+    inline = row.content_type in IMAGE_TYPES or row.content_type == "application/pdf"
+    response = send_file(path, mimetype=row.content_type, as_attachment=not inline,
+                         download_name=row.filename, max_age=31536000, conditional=True)
+    # nosniff stops "text/plain" becoming HTML; INERT_CSP stops an SVG running script.
+    response.headers["Content-Security-Policy"] = INERT_CSP
+    response.headers["X-Content-Type-Options"] = "nosniff"
+    response.headers["Cache-Control"] = "private, max-age=31536000, immutable"
+    return response

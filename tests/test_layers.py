@@ -1,0 +1,37 @@
+"""The code's shape, checked like its behaviour: the import-linter contracts in
+pyproject.toml (layers one way, no cycles, no torch in the server), modules small enough
+to hold one idea, and one name for one thing."""
+
+import shutil
+import subprocess
+import sys
+from collections import Counter
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+PACKAGES = ("app", "jobs")
+
+
+def modules() -> list[Path]:
+    return sorted(p for package in PACKAGES for p in (ROOT / package).rglob("*.py"))
+
+
+def test_import_contracts_hold():
+    lint = shutil.which("lint-imports", path=str(Path(sys.executable).parent)) or "lint-imports"
+    done = subprocess.run([lint, "--no-cache"], cwd=ROOT, capture_output=True, text=True,
+                          timeout=120)
+    assert done.returncode == 0, done.stdout + done.stderr
+    assert "0 broken" in done.stdout
+
+
+def test_no_module_holds_more_than_400_lines():
+    long = {str(p.relative_to(ROOT)): n for p in modules()
+            if (n := len(p.read_text().splitlines())) > 400}
+    assert not long, f"split these along their ideas: {long}"
+
+
+def test_no_two_modules_share_a_name():
+    names = Counter(p.stem for p in modules() if p.stem not in ("__init__", "__main__"))
+    names.update(p.name for package in PACKAGES for p in (ROOT / package).rglob("*")
+                 if p.is_dir() and p.name != "__pycache__")
+    assert [name for name, n in names.items() if n > 1] == []
