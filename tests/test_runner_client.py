@@ -1,5 +1,7 @@
 """The runner agent's HTTP client against a stand-in server on loopback: only the
-server's word that a lease is stale stops a job; other refusals are told apart."""
+server's word that a lease is stale stops a job; other refusals are told apart. And how
+the agent forwards the end of a run that the lab's launcher has already classified
+(the classification itself is tested with the launcher, in tests/lab)."""
 
 import json
 import threading
@@ -7,7 +9,10 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
-from jobs.runner import Client, Refused, Stale, Unreachable, classify
+from app.journal import runs
+from jobs.lab.contract import LAB_REASONS
+from jobs.runner.agent import outcome
+from jobs.runner.client import Client, Refused, Stale, Unreachable
 
 ANSWERS = {
     "/stale": (409, {"error": {"code": "stale_lease", "message": "stop"}}),
@@ -68,23 +73,35 @@ def test_an_unreachable_server_is_unreachable():
         Client("http://127.0.0.1:9", "cp_x", timeout=2).call("POST", "/x", {})
 
 
-@pytest.mark.parametrize("rc, result, cancelled, log, expected", [
-    (0, {}, False, "", ("SUCCEEDED", "")),
-    (3, {"reason": {"message": "grad of w differs by 1e-3"}}, False, "", ("FAILED", "correctness")),
-    (7, None, False, "", ("CANCELLED", "cancelled")),
-    (-9, None, True, "", ("CANCELLED", "cancelled")),
-    (-9, None, False, "", ("FAILED", "signal")),
-    (4, None, False, "torch.OutOfMemoryError: CUDA out of memory", ("FAILED", "out_of_memory")),
-    (4, {"reason": {"message": "rank 1: Timed out waiting 60s for all_reduce"}}, False, "",
+@pytest.mark.parametrize("rc, result, cancelled, expected", [
+    (0, {}, False, ("SUCCEEDED", "")),
+    (3, {"reason": {"message": "grad of w differs by 1e-3"}}, False, ("FAILED", "correctness")),
+    (3, {"reason": {"code": "correctness", "message": "strategy dp_naive: grad of w differs"}},
+     False, ("FAILED", "correctness")),
+    (7, None, False, ("CANCELLED", "cancelled")),
+    (-9, None, True, ("CANCELLED", "cancelled")),
+    (-9, None, False, ("FAILED", "signal")),
+    (4, {"reason": {"code": "out_of_memory", "message": "rank 0 failed: torch.OutOfMemoryError"}},
+     False, ("FAILED", "out_of_memory")),
+    (4, {"reason": {"code": "collective_timeout",
+                    "message": "rank 1: Timed out waiting 60s for all_reduce"}}, False,
      ("FAILED", "collective_timeout")),
-    (5, None, False, "", ("FAILED", "timeout")),
-    (6, None, False, "", ("FAILED", "unsupported")),
-    (1, None, False, "", ("FAILED", "exit_code")),
+    (4, {"reason": {"code": "rank_failed", "message": "rank 1 failed: ValueError: x"}}, False,
+     ("FAILED", "rank_failed")),
+    (4, None, False, ("FAILED", "rank_failed")),
+    (5, None, False, ("FAILED", "timeout")),
+    (6, None, False, ("FAILED", "unsupported")),
+    (1, None, False, ("FAILED", "exit_code")),
+    (1, {"reason": {"code": "no_such_code", "message": "?"}}, False, ("FAILED", "exit_code")),
 ])
-def test_failure_classification(tmp_path, rc, result, cancelled, log, expected):
-    spool = tmp_path / "agent.log"
-    spool.write_text(log)
-    status, reason, code = classify(rc, result, cancelled, spool)
+def test_the_launchers_verdict_is_forwarded(rc, result, cancelled, expected):
+    status, reason, code = outcome(rc, result, cancelled)
     assert (status, code) == expected
     if result and result.get("reason"):
         assert reason == result["reason"]["message"]
+
+
+@pytest.mark.parametrize("lab_reason", LAB_REASONS)
+def test_every_lab_reason_reaches_the_server_as_one_it_accepts(lab_reason):
+    _, _, code = outcome(4, {"reason": {"code": lab_reason, "message": "m"}}, False)
+    assert code in runs.REASON_CODES  # what the server accepts from a runner

@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from app.errors import BadState, Invalid, NotFound, Stale
 from app.models import Metric, Run, RunEvent, Runner, utcnow
 from app.notebook.isoweeks import week_bounds
-from jobs.lab import registry
+from jobs.lab import contract, registry
 
 QUEUED, LEASED, RUNNING = "QUEUED", "LEASED", "RUNNING"
 SUCCEEDED, FAILED, CANCELLED, LOST = "SUCCEEDED", "FAILED", "CANCELLED", "LOST"
@@ -45,9 +45,8 @@ ALLOWED = {
 # Why a run ended as it did: what the lab reports (forwarded by the runner), what the
 # runner itself can tell (it could not start the lab; the lab was killed by a signal), and
 # what only the server knows (leases, queues, schedules).
-REASON_CODES = ("exit_code", "signal", "out_of_memory", "collective_timeout", "correctness",
-                "invalid_params", "unsupported", "timeout", "cancelled", "lease_expired",
-                "queued_too_long", "previous_run_unfinished", "launch_failed", "")  # FIXME(contract)
+REASON_CODES = (*contract.LAB_REASONS, *contract.RUNNER_REASONS, "lease_expired",
+                "queued_too_long", "previous_run_unfinished", "")
 
 MAX_METRIC_POINTS = 1000
 

@@ -8,8 +8,8 @@
 
 ``run`` prints ``progress step=<i> total=<n> key=value ...`` lines and free-form
 log lines to stdout, writes DIR/result.json and DIR/events.jsonl, and exits with
-the codes listed in jobs/lab/launch.py (0 ok, 2 invalid params, 3 correctness,
-4 rank failure, 5 timeout, 6 unsupported, 7 cancelled).
+the codes of jobs/lab/contract.py. Nothing here imports torch: ``run`` starts it in
+the ranks.
 """
 
 from __future__ import annotations
@@ -18,7 +18,8 @@ import argparse
 import json
 import sys
 
-from jobs.lab import registry
+from jobs.lab import contract, launch, registry
+from jobs.lab.report import table
 
 
 def main(argv: list[str] | None = None) -> int:
@@ -52,7 +53,7 @@ def main(argv: list[str] | None = None) -> int:
             print(json.dumps(registry.describe(args.experiment), indent=1))
         except registry.UnknownExperiment:
             print(f"error: unknown experiment {args.experiment}", file=sys.stderr)
-            return 2
+            return contract.EXIT_CODES["invalid_params"]
         return 0
     if args.cmd == "check":
         try:
@@ -61,21 +62,17 @@ def main(argv: list[str] | None = None) -> int:
             param = getattr(exc, "param", "params")
             print(f"error: invalid parameter {param}: {getattr(exc, 'message', exc)}",
                   file=sys.stderr)
-            return 2
+            return contract.EXIT_CODES["invalid_params"]
         return 0
     if args.cmd == "table":
-        from jobs.lab.report import table
-
         print(table(args.dirs))
         return 0
-
-    from jobs.lab import launch
 
     try:
         params = json.loads(args.params)
     except json.JSONDecodeError as exc:
         print(f"error: invalid parameter params: not JSON ({exc})", file=sys.stderr)
-        return launch.EXIT["invalid_params"]
+        return contract.EXIT_CODES["invalid_params"]
     timeout = args.timeout if args.timeout is not None else launch.DEFAULT_TIMEOUT_S
     return launch.run(args.experiment, params, args.out, timeout)
 

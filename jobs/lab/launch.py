@@ -1,13 +1,11 @@
-"""Launch one experiment under torchrun and classify how it ended.
+"""Launch one experiment under torchrun, and classify how it ended.
 
-Exit codes (also ``reason.code`` in result.json):
-    0  succeeded
-    2  invalid_params   - refused before anything was launched
-    3  correctness      - a strategy did not match the single-device reference
-    4  rank_failed      - a rank crashed or a collective timed out
-    5  timeout          - the outer watchdog killed the run
-    6  unsupported      - e.g. more ranks than GPUs on nccl
-    7  cancelled        - SIGTERM/SIGINT from the caller
+This is the one place a run's failure is classified: the ranks report what they know
+(a correctness failure, an unsupported machine) in result.json, and everything else -
+a crash, running out of memory, a collective that timed out, the watchdog, a cancel -
+is read here from how torchrun ended and the tail of its output. The reason goes into
+result.json and the exit code says it too (the table is jobs/lab/contract.py); the
+runner agent only forwards it.
 
 torchrun runs in its own session (process group): the watchdog, a cancel and a
 failure all end it with killpg, SIGTERM then SIGKILL, so no rank outlives the run.
@@ -24,27 +22,23 @@ import sys
 import threading
 import time
 from collections import deque
+from collections.abc import Iterable
 from typing import Any, TextIO
 
-from jobs.lab import registry
+from jobs.lab import contract, registry
+from jobs.lab.durable import write_atomic, write_json
 
-EXIT = {"succeeded": 0, "invalid_params": 2, "correctness": 3, "rank_failed": 4,
-        "timeout": 5, "unsupported": 6, "cancelled": 7}
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_TIMEOUT_S = 900.0
 KILL_GRACE_S = 5.0
-
-
-def _write(path: str, obj: dict) -> None:
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh, indent=1)
-    os.replace(tmp, path)
+OUT_OF_MEMORY_RE = re.compile(r"out of memory|OutOfMemoryError", re.I)
+TIMED_OUT_RE = re.compile(r"\btimed? ?out\b|\btimeout\b", re.I)
 
 
 def failure_result(experiment: str, params: Any, code: str, message: str) -> dict:
-    return {"schema_version": 1, "experiment": experiment, "params": params,
-            "status": "failed", "reason": {"code": code, "message": message}}
+    return {"schema_version": contract.RESULT_SCHEMA_VERSION, "experiment": experiment,
+            "params": params, "status": "failed",
+            "reason": {"code": code, "message": message}}
 
 
 def command(experiment: str, params: dict, out: str) -> list[str]:
@@ -79,10 +73,14 @@ def _kill_group(proc: subprocess.Popen) -> None:
             continue
 
 
-def _reason_from_output(lines: deque[str], rc: int) -> str:
-    """One line for a crashed run: the root-cause rank's own exception if torchrun
-    named one, else the last exception any rank printed, else the exit code."""
-    text = [ln.strip() for ln in lines]
+def classify_crash(tail: Iterable[str], rc: int) -> tuple[str, str]:
+    """(reason code, message) for ranks that ended without finishing. The message is the
+    root-cause rank's own exception if torchrun named one, else the last exception any
+    rank printed, else torchrun's exit. Out of memory anywhere in the tail wins (whatever
+    broke after it broke because of it); a timed-out collective is judged on the
+    exception the message names, or on the whole tail when no rank printed one (NCCL's
+    watchdog logs its timeout, then aborts)."""
+    text = [ln.strip() for ln in tail]
     root = None
     for i, ln in enumerate(text):
         if ln.startswith("Root Cause"):
@@ -94,39 +92,47 @@ def _reason_from_output(lines: deque[str], rc: int) -> str:
     errors = [m for m in (re.match(r"\[rank(\d+)\]: (\w+(Error|Exception|Timeout)\b.*)", ln)
                           for ln in text) if m and m.group(2).split(":", 1)[-1].strip()]
     mine = [m for m in errors if m.group(1) == root] or errors
+    exception = mine[-1].group(2) if mine else ""
     if mine:
-        return f"rank {mine[-1].group(1)} failed: {mine[-1].group(2)[:300]}"
-    for ln in reversed(text):
-        if "exitcode" in ln or "Signal" in ln:
-            return f"rank failure (torchrun exit {rc}): {ln[:300]}"
-    return f"rank failure: torchrun exited with {rc}"
+        message = f"rank {mine[-1].group(1)} failed: {exception[:300]}"
+    else:
+        message = next((f"rank failure (torchrun exit {rc}): {ln[:300]}" for ln in reversed(text)
+                        if "exitcode" in ln or "Signal" in ln),
+                       f"rank failure: torchrun exited with {rc}")
+    whole = "\n".join(text)
+    if OUT_OF_MEMORY_RE.search(whole):
+        return "out_of_memory", message
+    if TIMED_OUT_RE.search(exception or whole):
+        return "collective_timeout", message
+    return "rank_failed", message
 
 
 def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_TIMEOUT_S,
         stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr) -> int:
     os.makedirs(out, exist_ok=True)
-    result_path = os.path.join(out, "result.json")
-    for stale in ["result.json"] + [f for f in os.listdir(out) if f.startswith("done.rank")]:
+    result_path = os.path.join(out, contract.RESULT_FILE)
+    for stale in [contract.RESULT_FILE] + [f for f in os.listdir(out)
+                                           if f.startswith(contract.DONE_PREFIX)]:
         if os.path.exists(os.path.join(out, stale)):
             os.remove(os.path.join(out, stale))
     try:
         params = registry.validate(experiment, raw_params)
     except registry.ParamError as exc:
-        _write(result_path, {**failure_result(experiment, raw_params, "invalid_params",
-                                              f"{exc.param}: {exc.message}"),
-                             "param": exc.param})
+        write_json(result_path, {**failure_result(experiment, raw_params, "invalid_params",
+                                                  f"{exc.param}: {exc.message}"),
+                                 "param": exc.param})
         print(f"error: invalid parameter {exc.param}: {exc.message}", file=stderr, flush=True)
-        return EXIT["invalid_params"]
+        return contract.EXIT_CODES["invalid_params"]
 
     cmd = command(experiment, params, out)
     tail: deque[str] = deque(maxlen=400)
-    log = open(os.path.join(out, "output.log"), "w")
+    log = open(os.path.join(out, contract.OUTPUT_LOG), "w")
     started = time.monotonic()
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=environment(params),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             bufsize=1, start_new_session=True)
     # who to kill if this launcher itself dies: torchrun leads its own process group
-    _write(os.path.join(out, "pids.json"), {"launcher": os.getpid(), "torchrun_pgid": proc.pid})
+    write_json(os.path.join(out, contract.PIDS_FILE), contract.pids_record(os.getpid(), proc.pid))
     state = {"timed_out": False, "cancelled": False}
 
     def watchdog() -> None:
@@ -164,29 +170,31 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
     if os.path.exists(result_path):
         with open(result_path) as fh:
             result = json.load(fh)
+    decided_here = True  # else the ranks' result.json said how the run ended
     if state["cancelled"]:
         code, message = "cancelled", "cancelled by signal"
     elif state["timed_out"]:
         code, message = "timeout", f"no result after {timeout_s:.0f} s; killed the run"
     elif result is not None and (rc == 0 or _all_done(out, params["world_size"])):
         # (a rank that dies after writing its done marker died in teardown, not in the run)
+        decided_here = False
         code = "succeeded" if result["status"] == "succeeded" else result["reason"]["code"]
         message = result["reason"]["message"] if result.get("reason") else ""
     else:
-        code, message = "rank_failed", _reason_from_output(tail, rc)
-    if code in ("cancelled", "timeout", "rank_failed"):
+        code, message = classify_crash(tail, rc)
+    if decided_here:  # the result says so, keeping whatever the ranks wrote
         partial = result or {}
-        _write(result_path, {**partial, **failure_result(experiment, params, code, message),
-                             "duration_s": elapsed})
+        write_json(result_path, {**partial, **failure_result(experiment, params, code, message),
+                                 "duration_s": elapsed})
     if code == "succeeded":
         print(f"result status=succeeded path={result_path}", file=stdout, flush=True)
     else:
         print(f"error: {code}: {message}", file=stderr, flush=True)
-    return EXIT[code]
+    return contract.EXIT_CODES[code]
 
 
 def _all_done(out: str, world: int) -> bool:
-    return all(os.path.exists(os.path.join(out, f"done.rank{r}")) for r in range(world))
+    return all(os.path.exists(os.path.join(out, contract.done_file(r))) for r in range(world))
 
 
 def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
@@ -201,11 +209,10 @@ def merge_events(out: str, world: int) -> None:
     """events.rank<r>.jsonl from every rank -> one events.jsonl sorted by start time."""
     events = []
     for r in range(world):
-        path = os.path.join(out, f"events.rank{r}.jsonl")
+        path = os.path.join(out, contract.rank_events_file(r))
         if os.path.exists(path):
             with open(path) as fh:
                 events.extend(json.loads(line) for line in fh if line.strip())
     events.sort(key=lambda e: (e["t0"], e["rank"]))
-    with open(os.path.join(out, "events.jsonl"), "w") as fh:
-        for ev in events:
-            fh.write(json.dumps(ev) + "\n")
+    write_atomic(os.path.join(out, contract.EVENTS_FILE),
+                 "".join(json.dumps(ev) + "\n" for ev in events))

@@ -5,6 +5,8 @@ from __future__ import annotations
 import json
 import os
 
+from jobs.lab.contract import RESULT_FILE
+
 
 def _fmt(x, unit: str = "", scale: float = 1.0, digits: int = 3) -> str:
     if x is None:
@@ -53,7 +55,7 @@ def table(dirs: list[str]) -> str:
               "note"]
     rows = [header]
     for d in dirs:
-        path = os.path.join(d, "result.json")
+        path = os.path.join(d, RESULT_FILE)
         if not os.path.exists(path):
             rows.append([os.path.basename(d.rstrip("/")), "-", "no result", "-", "-", "-", "-"])
             continue

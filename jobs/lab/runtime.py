@@ -20,6 +20,7 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
+from jobs.lab.contract import progress_line
 from jobs.lab.instrument import Comm, Timeline
 
 
@@ -66,10 +67,10 @@ class Context:
             say(msg, self.stdout)
 
     def progress(self, step: int, total: int, **fields: Any) -> None:
-        """The machine-readable line callers parse: progress step=<i> total=<n> k=v ..."""
+        """The machine-readable line callers parse (jobs/lab/contract.py owns its format)."""
         if self.rank == 0:
-            extra = " ".join(f"{k}={_fmt(v)}" for k, v in fields.items() if v is not None)
-            say(f"progress step={step} total={total} {extra}".rstrip(), self.stdout)
+            shown = {k: _fmt(v) for k, v in fields.items() if v is not None}
+            say(progress_line(step, total, shown), self.stdout)
 
     def gather(self, obj: Any) -> list[Any]:
         """Every rank's object, on every rank (uncounted: bookkeeping, not the experiment).

@@ -24,9 +24,8 @@ from typing import Any
 
 import torch.distributed as dist
 
-from jobs.lab import registry, runtime
-
-RESULT_SCHEMA_VERSION = 1
+from jobs.lab import contract, runtime
+from jobs.lab.durable import write_json
 
 IMPLEMENTATIONS = {
     "collectives": "jobs.lab.experiments.collectives",
@@ -37,14 +36,6 @@ IMPLEMENTATIONS = {
     "tensor_parallel": "jobs.lab.experiments.training",
     "zero": "jobs.lab.experiments.training",
 }
-
-
-def write_json(path: str, obj: Any) -> None:
-    """Atomic: a reader never sees half a result."""
-    tmp = f"{path}.tmp{os.getpid()}"
-    with open(tmp, "w") as fh:
-        json.dump(obj, fh, indent=1, default=_jsonable)
-    os.replace(tmp, path)
 
 
 def _jsonable(o: Any) -> Any:
@@ -78,7 +69,7 @@ def load_plugin() -> None:
 def envelope(experiment: str, params: dict, started: float, status: str,
              reason: dict | None, environment: dict, body: dict) -> dict:
     return _clean({
-        "schema_version": RESULT_SCHEMA_VERSION,
+        "schema_version": contract.RESULT_SCHEMA_VERSION,
         "experiment": experiment,
         "params": params,
         "status": status,
@@ -112,10 +103,12 @@ def main(argv: list[str] | None = None) -> int:
     ap.add_argument("--out", required=True)
     args = ap.parse_args(argv)
     started = time.time()
-    params = registry.validate(args.experiment, json.loads(args.params))
+    # Only the launcher starts workers, with parameters it has validated and resolved
+    # (defaults filled in): trusted here, not checked a third time.
+    params = json.loads(args.params)
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     os.makedirs(args.out, exist_ok=True)
-    result_path = os.path.join(args.out, "result.json")
+    result_path = os.path.join(args.out, contract.RESULT_FILE)
     try:
         device = runtime.resolve_device(params.get("device", "auto"), world)
     except runtime.Unsupported as exc:
@@ -123,7 +116,7 @@ def main(argv: list[str] | None = None) -> int:
             write_json(result_path, envelope(
                 args.experiment, params, started, "failed",
                 {"code": "unsupported", "message": str(exc)},
-                runtime.environment(None, "cpu", world), {}))
+                runtime.environment(None, "cpu", world), {}), default=_jsonable)
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return 0
     load_plugin()
@@ -136,7 +129,7 @@ def main(argv: list[str] | None = None) -> int:
         body = module.run(ctx, args.experiment, params)
     else:
         body = module.run(ctx, params)
-    ctx.timeline.write(os.path.join(args.out, f"events.rank{ctx.rank}.jsonl"))
+    ctx.timeline.write(os.path.join(args.out, contract.rank_events_file(ctx.rank)))
     if ctx.rank == 0:
         failed = [s for s in body.get("strategies", []) if not s["correctness"]["passed"]]
         reason = None
@@ -147,10 +140,11 @@ def main(argv: list[str] | None = None) -> int:
                                  f"{first['correctness']['reason']}"}
         status = "failed" if reason else "succeeded"
         write_json(result_path, envelope(args.experiment, params, started, status, reason,
-                                         runtime.environment(ctx, device, world), body))
+                                         runtime.environment(ctx, device, world), body),
+                   default=_jsonable)
         ctx.log(f"wrote {result_path} (status {status})")
     dist.barrier()
-    with open(os.path.join(args.out, f"done.rank{ctx.rank}"), "w") as fh:
+    with open(os.path.join(args.out, contract.done_file(ctx.rank)), "w") as fh:
         fh.write("ok\n")
     # gloo's teardown sometimes aborts ("terminate called without an active exception")
     # after all work is done; every rank has finished and said so, so leave without

@@ -8,7 +8,10 @@ import os
 import signal
 import time
 
+import pytest
 from lab_helpers import PLUGINS, TINY, cleanup, launch, start
+
+from jobs.lab.launch import classify_crash
 
 DP = {**TINY, "world_size": 2, "strategies": ["dp_naive", "ddp"]}
 
@@ -83,7 +86,8 @@ def test_hung_rank_times_out_instead_of_waiting(tmp_path):
                  env={"COMMONPLACE_LAB_PLUGIN": str(PLUGINS / "hang_rank1.py"),
                       "COMMONPLACE_LAB_PG_TIMEOUT": "5"})
     assert run.rc == 4
-    assert run.result["reason"]["code"] == "rank_failed"
+    assert run.result["reason"]["code"] == "collective_timeout"
+    assert "Timed out" in run.result["reason"]["message"]
     assert run.seconds < 90
 
 
@@ -106,3 +110,39 @@ def test_cuda_requested_without_gpu_is_unsupported(tmp_path):
     assert run.rc == 6
     assert run.result["reason"]["code"] == "unsupported"
     assert "device=cuda" in run.result["reason"]["message"]
+
+
+GLOO_TIMEOUT = ("[rank0]: RuntimeError: [/gloo/transport/tcp/unbound_buffer.cc:78] Timed out "
+                "waiting 5000ms for recv operation to complete")
+TORCHRUN_ROOT_CAUSE = """Root Cause (first observed failure):
+[0]:
+  time      : 2026-11-30_22:42:39
+  host      : box
+  rank      : 1 (local_rank: 1)
+  exitcode  : -9 (pid: 4242)
+  error_file: <N/A>
+  traceback : Signal 9 (SIGKILL) received by PID 4242"""
+
+
+@pytest.mark.parametrize("rc, tail, code, message", [
+    (4, "torch.OutOfMemoryError: CUDA out of memory", "out_of_memory", None),
+    (4, "[rank1]: torch.OutOfMemoryError: CUDA out of memory. Tried to allocate 2.00 GiB\n"
+        "[rank0]: RuntimeError: Connection closed by peer", "out_of_memory", None),
+    (4, "rank 1: Timed out waiting 60s for all_reduce", "collective_timeout", None),
+    (4, "[rank1]: RuntimeError: Timed out waiting 60s for all_reduce", "collective_timeout",
+     "rank 1 failed: RuntimeError: Timed out waiting 60s for all_reduce"),
+    (4, GLOO_TIMEOUT, "collective_timeout", "rank 0 failed: " + GLOO_TIMEOUT[len("[rank0]: "):]),
+    (4, "[rank0]:[E1130 ProcessGroupNCCL.cpp:632] [Rank 0] Watchdog caught collective "
+        "operation timeout: WorkNCCL(SeqNum=3, OpType=ALLREDUCE) ran for 60001 milliseconds",
+     "collective_timeout", None),
+    (4, "[rank1]: ValueError: bad shape\n[rank0]: RuntimeError: Connection closed by peer\n"
+        + TORCHRUN_ROOT_CAUSE, "rank_failed", "rank 1 failed: ValueError: bad shape"),
+    (4, TORCHRUN_ROOT_CAUSE, "rank_failed",
+     "rank failure (torchrun exit 4): traceback : Signal 9 (SIGKILL) received by PID 4242"),
+    (1, "", "rank_failed", "rank failure: torchrun exited with 1"),
+])
+def test_the_launcher_classifies_a_crash_from_its_output(rc, tail, code, message):
+    got_code, got_message = classify_crash(tail.splitlines(keepends=True), rc)
+    assert got_code == code
+    if message is not None:
+        assert got_message == message

@@ -1,6 +1,11 @@
 """What every strategy offers the experiment loop: a training step, the pieces of
 gradient and parameter it holds (for the correctness gate), its model-state bytes
-and its cost-model prediction."""
+and its cost-model prediction.
+
+A strategy keeps the module this rank trains in ``self.model`` and its optimizer in
+``self.opt``; the defaults below read those, so a strategy overrides a piece or the
+model-state count only where it really holds something else (ZeRO's shards, TP's
+slices, DP's bucket buffers)."""
 
 from __future__ import annotations
 
@@ -102,6 +107,11 @@ class Strategy:
     builtin: ClassVar[bool] = False  # PyTorch's own implementation
     instrumented: ClassVar[bool] = True  # its collectives go through ctx.comm
     ranks_active: ClassVar[str] = "all"  # "all" or "rank0" (single-device baseline)
+    # what a wrapper adds to parameter names ("module." for DDP), stripped so that they
+    # are the reference's names
+    name_prefix: ClassVar[str] = ""
+    model: nn.Module
+    opt: torch.optim.Optimizer | None
 
     def __init__(self, ctx: Context, spec: TrainSpec) -> None:
         self.ctx, self.spec = ctx, spec
@@ -112,10 +122,10 @@ class Strategy:
 
     # -- correctness gate
     def grad_pieces(self) -> list[Piece]:
-        raise NotImplementedError
+        return local_pieces(self.model, "grad", self.name_prefix)
 
     def param_pieces(self) -> list[Piece]:
-        raise NotImplementedError
+        return local_pieces(self.model, "param", self.name_prefix)
 
     def replicated(self) -> list[tuple[Any, list[tuple[str, torch.Tensor]]]]:
         """(process group, named tensors) that must be bit-identical across that group."""
@@ -123,10 +133,10 @@ class Strategy:
 
     # -- measurement and prediction
     def parameters(self) -> list[torch.Tensor]:
-        raise NotImplementedError
+        return list(self.model.parameters())
 
     def model_state(self) -> dict[str, int]:
-        raise NotImplementedError
+        return model_state(self.parameters(), self.opt)
 
     def predicted_comm(self) -> dict[str, dict[str, Any]] | None:
         """Bytes (and calls) per optimizer step on this rank, by collective kind."""

@@ -14,7 +14,7 @@ import torch
 
 from jobs.lab import costmodel
 from jobs.lab.model import Batch, build_model, loss_fn
-from jobs.lab.strategies.base import Piece, StepOut, Strategy, local_pieces, model_state, sgd
+from jobs.lab.strategies.base import StepOut, Strategy, sgd
 
 
 class DataParallelNaive(Strategy):
@@ -51,22 +51,10 @@ class DataParallelNaive(Strategy):
         return StepOut(total, 1.0 / ctx.world)
 
     # -- gate
-    def grad_pieces(self) -> list[Piece]:
-        return local_pieces(self.model, "grad")
-
-    def param_pieces(self) -> list[Piece]:
-        return local_pieces(self.model, "param")
-
     def replicated(self):
         return [(None, list(self.model.named_parameters()))]
 
     # -- measurement and prediction
-    def parameters(self):
-        return list(self.model.parameters())
-
-    def model_state(self) -> dict[str, int]:
-        return model_state(self.parameters(), self.opt)
-
     def predicted_memory(self) -> dict[str, float]:
         return costmodel.memory_per_rank("dp", self.spec.cfg.param_count())
 

@@ -9,13 +9,14 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from jobs.lab import costmodel
 from jobs.lab.model import Batch, build_model, loss_fn
-from jobs.lab.strategies.base import Piece, StepOut, Strategy, local_pieces, model_state, sgd
+from jobs.lab.strategies.base import StepOut, Strategy, sgd
 
 
 class TorchDDP(Strategy):
     name = "ddp"
     label = "torch DistributedDataParallel"
     builtin = True
+    name_prefix = "module."  # DDP wraps the model
 
     def __init__(self, ctx, spec) -> None:
         super().__init__(ctx, spec)
@@ -49,20 +50,8 @@ class TorchDDP(Strategy):
             self.opt.step()
         return StepOut(total, 1.0 / ctx.world)
 
-    def grad_pieces(self) -> list[Piece]:
-        return local_pieces(self.model, "grad", prefix="module.")
-
-    def param_pieces(self) -> list[Piece]:
-        return local_pieces(self.model, "param", prefix="module.")
-
     def replicated(self):
         return [(None, list(self.model.module.named_parameters()))]
-
-    def parameters(self):
-        return list(self.model.parameters())
-
-    def model_state(self) -> dict[str, int]:
-        return model_state(self.parameters(), self.opt)
 
     def predicted_memory(self) -> dict[str, float]:
         return costmodel.memory_per_rank("ddp", self.spec.cfg.param_count())

@@ -10,7 +10,7 @@ from torch.distributed.fsdp import fully_shard
 
 from jobs.lab import costmodel
 from jobs.lab.model import Batch, build_model, loss_fn
-from jobs.lab.strategies.base import Piece, StepOut, Strategy, local_pieces, model_state, sgd
+from jobs.lab.strategies.base import StepOut, Strategy, sgd
 
 
 class TorchFSDP2(Strategy):
@@ -39,18 +39,6 @@ class TorchFSDP2(Strategy):
         with tl.span("optimizer"):
             self.opt.step()
         return StepOut(loss.item(), 1.0 / ctx.world)
-
-    def grad_pieces(self) -> list[Piece]:
-        return local_pieces(self.model, "grad")
-
-    def param_pieces(self) -> list[Piece]:
-        return local_pieces(self.model, "param")
-
-    def parameters(self):
-        return list(self.model.parameters())
-
-    def model_state(self) -> dict[str, int]:
-        return model_state(self.parameters(), self.opt)
 
     def predicted_memory(self) -> dict[str, float]:
         return costmodel.memory_per_rank("fsdp2", self.spec.cfg.param_count(), d=self.ctx.world)

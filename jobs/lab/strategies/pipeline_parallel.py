@@ -17,7 +17,7 @@ from torch import nn
 from jobs.lab import costmodel
 from jobs.lab.instrument import SavedActivations
 from jobs.lab.model import Batch, build_model, loss_fn
-from jobs.lab.strategies.base import Piece, StepOut, Strategy, local_pieces, model_state, sgd
+from jobs.lab.strategies.base import StepOut, Strategy, sgd
 from jobs.lab.strategies.pp_communications import StageComm
 
 
@@ -49,14 +49,15 @@ class Stage(nn.Module):
 
 class PipelineBase(Strategy):
     schedule = "gpipe"
+    name_prefix = "model."  # self.model is this rank's Stage
 
     def __init__(self, ctx, spec) -> None:
         super().__init__(ctx, spec)
         cfg = spec.cfg
         self.p, self.rank = ctx.world, ctx.rank
         self.m = self.micro_batches()
-        self.stage = Stage(build_model(cfg, ctx.device), self.rank, self.p)
-        self.opt = sgd(list(self.stage.parameters()))
+        self.model = Stage(build_model(cfg, ctx.device), self.rank, self.p)
+        self.opt = sgd(list(self.model.parameters()))
         self.mb_rows = spec.batch_size // self.m
         self.io = StageComm(ctx, (self.mb_rows, cfg.seq_len, cfg.hidden), cfg.torch_dtype)
         self.loss = loss_fn(cfg.kind)
@@ -69,7 +70,7 @@ class PipelineBase(Strategy):
     # -- one micro-batch each way
     def forward_mb(self, i: int, x: torch.Tensor, mbs: list[Batch]) -> torch.Tensor:
         with self.ctx.timeline.span("forward", mb=i, stage=self.rank):
-            y = self.stage(x)
+            y = self.model(x)
             if self.io.last:  # the last stage's output is the loss of the micro-batch
                 y = self.loss(y, mbs[i].targets) / self.m
                 self.losses.append(y.item())
@@ -110,19 +111,7 @@ class PipelineBase(Strategy):
             grad_in = self.backward_mb(i, self.io.recv_backward(i))
             self.io.send_backward(grad_in, i)
 
-    # -- gate, measurement, prediction
-    def grad_pieces(self) -> list[Piece]:
-        return local_pieces(self.stage, "grad", prefix="model.")
-
-    def param_pieces(self) -> list[Piece]:
-        return local_pieces(self.stage, "param", prefix="model.")
-
-    def parameters(self):
-        return list(self.stage.parameters())
-
-    def model_state(self) -> dict[str, int]:
-        return model_state(self.parameters(), self.opt)
-
+    # -- measurement and prediction
     def _dims(self) -> tuple:
         c = self.spec.cfg
         return c.kind, c.layers, c.hidden, c.seq_len, c.vocab

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from jobs.lab import costmodel
 from jobs.lab.model import Batch, build_model, loss_fn
-from jobs.lab.strategies.base import Piece, StepOut, Strategy, local_pieces, model_state, sgd
+from jobs.lab.strategies.base import StepOut, Strategy, sgd
 
 
 class SingleDevice(Strategy):
@@ -32,18 +32,6 @@ class SingleDevice(Strategy):
         with tl.span("optimizer"):
             self.opt.step()
         return StepOut(loss.item(), 1.0)
-
-    def grad_pieces(self) -> list[Piece]:
-        return local_pieces(self.model, "grad")
-
-    def param_pieces(self) -> list[Piece]:
-        return local_pieces(self.model, "param")
-
-    def parameters(self):
-        return list(self.model.parameters())
-
-    def model_state(self) -> dict[str, int]:
-        return model_state(self.parameters(), self.opt)
 
     def predicted_memory(self) -> dict[str, float]:
         return costmodel.memory_per_rank("single", self.spec.cfg.param_count())

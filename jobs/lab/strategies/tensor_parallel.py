@@ -17,7 +17,7 @@ from torch import nn
 from jobs.lab import costmodel
 from jobs.lab.instrument import Comm
 from jobs.lab.model import Attention, Batch, build_model, loss_fn
-from jobs.lab.strategies.base import Piece, StepOut, Strategy, model_state, sgd
+from jobs.lab.strategies.base import Piece, StepOut, Strategy, sgd
 from jobs.lab.strategies.tp_communications import f, g
 
 
@@ -134,12 +134,6 @@ class MegatronTP(Strategy):
         split |= {id(m.bias) for m in self.model.modules()
                   if isinstance(m, ColumnParallelLinear)}
         return [(None, [(n, p) for n, p in self.model.named_parameters() if id(p) not in split])]
-
-    def parameters(self):
-        return list(self.model.parameters())
-
-    def model_state(self) -> dict[str, int]:
-        return model_state(self.parameters(), self.opt)
 
     def _split(self) -> tuple[int, int]:
         c = self.spec.cfg

@@ -25,8 +25,8 @@ class TorchPipelineBase(PipelineBase):
         cfg = spec.cfg
         self.p, self.rank, self.m = ctx.world, ctx.rank, spec.micro_batches
         self.mb_rows = spec.batch_size // self.m
-        self.stage = Stage(build_model(cfg, ctx.device), self.rank, self.p)
-        self.opt = sgd(list(self.stage.parameters()))
+        self.model = Stage(build_model(cfg, ctx.device), self.rank, self.p)
+        self.opt = sgd(list(self.model.parameters()))
         self.first, self.last = self.rank == 0, self.rank == self.p - 1
         # static shapes: no metadata inference round (which pickles through numpy)
         T, h = cfg.seq_len, cfg.hidden
@@ -40,7 +40,7 @@ class TorchPipelineBase(PipelineBase):
         example_out = torch.zeros(self.mb_rows, T, out_width, dtype=cfg.torch_dtype,
                                   device=ctx.device).requires_grad_() if self.last else \
             act.clone().requires_grad_()
-        pipe_stage = PipelineStage(self.stage, self.rank, self.p, ctx.device,
+        pipe_stage = PipelineStage(self.model, self.rank, self.p, ctx.device,
                                    input_args=example_in, output_args=example_out)
         self.schedule = self.schedule_cls(pipe_stage, self.m, loss_fn=loss_fn(cfg.kind))
         self.max_in_flight = None

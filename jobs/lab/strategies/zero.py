@@ -111,14 +111,8 @@ class Zero1(Strategy):
                                         lambda full, s=a - off, e=b - off: full.reshape(-1)[s:e]))
         return pieces
 
-    def param_pieces(self) -> list[Piece]:
-        return [Piece(n, p.data) for n, p in self.model.named_parameters()]
-
     def replicated(self):
         return [(None, list(self.model.named_parameters()))]
-
-    def parameters(self):
-        return list(self.model.parameters())
 
     def model_state(self) -> dict[str, int]:
         shards = sum(b["grad"].numel() * b["grad"].element_size() for b in self.buckets)

@@ -1,129 +1,38 @@
-"""The runner agent: pulls runs from a Commonplace server and executes them with the lab.
+"""The agent: register, long-poll for a lease, run the leased experiment with the lab,
+and report it - heartbeats, the log in sequenced chunks, metrics, the result, the end.
 
-    commonplace runner --server https://notes.tail1234.ts.net --token cp_…
-
-It opens every connection itself (no inbound port on the GPU host): register, then a
-loop of long-poll leases. A leased run is launched as `python -m jobs.lab run …` in its
-own process group; this process — never the training processes — heartbeats the lease,
-streams the log in sequenced chunks, uploads the result, and reports how the run ended.
-
-If the server cannot be reached the run carries on: output is spooled to disk and sent
-when the server answers again. If the server says our lease is stale (409: the run was
-declared LOST, or leased again), the job is killed at once — two copies of one run must
-never both report. Cancel arrives in a heartbeat reply: SIGTERM to the group, a grace
-period, SIGKILL. No torch here: the lab runs in the child.
+The lab's launcher has already classified how a run ended (jobs/lab/contract.py);
+`outcome` only forwards that to the journal, in the journal's words.
 """
 
 from __future__ import annotations
 
-import ctypes
 import json
 import logging
 import os
-import platform
-import re
-import shutil
 import signal
-import socket
 import subprocess
 import sys
 import threading
 import time
-import urllib.error
-import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
 
+from jobs.lab.contract import (
+    EVENTS_FILE,
+    LAB_REASONS,
+    RESULT_FILE,
+    parse_progress,
+    reason_for_exit,
+    torchrun_pgid,
+)
+from jobs.runner.client import VERSION, Client, Refused, Stale, Unreachable
+from jobs.runner.host import die_with_parent, host_labels, signal_group
+
 log = logging.getLogger("commonplace.runner")
-REPO_ROOT = Path(__file__).resolve().parent.parent
-PROGRESS_RE = re.compile(r"^progress step=(\d+) total=(\d+)(.*)$")
-KV_RE = re.compile(r"(\w+)=(\S+)")
+REPO_ROOT = Path(__file__).resolve().parents[2]
 CHUNK = 60 * 1024  # below the server's 64 KiB cap
 STALE_GRACE_S = 2.0  # a stale job stops at once, but torchrun gets a moment to end its ranks
-VERSION = "1"
-
-# The lab launcher's exit codes (jobs/lab/launch.py) → the journal's failure reasons.
-EXIT_REASONS = {2: "invalid_params", 3: "correctness", 4: "exit_code", 5: "timeout",
-                6: "unsupported", 7: "cancelled"}
-
-
-class Stale(Exception):
-    """The server no longer considers this lease ours: stop the job, report nothing."""
-
-
-class Unreachable(Exception):
-    """No answer (network, 5xx): keep going and try again later."""
-
-
-class Refused(Exception):
-    """A 4xx (other than a stale lease): our request was wrong as sent."""
-
-    def __init__(self, message: str, code: str = "", details: dict | None = None):
-        super().__init__(message)
-        self.code = code
-        self.details = details or {}
-
-
-@dataclass
-class Client:
-    server: str
-    token: str
-    timeout: float = 40.0
-
-    def call(self, method: str, path: str, body=None, *, raw: bytes | None = None,
-             content_type: str = "application/json") -> dict | None:
-        data = raw if raw is not None else (json.dumps(body).encode() if body is not None
-                                            else None)
-        request = urllib.request.Request(
-            self.server.rstrip("/") + path, data=data, method=method,
-            headers={"Authorization": f"Bearer {self.token}", "Content-Type": content_type,
-                     "User-Agent": f"commonplace-runner/{VERSION}"})
-        try:
-            with urllib.request.urlopen(request, timeout=self.timeout) as response:
-                payload = response.read()
-                return json.loads(payload) if payload else None
-        except urllib.error.HTTPError as exc:
-            payload = exc.read()[:4000]
-            detail = payload[:500].decode("utf-8", "replace")
-            if exc.code >= 500:
-                raise Unreachable(f"{exc.code}: {detail}") from None
-            try:
-                error = json.loads(payload).get("error", {})
-            except (ValueError, AttributeError):
-                error = {}
-            # Only the server's word that the lease is no longer ours stops a job; any
-            # other refusal (a log gap, a bad state) is handled where it happens.
-            if exc.code == 409 and error.get("code") == "stale_lease":
-                raise Stale(detail) from None
-            raise Refused(f"{exc.code}: {detail}", error.get("code", ""), error) from None
-        except (OSError, ValueError) as exc:  # URLError, timeouts, resets, bad JSON
-            raise Unreachable(str(exc)) from None
-
-
-def host_labels() -> dict:
-    """What this host offers: runs that need GPUs only come to a runner that has them."""
-    labels = {"host": socket.gethostname()[:60], "cpu_count": os.cpu_count() or 1,
-              "platform": platform.machine(), "gpu_count": 0}
-    if shutil.which("nvidia-smi"):
-        try:
-            out = subprocess.run(["nvidia-smi", "--query-gpu=name", "--format=csv,noheader"],
-                                 capture_output=True, text=True, timeout=10).stdout
-            names = [line.strip() for line in out.splitlines() if line.strip()]
-            labels.update(gpu_count=len(names), gpu_model=names[0][:60] if names else "")
-        except (OSError, subprocess.SubprocessError):
-            pass
-    return labels
-
-
-def _die_with_parent() -> None:
-    """In the child: if the agent dies (kill -9 included), the kernel sends SIGTERM, and
-    the lab launcher then ends its torchrun group. A run nobody watches is a LOST run
-    that would only burn the GPU."""
-    try:
-        ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGTERM)  # PR_SET_PDEATHSIG
-    except OSError:
-        pass
-
 
 @dataclass
 class Job:
@@ -148,6 +57,11 @@ class Job:
     @property
     def spool(self) -> Path:
         return self.out / "agent.log"
+
+    @property
+    def lab_dir(self) -> Path:
+        """The lab's own output directory (result.json, events.jsonl, pids.json ...)."""
+        return self.out / "lab"
 
 
 class Agent:
@@ -213,11 +127,11 @@ class Agent:
         job.spool.touch()
         log.info("run %s: %s %s", job.run_id, job.experiment, json.dumps(job.params))
         argv = [sys.executable, "-m", "jobs.lab", "run", job.experiment,
-                "--params", json.dumps(job.params), "--out", str(job.out / "lab")]
+                "--params", json.dumps(job.params), "--out", str(job.lab_dir)]
         try:
             job.proc = subprocess.Popen(
                 argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
-                start_new_session=True, preexec_fn=_die_with_parent,
+                start_new_session=True, preexec_fn=die_with_parent,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         except OSError as exc:
             self.report(job, "FAILED", f"could not start the lab: {exc}", "launch_failed", None)
@@ -252,14 +166,13 @@ class Agent:
             line = raw.decode("utf-8", "replace")
             with job.spool_lock, open(job.spool, "a", encoding="utf-8") as fh:
                 fh.write(line)
-            match = PROGRESS_RE.match(line.strip())
-            if match:
-                job.step, job.total = int(match[1]), int(match[2])
-                info = dict(KV_RE.findall(match[3]))
-                job.progress = {k: _number(v) for k, v in info.items()}
-                if "tokens_per_s" in info:
+            progress = parse_progress(line)
+            if progress:
+                job.step, job.total, job.progress = progress
+                rate = job.progress.get("tokens_per_s")
+                if isinstance(rate, int | float):
                     job.metrics.append({"key": "tokens_per_s", "step": job.step,
-                                        "value": float(job.progress["tokens_per_s"])})
+                                        "value": float(rate)})
 
     def _heartbeat_loop(self, job: Job) -> None:
         """Renew the lease every heartbeat_s, and sooner (at most once a second) when there
@@ -295,13 +208,13 @@ class Agent:
         """SIGTERM to the job's process group, a grace period, then SIGKILL to it and to the
         torchrun group the launcher recorded (in case the launcher itself is stuck)."""
         grace = self.cancel_grace_s if grace_s is None else grace_s
-        _signal_group(job.proc.pid, signal.SIGTERM)
+        signal_group(job.proc.pid, signal.SIGTERM)
         deadline = time.monotonic() + grace
         while job.proc.poll() is None and time.monotonic() < deadline:
             time.sleep(0.1)
-        for pgid in (job.proc.pid, _torchrun_pgid(job.out / "lab")):
+        for pgid in (job.proc.pid, torchrun_pgid(job.lab_dir)):
             if pgid:
-                _signal_group(pgid, signal.SIGKILL)
+                signal_group(pgid, signal.SIGKILL)
 
     # -- logs -----------------------------------------------------------------------------
 
@@ -370,14 +283,8 @@ class Agent:
     # -- the end --------------------------------------------------------------------------
 
     def finish(self, job: Job, rc: int) -> None:
-        result_path = job.out / "lab" / "result.json"
-        result = None
-        if result_path.exists():
-            try:
-                result = json.loads(result_path.read_text())
-            except ValueError:
-                result = None
-        status, reason, code = classify(rc, result, job.cancelled, job.spool)
+        result = read_result(job.lab_dir)
+        status, reason, code = outcome(rc, result, job.cancelled)
         try:
             self._until_sent(lambda: self.flush_logs(job))
             if job.metrics:
@@ -390,10 +297,10 @@ class Agent:
                 self._until_sent(lambda: self.client.call(
                     "POST", f"/api/v1/runner/runs/{job.run_id}/result",
                     {"epoch": job.epoch, "result": result}))
-            events = job.out / "lab" / "events.jsonl"
+            events = job.lab_dir / EVENTS_FILE
             if events.exists() and events.stat().st_size <= 8 * 1024 * 1024:
                 self._until_sent(lambda: self.client.call(
-                    "PUT", f"/api/v1/runner/runs/{job.run_id}/artifacts/events.jsonl"
+                    "PUT", f"/api/v1/runner/runs/{job.run_id}/artifacts/{EVENTS_FILE}"
                            f"?epoch={job.epoch}", raw=events.read_bytes(),
                     content_type="application/x-ndjson"))
             if status == "SUCCEEDED" and result is None:
@@ -433,55 +340,33 @@ class Agent:
                 delay = min(delay * 2, 30)
 
 
-def classify(rc: int, result: dict | None, cancelled: bool, spool: Path) -> tuple[str, str, str]:
-    """(status, reason, reason_code) from how the lab ended."""
-    reason = ""
-    if result and isinstance(result.get("reason"), dict):
-        reason = str(result["reason"].get("message") or "")
+def read_result(lab_dir: Path) -> dict | None:
+    try:
+        return json.loads((lab_dir / RESULT_FILE).read_text())
+    except (OSError, ValueError):
+        return None
+
+
+def outcome(rc: int, result: dict | None, cancelled: bool) -> tuple[str, str, str]:
+    """(status, reason, reason_code) for the journal. The launcher classified the failure
+    (result.json's reason; its exit code says the same when there is no result): this
+    forwards it. Only what the launcher cannot know is decided here: that we cancelled
+    the run, or that the launcher itself was killed."""
+    reason = result.get("reason") if isinstance(result, dict) else None
+    reason = reason if isinstance(reason, dict) else {}
+    message = str(reason.get("message") or "")
     if rc == 0:
         return "SUCCEEDED", "", ""
-    if cancelled or rc == 7:
+    code = reason.get("code") if reason.get("code") in LAB_REASONS else reason_for_exit(rc)
+    if cancelled or code == "cancelled":
         return "CANCELLED", "cancelled by the owner", "cancelled"
-    tail = _tail(spool)
-    if re.search(r"out of memory|OutOfMemoryError|CUDA error: out of memory", tail, re.I):
-        return "FAILED", reason or "out of memory", "out_of_memory"
     if rc < 0:
-        name = signal.Signals(-rc).name if -rc in signal.Signals._value2member_map_ else -rc
-        return "FAILED", reason or f"the lab was killed by {name}", "signal"
-    code = EXIT_REASONS.get(rc, "exit_code")
-    if code == "exit_code" and re.search(r"timed? ?out|timeout", reason + tail, re.I):
-        code = "collective_timeout"
-    return "FAILED", reason or f"the lab exited with {rc}", code
-
-
-def _tail(path: Path, size: int = 16 * 1024) -> str:
-    try:
-        with open(path, "rb") as fh:
-            fh.seek(max(0, path.stat().st_size - size))
-            return fh.read().decode("utf-8", "replace")
-    except OSError:
-        return ""
-
-
-def _number(value: str):
-    try:
-        return float(value) if any(c in value for c in ".eE") else int(value)
-    except ValueError:
-        return value[:100]
-
-
-def _signal_group(pgid: int, sig: int) -> None:
-    try:
-        os.killpg(pgid, sig)
-    except (ProcessLookupError, PermissionError):
-        pass
-
-
-def _torchrun_pgid(out: Path) -> int | None:
-    try:
-        return int(json.loads((out / "pids.json").read_text())["torchrun_pgid"])
-    except (OSError, ValueError, KeyError, TypeError):
-        return None
+        try:
+            name = signal.Signals(-rc).name
+        except ValueError:
+            name = str(-rc)
+        return "FAILED", message or f"the lab was killed by {name}", "signal"
+    return "FAILED", message or f"the lab exited with {rc}", code or "exit_code"
 
 
 def main(server: str, token: str, work_dir: Path) -> None:
