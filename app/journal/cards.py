@@ -20,7 +20,9 @@ from sqlalchemy.orm import Session
 from app.models import Run
 from jobs.lab import registry
 
-RUN_ID_RE = re.compile(r"^\s*id\s*:\s*(\d{1,12})\s*$", re.M)  # inside a block
+# Linear on any text: [ \t]* where \s* would let every line start rescan the newlines
+# after it (quadratic on a block followed by thousands of blank lines).
+RUN_ID_RE = re.compile(r"^[ \t]*id[ \t]*:[ \t]*(\d{1,12})[ \t]*$", re.M)  # inside a block
 RUN_BLOCK_RE = re.compile(r"^```run[ \t]*\n(.*?)^```", re.M | re.S)
 
 

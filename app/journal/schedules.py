@@ -159,6 +159,6 @@ def fire_due(session: Session, schedule: Schedule, now: dt.datetime | None = Non
                            actor="scheduler", trigger="schedule", schedule_id=schedule.id,
                            scheduled_for=due_utc)
         runs.transition(session, run, runs.FAILED, actor="scheduler",
-                        reason=f"parameters no longer valid: {exc.message}",
+                        reason=f"parameters no longer valid: {exc.field}: {exc.message}",
                         reason_code="invalid_params")
     return run
