@@ -1,23 +1,19 @@
 """Shared fixtures: a real SQLite file in a temporary data directory, migrated with the real
 migrations, and the app built on it. Dev mode (loopback is the owner) unless a test says
-otherwise."""
+otherwise; `served` is serve mode. Plain helpers are in tests/helpers.py."""
 
 from __future__ import annotations
 
 import os
-import socket
 import subprocess
 import sys
-import time
-import urllib.request
 from pathlib import Path
 
 import pytest
 
 from app import create_app
 from app import db as dbmod
-
-ROOT = Path(__file__).resolve().parent.parent
+from tests.helpers import OWNER, ROOT, VIEWER, Served, free_port, stop_process, wait_for_http
 
 
 @pytest.fixture
@@ -56,35 +52,11 @@ def db(app):
     return app.extensions["db"]
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def wait_for_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if proc is not None and proc.poll() is not None:
-            raise RuntimeError(f"server exited with {proc.returncode} before answering")
-        try:
-            with urllib.request.urlopen(url, timeout=2) as response:
-                if response.status == 200:
-                    return
-        except OSError:
-            time.sleep(0.2)
-    raise TimeoutError(f"{url} did not answer within {timeout}s")
-
-
-def stop_process(proc: subprocess.Popen) -> None:
-    """End a process we started (and only it), politely first."""
-    if proc.poll() is None:
-        proc.terminate()
-        try:
-            proc.wait(timeout=15)
-        except subprocess.TimeoutExpired:
-            proc.kill()
-            proc.wait(timeout=5)
+@pytest.fixture
+def served(make_app) -> Served:
+    """Serve mode with an owner and a viewer, as `tailscale serve` deployments run."""
+    app = make_app(AUTH_MODE="serve", OWNERS=[OWNER], VIEWERS=[VIEWER])
+    return Served(app=app, db=app.extensions["db"], client=app.test_client())
 
 
 @pytest.fixture

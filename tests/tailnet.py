@@ -24,7 +24,7 @@ from http.server import BaseHTTPRequestHandler
 from pathlib import Path
 from urllib.parse import parse_qs, urlsplit
 
-from conftest import ROOT, free_port, stop_process, wait_for_http
+from tests.helpers import ROOT, free_port, stop_process, wait_for_http
 
 DATA = Path(__file__).resolve().parent / "data"
 LOCALAPI_HOST = "local-tailscaled.sock"

@@ -20,7 +20,8 @@ from pathlib import Path
 
 import pytest
 import yaml
-from conftest import ROOT
+
+from tests.helpers import ROOT
 
 SCRIPT = ROOT / "deploy" / "docker-install.sh"
 BIN = Path(sys.executable).parent

@@ -20,7 +20,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.conftest import ROOT, free_port, stop_process, wait_for_http
+from tests.helpers import ROOT, free_port, stop_process, wait_for_http
 
 TTL, REAPER = 4, 1
 PLUGINS = ROOT / "tests" / "lab" / "plugins"

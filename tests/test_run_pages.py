@@ -1,112 +1,33 @@
-"""The experiment journal's pages, through the real app and a real SQLite file: the
+"""The experiment journal's run pages, through the real app and a real SQLite file: the
 catalogue, the form generated from each parameter schema and its server-side validation
-(nothing queued on bad input), the run list and its filters, the run page, cancel and
-rerun, compare, schedules with cron validation, and what viewers may see and do."""
+(nothing queued on bad input), the run page, cancel and rerun, compare, and the run list
+with its filters.
+
+Schedules are in test_schedule_pages.py, what viewers may see and do in test_page_access.py.
+"""
 
 from __future__ import annotations
 
-import datetime as dt
-import html as html_lib
 import re
-from html.parser import HTMLParser
 
 import pytest
-import sqlalchemy as sa
 from markupsafe import escape
 
 from app.journal import run_files, runs
-from app.models import Run, RunEvent, Schedule
-from app.notebook import isoweeks
+from app.models import Run, RunEvent
 from jobs.lab import registry
+from tests.helpers import (
+    THIS_WEEK,
+    count,
+    error_of,
+    form_for,
+    load,
+    make_schedule,
+    parse,
+    queue,
+    start_run,
+)
 from tests.strict_pages import assert_strict_page
-
-THIS_WEEK = isoweeks.iso_week(dt.datetime.now(dt.UTC).date())  # the fixtures run in UTC
-
-
-# -- helpers ------------------------------------------------------------------------------
-
-
-def form_for(experiment: str, **changes) -> dict:
-    """What a browser sends for the generated form: every field, defaults unless changed."""
-    data: dict = {}
-    for name, spec in registry.describe(experiment)["params"].items():
-        value = changes.pop(name, spec["default"])
-        key = "param." + name
-        if spec["type"] == "bool":
-            if value is True or value == "on":
-                data[key] = "on"
-        elif spec["type"] == "str_list":
-            data[key] = list(value)
-        else:
-            data[key] = str(value)
-    assert not changes, f"not parameters of {experiment}: {changes}"
-    return data
-
-
-def count(db, model=Run, *where) -> int:
-    with db.read() as session:
-        return session.scalar(sa.select(sa.func.count()).select_from(model).where(*where))
-
-
-def load(db, model, row_id):
-    with db.read() as session:
-        return session.get(model, row_id)
-
-
-def queue(db, experiment="data_parallel", **params) -> int:
-    with db.write() as session:
-        return runs.create(session, experiment, params, actor="test").id
-
-
-def start_run(client, experiment="data_parallel", **changes) -> int:
-    response = client.post(f"/experiments/{experiment}/run", data=form_for(experiment, **changes))
-    assert response.status_code == 303, response.text
-    return int(re.fullmatch(r"/runs/(\d+)", response.location)[1])
-
-
-def error_of(html: str, input_id: str) -> str:
-    match = re.search(rf'<p class="field-error" id="{re.escape(input_id)}-error"[^>]*>(.*?)</p>',
-                      html, re.S)
-    return html_lib.unescape(match[1]) if match else ""
-
-
-class Inputs(HTMLParser):
-    """Every form control on a page: inputs by name (a list: checkbox groups repeat a
-    name), selects with their options."""
-
-    def __init__(self):
-        super().__init__()
-        self.inputs: dict[str, list[dict]] = {}
-        self.selects: dict[str, list[str]] = {}
-        self.forms: list[dict] = []
-        self._select: str | None = None
-
-    def handle_starttag(self, tag, attrs):
-        a = dict(attrs)
-        if tag == "form":
-            self.forms.append(a)
-        elif tag == "input" and a.get("name"):
-            self.inputs.setdefault(a["name"], []).append(a)
-        elif tag == "select":
-            self._select = a.get("name")
-            self.selects[self._select] = []
-        elif tag == "option" and self._select:
-            self.selects[self._select].append(a.get("value"))
-
-    def handle_endtag(self, tag):
-        if tag == "select":
-            self._select = None
-
-
-def parse(html: str) -> Inputs:
-    page = Inputs()
-    page.feed(html)
-    return page
-
-
-def post_forms(html: str) -> list[dict]:
-    return [f for f in parse(html).forms if f.get("method", "").lower() == "post"]
-
 
 RESULT = {
     "status": "succeeded", "environment": {"torch": "2.5.1", "backend": "gloo"},
@@ -232,7 +153,7 @@ def test_bad_input_is_refused_next_to_its_field_and_queues_nothing(client, db, e
     assert response.status_code == 422
     assert message in error_of(response.text, "p-" + field)
     assert "Not queued." in response.text
-    assert count(db) == 0 and count(db, RunEvent) == 0
+    assert count(db, Run) == 0 and count(db, RunEvent) == 0
     assert_strict_page(response)
     # What the user typed is still there to correct.
     page = parse(response.text)
@@ -251,7 +172,7 @@ def test_unknown_experiment_is_404_and_queues_nothing(client, db):
     response = client.post("/experiments/warp_drive/run", data={"param.steps": "1"})
     assert response.status_code == 404
     assert "warp_drive" in response.text
-    assert count(db) == 0
+    assert count(db, Run) == 0
 
 
 # -- the run page -------------------------------------------------------------------------
@@ -424,205 +345,7 @@ def test_the_run_list_pages_by_run_id(client, db):
     assert 'href="/runs/6"' not in second and "Older runs" not in second
 
 
-# -- schedules ----------------------------------------------------------------------------
-
-
-def schedule_form(experiment="collectives", params_for=None, **fields) -> dict:
-    data = {"name": "Sunday sweep", "experiment": experiment, "cron": "0 2 * * sun",
-            "timezone": "Europe/Berlin", "enabled": "on", "misfire_grace_hours": "6",
-            "params_for": params_for or experiment,
-            **form_for(experiment if experiment in registry.EXPERIMENTS else "collectives")}
-    for key, value in fields.items():
-        if value is None:
-            data.pop(key, None)
-        else:
-            data[key] = value
-    return data
-
-
-def make_schedule(client, **fields) -> int:
-    response = client.post("/schedules", data=schedule_form(**fields))
-    assert response.status_code == 303, response.text
-    return int(response.location.rsplit("/", 1)[1])
-
-
-def test_create_a_schedule_and_see_its_next_fires(client, db):
-    listing = client.get("/schedules")
-    assert listing.status_code == 200
-    assert_strict_page(listing)
-    assert "param.world_size" in listing.text  # the generated form for the new schedule
-    schedule_id = make_schedule(client, **{"param.iters": "3"})
-    schedule = load(db, Schedule, schedule_id)
-    assert (schedule.cron, schedule.timezone, schedule.enabled) == ("0 2 * * sun",
-                                                                    "Europe/Berlin", True)
-    assert schedule.misfire_grace_s == 6 * 3600 and schedule.params["iters"] == 3
-    page = client.get(f"/schedules/{schedule_id}")
-    assert page.status_code == 200
-    assert_strict_page(page)
-    fires = re.findall(r"<li><time datetime=\"[^\"]+\">(Sun \d{4}-\d\d-\d\d 02:00 CES?T)</time>",
-                       page.text)
-    assert len(fires) == 5  # the next five, in the schedule's own time zone
-    assert "Sunday sweep" in client.get("/schedules").text
-
-
-@pytest.mark.parametrize("cron,message", [
-    ("61 * * * *", "higher than the maximum"),
-    ("* * *", "five fields"),
-    ("0 2 31 2 *", "never fires"),
-    ("every sunday", "five fields"),
-    ("", "cron is required"),
-])
-def test_a_bad_cron_is_refused_next_to_the_field(client, db, cron, message):
-    response = client.post("/schedules", data=schedule_form(cron=cron))
-    assert response.status_code == 422
-    assert message in error_of(response.text, "s-cron")
-    assert f'value="{cron}"' in response.text
-    assert count(db, Schedule) == 0
-    schedule_id = make_schedule(client)
-    before = load(db, Schedule, schedule_id)
-    response = client.post(f"/schedules/{schedule_id}",
-                           data=schedule_form(cron=cron, name="Renamed"))
-    assert response.status_code == 422
-    assert message in error_of(response.text, "s-cron")
-    after = load(db, Schedule, schedule_id)
-    assert (after.cron, after.name, after.updated_at) == (before.cron, before.name,
-                                                          before.updated_at)
-
-
-@pytest.mark.parametrize("fields,input_id,message", [
-    ({"timezone": "Mars/Olympus"}, "s-timezone", "unknown time zone"),
-    ({"misfire_grace_hours": "soon"}, "s-grace", "number of hours"),
-    ({"misfire_grace_hours": "1000"}, "s-grace", "0 to 168 hours"),
-    ({"param.world_size": "1"}, "p-world_size", "at least 2 ranks"),
-    ({"param.iters": "many"}, "p-iters", "whole number"),
-    ({"experiment": "warp_drive"}, "s-experiment", "unknown experiment"),
-])
-def test_bad_schedule_fields_are_refused_next_to_the_field(client, db, fields, input_id,
-                                                           message):
-    response = client.post("/schedules", data=schedule_form(**fields))
-    assert response.status_code == 422
-    assert message in error_of(response.text, input_id)
-    assert count(db, Schedule) == 0
-
-
-def test_edit_a_schedule(client, db):
-    schedule_id = make_schedule(client)
-    response = client.post(f"/schedules/{schedule_id}", data=schedule_form(
-        cron="30 6 * * mon-fri", timezone="UTC", enabled=None, name="Weekday sweep",
-        misfire_grace_hours="1.5", **{"param.iters": "4"}))
-    assert response.status_code == 303
-    schedule = load(db, Schedule, schedule_id)
-    assert (schedule.cron, schedule.timezone, schedule.enabled, schedule.name) == (
-        "30 6 * * mon-fri", "UTC", False, "Weekday sweep")
-    assert schedule.misfire_grace_s == 5400 and schedule.params["iters"] == 4
-    page = client.get(response.location)
-    assert "Saved." in page.text and "06:30 UTC" in page.text
-
-
-def test_switching_the_experiment_shows_its_parameters_and_saves_nothing(client, db):
-    schedule_id = make_schedule(client)
-    response = client.post(f"/schedules/{schedule_id}",
-                           data=schedule_form(experiment="gpt_mfu", params_for="collectives"))
-    assert response.status_code == 200
-    assert "Review them, then save" in response.text
-    assert "param.peak_tflops" in response.text and "param.ops" not in response.text
-    assert load(db, Schedule, schedule_id).experiment == "collectives"
-    response = client.post(f"/schedules/{schedule_id}", data=schedule_form("gpt_mfu"))
-    assert response.status_code == 303
-    assert load(db, Schedule, schedule_id).experiment == "gpt_mfu"
-
-
-def test_delete_a_schedule_keeps_its_runs(client, db):
-    schedule_id = make_schedule(client)
-    with db.write() as session:
-        run = runs.create(session, "collectives", {}, actor="scheduler", trigger="schedule",
-                          schedule_id=schedule_id, scheduled_for=dt.datetime(2025, 1, 5, 1))
-        run_id = run.id
-    confirm = client.get(f"/schedules/{schedule_id}/delete")
-    assert confirm.status_code == 200 and "Delete" in confirm.text
-    assert count(db, Schedule) == 1
-    response = client.post(f"/schedules/{schedule_id}/delete")
-    assert response.status_code == 303 and response.location == "/schedules"
-    assert count(db, Schedule) == 0
-    assert load(db, Run, run_id).schedule_id is None
-    assert client.get(f"/schedules/{schedule_id}").status_code == 404
-
-
-def test_skipped_fires_are_visible(client, db):
-    schedule_id = make_schedule(client)
-    with db.write() as session:
-        first = runs.create(session, "collectives", {}, actor="scheduler", trigger="schedule",
-                            schedule_id=schedule_id, scheduled_for=dt.datetime(2025, 1, 5, 1))
-        second = runs.create(session, "collectives", {}, actor="scheduler", trigger="schedule",
-                             schedule_id=schedule_id, scheduled_for=dt.datetime(2025, 1, 12, 1))
-        runs.skip(session, second, reason=f"run {first.id} of this schedule is still unfinished")
-        other = runs.create(session, "collectives", {}, actor="test")
-        ids = first.id, second.id, other.id
-    page = client.get(f"/schedules/{schedule_id}").text
-    assert "skipped" in page and f"run {ids[0]} of this schedule is still unfinished" in page
-    assert "1 skipped" in client.get("/schedules").text
-    listing = client.get(f"/runs?schedule={schedule_id}").text
-    assert f'href="/runs/{ids[1]}"' in listing and "skipped" in listing
-    assert f'href="/runs/{ids[2]}"' not in listing
-    assert "Sunday sweep" in listing  # "Runs of “Sunday sweep”"
-
-
-# -- who may do what ----------------------------------------------------------------------
-
-
-@pytest.fixture
-def served(make_app):
-    app = make_app(AUTH_MODE="serve", OWNERS=["o@x"], VIEWERS=["v@x"])
-    client = app.test_client()
-
-    def as_user(login):
-        def call(method, path, **kw):
-            return getattr(client, method)(path, headers={"Tailscale-User-Login": login}, **kw)
-        return call
-
-    return as_user, app.extensions["db"]
-
-
-def test_viewers_see_everything_but_no_forms(served):
-    as_user, db = served
-    owner, viewer = as_user("o@x"), as_user("v@x")
-    assert owner("post", "/experiments/collectives/run",
-                 data=form_for("collectives")).status_code == 303
-    assert owner("post", "/schedules", data=schedule_form()).status_code == 303
-    for path in ("/experiments", "/runs", "/runs/1", "/schedules", "/schedules/1",
-                 "/runs/compare?ids=1,1"):
-        response = viewer("get", path)
-        if path.endswith("1,1"):
-            assert response.status_code == 422  # one run twice is one run
-            continue
-        assert response.status_code == 200, path
-        assert_strict_page(response)
-        assert post_forms(response.text) == [], path
-        assert "New run" not in response.text and "Cancel run" not in response.text
-        assert "param." not in response.text  # no generated form either
-    assert "Sunday sweep" in viewer("get", "/schedules").text
-    assert "(read only)" in viewer("get", "/runs/1").text
-    for path in ("/runs/1", "/schedules/1"):  # owners do get the forms
-        assert post_forms(owner("get", path).text)
-
-
-def test_viewers_cannot_write(served):
-    as_user, db = served
-    owner, viewer = as_user("o@x"), as_user("v@x")
-    owner("post", "/experiments/collectives/run", data=form_for("collectives"))
-    owner("post", "/schedules", data=schedule_form())
-    for path in ("/experiments/collectives/run", "/runs/1/cancel", "/schedules/1/delete"):
-        assert viewer("get", path).status_code == 403, path
-    for path, data in (("/experiments/collectives/run", form_for("collectives")),
-                       ("/runs/1/cancel", {}), ("/runs/1/rerun", {}),
-                       ("/schedules", schedule_form()),
-                       ("/schedules/1", schedule_form(cron="0 3 * * *")),
-                       ("/schedules/1/delete", {})):
-        response = viewer("post", path, data=data)
-        assert response.status_code == 403, path
-        assert "v@x" in response.text
-    assert count(db) == 1 and load(db, Run, 1).status == runs.QUEUED
-    assert count(db, Schedule) == 1 and load(db, Schedule, 1).cron == "0 2 * * sun"
+# -- every page ---------------------------------------------------------------------------
 
 
 @pytest.mark.parametrize("path", ["/experiments", "/experiments/pipeline/run", "/runs",

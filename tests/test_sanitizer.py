@@ -1,4 +1,4 @@
-"""Hostile markdown and raw HTML through app.render: nothing executable comes out.
+"""Hostile markdown and raw HTML through app.notebook.render: nothing executable comes out.
 
 Each output is parsed with the standard library's html.parser and checked for
 scripting elements, event handlers, style attributes and dangerous URLs.
@@ -11,7 +11,7 @@ import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
-from app.notebook.render import render
+from app.notebook import render
 
 FORBIDDEN_ELEMENTS = {
     "script", "style", "iframe", "frame", "frameset", "object", "embed", "applet", "svg",
@@ -91,7 +91,7 @@ def problems(html: str) -> list[str]:
 
 
 def assert_safe(body: str, **kwargs) -> None:
-    r = render(body, **kwargs)
+    r = render.render(body, **kwargs)
     for part in (r.html, r.toc_html):
         assert problems(part) == [], f"{body!r} -> {part!r}"
 
@@ -283,13 +283,13 @@ def test_checker_catches_what_it_should():
 
 
 def test_safe_links_survive():
-    r = render("[a](https://x.org) [b](mailto:me@x.org) [c](/rel) [d](#h-x) [e](../up)")
+    r = render.render("[a](https://x.org) [b](mailto:me@x.org) [c](/rel) [d](#h-x) [e](../up)")
     hrefs = re.findall(r'href="([^"]*)"', r.html)
     assert hrefs == ["https://x.org", "mailto:me@x.org", "/rel", "#h-x", "../up"]
 
 
 def test_user_ids_outside_our_namespaces_are_dropped():
-    r = render('<h2 id="log">x</h2>\n\n<sup id="main">1</sup>')
+    r = render.render('<h2 id="log">x</h2>\n\n<sup id="main">1</sup>')
     assert "id=" not in r.html
 
 
@@ -314,7 +314,7 @@ TOKENS = [
 )
 @given(st.lists(st.sampled_from(TOKENS) | st.text(max_size=3), max_size=60).map("".join))
 def test_random_html_ish_text_renders_safe(body):
-    r = render(body, embeds={"run": lambda s: "<b>card</b>"})
+    r = render.render(body, embeds={"run": lambda s: "<b>card</b>"})
     assert problems(r.html) == []
     assert problems(r.toc_html) == []
     assert "CPEMBED" not in r.text

@@ -2,7 +2,7 @@
 
 A stand-in LocalAPI on a temporary unix socket answers with the shape tailscaled really
 returns (tests/data/tailscale_whois_*.json and their README for the source). The app's own
-client code (app.tailscaled.localapi_whois) talks to it: no mock of our code.
+client code (app.web.auth.tailscaled.localapi_whois) talks to it: no mock of our code.
 """
 
 from __future__ import annotations
@@ -10,10 +10,11 @@ from __future__ import annotations
 import json
 
 import pytest
-from tailnet import NETNS_ADDR, FakeLocalAPI, NetnsWebServer, netns_available, notebook_state
-from tailnet import whois_sample as sample
 
-from app.web.auth import identity, tailscaled
+from app.web.auth import tailscaled
+from tests.helpers import add_token, bearer
+from tests.tailnet import NETNS_ADDR, FakeLocalAPI, NetnsWebServer, netns_available, notebook_state
+from tests.tailnet import whois_sample as sample
 
 OWNER, VIEWER = "alice@example.com", "bob@example.com"
 PHONE = {"REMOTE_ADDR": "100.101.102.103", "REMOTE_PORT": "52144"}
@@ -107,13 +108,8 @@ def test_tagged_node_has_no_user_identity_but_a_token_works(whois_app, localapi)
     assert r.status_code == 403
     error = r.get_json()["error"]
     assert "tagged device" in error["message"] and error["seen_as"] == "gpu-box (tag:gpu)"
-    secret = identity.new_token()
-    from app.models import Token
-
-    with whois_app.extensions["db"].write() as session:
-        session.add(Token(name="gpu-box", role="owner", token_hash=identity.hash_token(secret)))
-    r = client.get("/api/v1/entries", environ_base=gpu,
-                   headers={"Authorization": f"Bearer {secret}"})
+    secret = add_token(whois_app.extensions["db"], "gpu-box", "owner")
+    r = client.get("/api/v1/entries", environ_base=gpu, headers=bearer(secret))
     assert r.status_code == 200
 
 
@@ -182,7 +178,7 @@ def test_a_hung_tailscaled_fails_closed(whois_app, localapi, monkeypatch):
 
 def test_the_whois_function_is_swappable(whois_app, monkeypatch):
     """golink's seam: tests, or a platform whose LocalAPI is not a unix socket, replace
-    app.tailscaled.whois; the cache and the policy stay the same."""
+    app.web.auth.tailscaled.whois; the cache and the policy stay the same."""
     asked = []
 
     def fake_whois(socket_path, addr):

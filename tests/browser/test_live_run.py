@@ -13,9 +13,8 @@ import time
 import urllib.request
 
 from app import create_app
-from app.models import Token
-from app.web.auth.identity import hash_token, new_token
 from tests.browser.harness import BROWSER, assert_fits, chromium_page, hard_timeout
+from tests.helpers import add_token
 
 pytestmark = BROWSER
 TEST_SECONDS = 150  # a hard limit for one test, browser start included
@@ -65,11 +64,7 @@ def runner_token(data_dir) -> str:
     """A runner token in the live server's database (what `commonplace token create` does)."""
     app = create_app({"DATA_DIR": data_dir,
                       "DATABASE_URL": f"sqlite:///{data_dir}/commonplace.db"})
-    secret = new_token()
-    with app.extensions["db"].write() as session:
-        session.add(Token(name="browser-test-runner", role="runner",
-                          token_hash=hash_token(secret)))
-    return secret
+    return add_token(app.extensions["db"], "browser-test-runner", "runner")
 
 
 def test_start_a_run_and_watch_it_live_on_a_phone(live_server, data_dir):

@@ -1,14 +1,17 @@
-"""Plain files both ways: the mirror written on every save, import and export."""
+"""Plain files both ways: the markdown mirror written on every save (after the commit, and
+only if it commits), import and export of whole folders, and the CLI's import and export."""
 
 import datetime as dt
 
-import feedparser
 import sqlalchemy as sa
 import yaml
+from click.testing import CliRunner
 
-from app.cli import main
+from app import cli
 from app.models import Entry
 from app.notebook import entries, letters, transfer
+
+# -- the mirror ---------------------------------------------------------------------------
 
 
 def test_every_save_writes_the_mirror_file_and_moves_it_on_rename(db, data_dir):
@@ -47,6 +50,9 @@ def test_a_rolled_back_save_writes_no_file(db, data_dir):
     except RuntimeError:
         pass
     assert not list((data_dir / "notes").rglob("*.md"))
+
+
+# -- import and export --------------------------------------------------------------------
 
 
 def write(folder, name, text):
@@ -109,76 +115,22 @@ def test_plain_dated_files_import_with_date_from_the_name(tmp_path, make_app):
 
 
 def test_cli_import_export_and_token(tmp_path, data_dir, monkeypatch):
-    from click.testing import CliRunner
-
     monkeypatch.setenv("COMMONPLACE_DATA_DIR", str(data_dir))
     monkeypatch.setenv("COMMONPLACE_TIMEZONE", "UTC")
     monkeypatch.delenv("COMMONPLACE_DATABASE_URL", raising=False)
     source = tmp_path / "src"
     write(source, "2024-01-02-a.md", "---\ntitle: A\n---\nbody\n")
     runner = CliRunner()
-    result = runner.invoke(main, ["import", str(source)])
+    result = runner.invoke(cli.main, ["import", str(source)])
     assert result.exit_code == 0, result.output
     assert "created 1" in result.output
-    result = runner.invoke(main, ["export", str(tmp_path / "dst")])
+    result = runner.invoke(cli.main, ["export", str(tmp_path / "dst")])
     assert result.exit_code == 0 and "exported 1" in result.output
-    result = runner.invoke(main, ["token", "create", "phone", "--role", "feed"])
+    result = runner.invoke(cli.main, ["token", "create", "phone", "--role", "feed"])
     assert result.exit_code == 0 and result.output.strip().startswith("cp_")
-    assert "phone\tfeed\tactive" in runner.invoke(main, ["token", "list"]).output
-    assert runner.invoke(main, ["token", "create", "phone"]).exit_code != 0
-    assert runner.invoke(main, ["token", "revoke", "phone"]).exit_code == 0
-    assert runner.invoke(main, ["token", "revoke", "nobody"]).exit_code != 0
-    bad = runner.invoke(main, ["import", str(tmp_path / "missing")])
+    assert "phone\tfeed\tactive" in runner.invoke(cli.main, ["token", "list"]).output
+    assert runner.invoke(cli.main, ["token", "create", "phone"]).exit_code != 0
+    assert runner.invoke(cli.main, ["token", "revoke", "phone"]).exit_code == 0
+    assert runner.invoke(cli.main, ["token", "revoke", "nobody"]).exit_code != 0
+    bad = runner.invoke(cli.main, ["import", str(tmp_path / "missing")])
     assert bad.exit_code != 0
-
-
-def test_upgrade_backs_up_an_existing_database_first(tmp_path):
-    import sqlite3
-
-    from app import db as dbmod
-
-    path = tmp_path / "old.db"
-    with sqlite3.connect(path) as conn:  # a file with data that predates the migrations
-        conn.execute("CREATE TABLE precious (v TEXT)")
-        conn.execute("INSERT INTO precious VALUES ('keep me')")
-    database = dbmod.Database(f"sqlite:///{path}")
-    assert dbmod.pending_migrations(database)[-1] == "0001"  # all of them, oldest last
-    backup = dbmod.upgrade(database, tmp_path / "backups")
-    assert backup is not None and backup.parent == tmp_path / "backups"
-    with sqlite3.connect(backup) as conn:
-        assert conn.execute("SELECT v FROM precious").fetchall() == [("keep me",)]
-        assert "entry" not in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-    assert dbmod.pending_migrations(database) == []
-    assert dbmod.upgrade(database, tmp_path / "backups") is None  # nothing pending, no backup
-    # a brand-new database has nothing to save
-    fresh = dbmod.Database(f"sqlite:///{tmp_path / 'new.db'}")
-    assert dbmod.upgrade(fresh, tmp_path / "backups2") is None
-    assert not (tmp_path / "backups2").exists()
-
-
-def test_sqlite_runs_in_wal_with_foreign_keys(db):
-    with db.engine.connect() as conn:
-        assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
-        assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
-        assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 5000
-
-
-def test_feed_is_valid_atom_with_published_entries_only(client):
-    client.post("/api/v1/entries", json={"title": "Public <b>", "body": "**bold** text",
-                                         "date": "2024-03-30", "tags": ["ml"]})
-    client.post("/api/v1/entries", json={"title": "Secret draft", "status": "draft"})
-    r = client.get("/feed.atom")
-    assert r.status_code == 200 and r.mimetype == "application/atom+xml"
-    feed = feedparser.parse(r.data)
-    assert not feed.bozo, feed.get("bozo_exception")
-    assert feed.version == "atom10"
-    titles = [e.title for e in feed.entries]
-    assert "Public <b>" in titles and "Secret draft" not in titles
-    item = next(e for e in feed.entries if e.title == "Public <b>")
-    assert item.id.startswith("http://localhost/entries/")
-    assert item.link.startswith("http://localhost/entries/")
-    assert "<strong>bold</strong>" in item.content[0].value
-    assert item.tags[0].term == "ml"
-    assert feed.feed.id and feed.feed.updated
-    for entry in feed.entries:
-        assert entry.id and entry.updated and entry.title

@@ -1,0 +1,284 @@
+"""What the tests share that is not a fixture (fixtures are in conftest.py): who is asking,
+rows counted and loaded, tokens, the forms the pages post, parsers for the HTML that pages
+and the renderer return, and the processes a test starts.
+
+Import it as `from tests.helpers import ...`: the tests run as `python -m pytest` from the
+repository root, as the README says.
+"""
+
+from __future__ import annotations
+
+import html as html_lib
+import re
+import socket
+import subprocess
+import time
+import urllib.request
+from collections.abc import Callable
+from dataclasses import dataclass
+from html.parser import HTMLParser
+from pathlib import Path
+
+import sqlalchemy as sa
+from flask import Flask
+from flask.testing import FlaskClient
+
+from app import db as dbmod
+from app.journal import runs
+from app.models import Token
+from app.notebook import isoweeks
+from app.web.auth import identity
+from jobs.lab import registry
+
+ROOT = Path(__file__).resolve().parent.parent
+THIS_WEEK = isoweeks.iso_week(isoweeks.today("UTC"))  # the fixtures run in UTC
+SMALL = {"steps": 1, "warmup": 0}  # the quickest data_parallel run
+
+
+# -- who is asking ------------------------------------------------------------------------
+
+OWNER, VIEWER = "owner@example.com", "viewer@example.com"
+# A tailnet address talking to the web directly, not through `tailscale serve` on loopback.
+TAILNET_PEER = {"REMOTE_ADDR": "100.64.0.7", "REMOTE_PORT": "51234"}
+
+
+def login_header(login: str | None) -> dict[str, str]:
+    """What `tailscale serve` adds to a tailnet user's request (nothing for nobody)."""
+    return {"Tailscale-User-Login": login} if login else {}
+
+
+AS_OWNER, AS_VIEWER = login_header(OWNER), login_header(VIEWER)
+
+
+@dataclass
+class Served:
+    """The app in serve mode with OWNER and VIEWER (the `served` fixture)."""
+
+    app: Flask
+    db: dbmod.Database
+    client: FlaskClient
+
+    def as_user(self, login: str | None) -> Callable:
+        """A caller `call(method, path, **kw)` whose requests come from `login` via serve."""
+
+        def call(method: str, path: str, **kw):
+            return getattr(self.client, method)(path, headers=login_header(login), **kw)
+
+        return call
+
+
+def add_token(db: dbmod.Database, name: str, role: str) -> str:
+    """A new API token, stored hashed as the CLI stores it; returns the secret."""
+    secret = identity.new_token()
+    with db.write() as session:
+        session.add(Token(name=name, role=role, token_hash=identity.hash_token(secret)))
+    return secret
+
+
+def bearer(secret: str) -> dict[str, str]:
+    return {"Authorization": f"Bearer {secret}"}
+
+
+# -- rows ---------------------------------------------------------------------------------
+
+
+def count(db: dbmod.Database, model, *where) -> int:
+    with db.read() as session:
+        return session.scalar(sa.select(sa.func.count()).select_from(model).where(*where))
+
+
+def load(db: dbmod.Database, model, row_id: int):
+    with db.read() as session:
+        return session.get(model, row_id)
+
+
+# -- the notebook's forms -----------------------------------------------------------------
+
+
+def entry_form(**fields) -> dict:
+    base = {"date": "2024-03-27", "title": "Pipeline notes", "tags": "gpu pipeline",
+            "status": "published", "body": "Bubble fraction is (p-1)/(m+p-1)."}
+    base.update(fields)
+    return base
+
+
+def create_entry(client: FlaskClient, **fields) -> int:
+    response = client.post("/entries/new", data=entry_form(**fields))
+    assert response.status_code == 303, response.text
+    return int(re.match(r"/entries/(\d+)/", response.location)[1])
+
+
+def edit_entry(client: FlaskClient, entry_id: int, base: int | str, **fields):
+    return client.post(f"/entries/{entry_id}/edit", data={**entry_form(**fields),
+                                                          "base_revision": str(base)})
+
+
+# -- the journal's forms ------------------------------------------------------------------
+
+
+def form_for(experiment: str, **changes) -> dict:
+    """What a browser sends for the generated form: every field, defaults unless changed."""
+    data: dict = {}
+    for name, spec in registry.describe(experiment)["params"].items():
+        value = changes.pop(name, spec["default"])
+        key = "param." + name
+        if spec["type"] == "bool":
+            if value is True or value == "on":
+                data[key] = "on"
+        elif spec["type"] == "str_list":
+            data[key] = list(value)
+        else:
+            data[key] = str(value)
+    assert not changes, f"not parameters of {experiment}: {changes}"
+    return data
+
+
+def queue(db: dbmod.Database, experiment: str = "data_parallel", **params) -> int:
+    with db.write() as session:
+        return runs.create(session, experiment, params, actor="test").id
+
+
+def start_run(client: FlaskClient, experiment: str = "data_parallel", **changes) -> int:
+    response = client.post(f"/experiments/{experiment}/run", data=form_for(experiment, **changes))
+    assert response.status_code == 303, response.text
+    return int(re.fullmatch(r"/runs/(\d+)", response.location)[1])
+
+
+def schedule_form(experiment: str = "collectives", params_for: str | None = None,
+                  **fields) -> dict:
+    """The schedule page's form; a field given as None is left out."""
+    data = {"name": "Sunday sweep", "experiment": experiment, "cron": "0 2 * * sun",
+            "timezone": "Europe/Berlin", "enabled": "on", "misfire_grace_hours": "6",
+            "params_for": params_for or experiment,
+            **form_for(experiment if experiment in registry.EXPERIMENTS else "collectives")}
+    for key, value in fields.items():
+        if value is None:
+            data.pop(key, None)
+        else:
+            data[key] = value
+    return data
+
+
+def make_schedule(client: FlaskClient, **fields) -> int:
+    """A schedule saved through the page's form."""
+    response = client.post("/schedules", data=schedule_form(**fields))
+    assert response.status_code == 303, response.text
+    return int(response.location.rsplit("/", 1)[1])
+
+
+# -- reading HTML -------------------------------------------------------------------------
+
+
+def error_of(html: str, input_id: str) -> str:
+    """The message shown next to a form field ("" if none)."""
+    match = re.search(rf'<p class="field-error" id="{re.escape(input_id)}-error"[^>]*>(.*?)</p>',
+                      html, re.S)
+    return html_lib.unescape(match[1]) if match else ""
+
+
+class Inputs(HTMLParser):
+    """Every form control on a page: inputs by name (a list: checkbox groups repeat a
+    name), selects with their options."""
+
+    def __init__(self):
+        super().__init__()
+        self.inputs: dict[str, list[dict]] = {}
+        self.selects: dict[str, list[str]] = {}
+        self.forms: list[dict] = []
+        self._select: str | None = None
+
+    def handle_starttag(self, tag, attrs):
+        a = dict(attrs)
+        if tag == "form":
+            self.forms.append(a)
+        elif tag == "input" and a.get("name"):
+            self.inputs.setdefault(a["name"], []).append(a)
+        elif tag == "select":
+            self._select = a.get("name")
+            self.selects[self._select] = []
+        elif tag == "option" and self._select:
+            self.selects[self._select].append(a.get("value"))
+
+    def handle_endtag(self, tag):
+        if tag == "select":
+            self._select = None
+
+
+def parse(html: str) -> Inputs:
+    page = Inputs()
+    page.feed(html)
+    return page
+
+
+def post_forms(html: str) -> list[dict]:
+    return [f for f in parse(html).forms if f.get("method", "").lower() == "post"]
+
+
+class Elements(HTMLParser):
+    """Every start tag of a fragment, as (tag, attrs, text inside)."""
+
+    def __init__(self, html: str):
+        super().__init__(convert_charrefs=True)
+        self.found: list[tuple[str, dict[str, str | None], list[str]]] = []
+        self.open: list[list[str]] = []
+        self.feed(html)
+        self.close()
+
+    def handle_starttag(self, tag, attrs):
+        text: list[str] = []
+        self.found.append((tag, dict(attrs), text))
+        if tag not in ("br", "hr", "img", "input", "wbr"):
+            self.open.append(text)
+
+    def handle_endtag(self, tag):
+        if self.open:
+            self.open.pop()
+
+    def handle_data(self, data):
+        for text in self.open:
+            text.append(data)
+
+    def all(self, tag: str, cls: str | None = None):
+        return [
+            (attrs, "".join(text))
+            for t, attrs, text in self.found
+            if t == tag and (cls is None or cls in (attrs.get("class") or "").split())
+        ]
+
+
+def anchors(html: str, cls: str):
+    return Elements(html).all("a", cls)
+
+
+# -- processes ----------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def wait_for_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None = None) -> None:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if proc is not None and proc.poll() is not None:
+            raise RuntimeError(f"server exited with {proc.returncode} before answering")
+        try:
+            with urllib.request.urlopen(url, timeout=2) as response:
+                if response.status == 200:
+                    return
+        except OSError:
+            time.sleep(0.2)
+    raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+def stop_process(proc: subprocess.Popen) -> None:
+    """End a process we started (and only it), politely first."""
+    if proc.poll() is None:
+        proc.terminate()
+        try:
+            proc.wait(timeout=15)
+        except subprocess.TimeoutExpired:
+            proc.kill()
+            proc.wait(timeout=5)
