@@ -1,9 +1,22 @@
-"""The correctness gate: one step on fixed data, compared with the single-device
-full-batch reference. Loss, every gradient and every parameter after the optimizer
-step must match (fp32: torch.testing.assert_close's defaults, rtol 1.3e-6 and
-atol 1e-5); every parameter must have received a gradient somewhere; replicated
-parameters must be bit-identical across the ranks that replicate them. A strategy
-that fails is not timed, and the run fails with the tensor and the error."""
+"""The correctness gate: a few optimizer steps (GATE_STEPS, different data each) compared
+after every step with the single-device full-batch reference. A strategy that fails is
+not timed, and the run fails naming the step, the tensor and the error.
+
+After each step: the loss, every gradient, every parameter and the optimizer state
+(SGD's momentum) must match. One step is not enough: after it the momentum *is* the
+gradient, so an optimizer that forgets its state would pass. Tolerances are per
+tensor: |got - ref| <= rtol*|ref| + atol*max|ref|, relative to each element and to the
+tensor's own scale (a fixed absolute atol would be a large fraction of a small
+gradient and nothing for a large one); the worst relative error max|got - ref| /
+max|ref| is reported. Every element of every gradient, parameter and state tensor must
+be held by some rank, and as often as every other element of that tensor (once, or
+once per replica): a shard with a hole or an overlap fails even when another piece of
+the same parameter exists. Replicated tensors must be bit-identical across ranks. A
+hand-written pipeline must run its schedule's (forward|backward, micro-batch) order,
+read from the events it recorded, which also bounds the micro-batches it holds.
+Everything here is bookkeeping: CPU copies over ctx.cpu_group, except the replica
+check, which compares device tensors over the strategy's own group.
+"""
 
 from __future__ import annotations
 
@@ -13,138 +26,257 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from jobs.lab.model import Batch, ModelConfig, build_model, loss_fn
+from jobs.lab.model import Batch, ModelConfig, build_model, loss_fn, make_batch
 from jobs.lab.runtime import Context
 from jobs.lab.strategies.base import Piece, Strategy, sgd
 
-RTOL, ATOL = 1.3e-6, 1e-5  # torch.testing.assert_close defaults for float32
-BF16_RTOL, BF16_ATOL = 1.6e-2, 1e-5
+GATE_STEPS = 3  # >= 3: a wrong momentum shows from the second step on, and compounds
+
+
+@dataclass(frozen=True)
+class Tolerance:
+    name: str
+    rtol: float  # of each element's reference value
+    atol: float  # of the tensor's largest reference magnitude
+
+
+# float32: the gated strategies differ from the reference by <= 1.3e-6 of a tensor's scale
+# after 3 steps (sums split in other orders; 7e-7 for the zero-in-exact-arithmetic tensors
+# at FLOOR), ~80x below; a lost all_reduce or a forgotten momentum is O(1). bfloat16 (GPU
+# runs, whose kernels and nccl reduce in other orders): assert_close's bf16 rtol, scaled.
+TOLERANCES = {"float32": Tolerance("float32", 1e-4, 1e-4),
+              "bfloat16": Tolerance("bfloat16", 1.6e-2, 1.6e-2)}
+KINDS = ("grad", "param", "state")
+FLOOR = 1e-2  # no tensor's scale below this fraction of the largest of its kind
 
 
 @dataclass
-class Reference:
+class RefStep:
     loss: float
-    grads: dict[str, torch.Tensor]
-    params_after: dict[str, torch.Tensor]
+    grad: dict[str, torch.Tensor]  # on CPU: the reference costs no device memory
+    param: dict[str, torch.Tensor]
+    state: dict[str, torch.Tensor]
 
 
-def reference_step(cfg: ModelConfig, batch: Batch, device: torch.device) -> Reference:
+def gate_batches(cfg: ModelConfig, batch_size: int) -> list[Batch]:
+    return [make_batch(cfg, batch_size, step=k) for k in range(GATE_STEPS)]
+
+
+def reference_steps(cfg: ModelConfig, batches: list[Batch], device: torch.device) -> list[RefStep]:
     model = build_model(cfg, device)
     opt = sgd(list(model.parameters()))
-    b = batch.to(device)
-    loss = loss_fn(cfg.kind)(model(b.inputs), b.targets)
-    loss.backward()
-    grads = {n: p.grad.detach().clone() for n, p in model.named_parameters()}
-    opt.step()
-    params = {n: p.detach().clone() for n, p in model.named_parameters()}
-    return Reference(loss.item(), grads, params)
+    named = list(model.named_parameters())
+    steps = []
+    for batch in batches:
+        b = batch.to(device)
+        opt.zero_grad(set_to_none=True)
+        loss = loss_fn(cfg.kind)(model(b.inputs), b.targets)
+        loss.backward()
+        opt.step()
+        steps.append(RefStep(
+            loss.item(),
+            {n: p.grad.detach().cpu().clone() for n, p in named},
+            {n: p.detach().cpu().clone() for n, p in named},
+            {n: opt.state[p]["momentum_buffer"].detach().cpu().clone() for n, p in named}))
+    return steps
 
 
-def _compare(name: str, got: torch.Tensor, want: torch.Tensor, rtol: float,
-             atol: float) -> dict[str, Any]:
-    got = got.detach().float().to(want.device)
-    want = want.detach().float()
+def compare(name: str, got: torch.Tensor, want: torch.Tensor, tol: Tolerance,
+            floor: float = 0.0) -> dict[str, Any]:
+    """Element-wise within rtol*|want| + atol*scale, scale = max|want| (at least floor)."""
+    got = got.detach().float().cpu()
+    want = want.detach().float().cpu()
     if got.shape != want.shape:
         return {"tensor": name, "ok": False, "max_abs_error": float("inf"),
+                "max_rel_error": float("inf"), "excess": float("inf"),
                 "detail": f"shape {tuple(got.shape)} != reference {tuple(want.shape)}"}
+    if not want.numel():
+        return {"tensor": name, "ok": True, "max_abs_error": 0.0, "max_rel_error": 0.0,
+                "excess": 0.0}
     diff = (got - want).abs()
-    allowed = atol + rtol * want.abs()
-    excess = (diff / allowed).max().item() if diff.numel() else 0.0
-    return {"tensor": name, "ok": bool(excess <= 1.0), "max_abs_error": diff.max().item()
-            if diff.numel() else 0.0, "excess": excess}
+    scale = want.abs().max().clamp_min(floor)
+    allowed = (tol.atol * scale + tol.rtol * want.abs()).clamp_min(torch.finfo().tiny)
+    excess = (diff / allowed).max().item()
+    worst = diff.max().item()
+    rel = worst / scale.item() if scale > 0 else (0.0 if worst == 0 else float("inf"))
+    return {"tensor": name, "ok": bool(excess <= 1.0), "max_abs_error": worst,
+            "max_rel_error": rel, "excess": excess}
 
 
 def _check_pieces(kind: str, pieces: list[Piece], ref: dict[str, torch.Tensor],
-                  rtol: float, atol: float) -> tuple[list[dict], set[str]]:
-    results, covered = [], set()
+                  offsets: dict[str, int], counts: torch.Tensor, tol: Tolerance) -> list[dict]:
+    """Compare each piece with its part of the reference, and count which elements of
+    the reference it holds (counts: one uint8 per reference element, flat). A tensor that
+    is zero in exact arithmetic (attention's key bias gets no gradient: softmax ignores a
+    shift every key shares) holds rounding noise on both sides, so no tensor's scale is
+    taken below FLOOR of the largest of its kind."""
+    floor = FLOOR * max((t.abs().max().item() for t in ref.values() if t.numel()), default=0.0)
+    results = []
     for piece in pieces:
         if piece.name not in ref:
             results.append({"tensor": f"{kind}:{piece.name}", "ok": False,
-                            "max_abs_error": float("inf"),
+                            "max_abs_error": float("inf"), "max_rel_error": float("inf"),
+                            "excess": float("inf"),
                             "detail": "no such parameter in the reference model"})
             continue
         if piece.tensor is None:
-            continue  # reported by the coverage check below
-        covered.add(piece.name)
+            continue  # reported by the coverage check
         want = ref[piece.name]
-        want = piece.select(want) if piece.select else want
-        results.append(_compare(f"{kind}:{piece.name}", piece.tensor, want, rtol, atol))
-    return results, covered
+        index = torch.arange(want.numel()).view(want.shape)
+        if piece.select:
+            want, index = piece.select(want), piece.select(index)
+        held = offsets[piece.name] + index.reshape(-1)
+        counts.index_put_((held,), torch.ones(held.numel(), dtype=torch.uint8), accumulate=True)
+        results.append(compare(f"{kind}:{piece.name}", piece.tensor, want, tol, floor))
+    return results
 
 
-def _replicas_identical(groups: list[tuple[Any, list[tuple[str, torch.Tensor]]]]) -> list[str]:
-    """Names of replicated tensors that differ from another rank's copy (bit for bit)."""
+def _coverage(counts: torch.Tensor, ref: dict[str, torch.Tensor],
+              offsets: dict[str, int]) -> list[str]:
+    """Per tensor: elements no rank holds, or held more often than others of the tensor."""
+    faults = []
+    for name, t in ref.items():
+        c = counts[offsets[name]:offsets[name] + t.numel()]
+        missing = int((c == 0).sum())
+        if missing:
+            faults.append(f"{name}: {missing} of {t.numel()} elements held by no rank")
+        elif c.min() != c.max():
+            faults.append(f"{name}: elements held unevenly ({int(c.min())} to "
+                          f"{int(c.max())} copies)")
+    return faults
+
+
+def _replicas_differing(ctx: Context, groups: list[tuple[Any, list]]) -> list[str]:
+    """Names of replicated tensors that differ, bit for bit, from the group's first rank's
+    copy (device tensors, over the strategy's group)."""
     differing = []
     for group, named in groups:
         if not named:
             continue
+        group = ctx.group if group is None else group
         flat = torch.cat([t.detach().reshape(-1).float() for _, t in named])
-        n = dist.get_world_size(group)
-        gathered = [torch.empty_like(flat) for _ in range(n)]
-        dist.all_gather(gathered, flat, group=group)
+        first = flat.clone()
+        dist.broadcast(first, group=group, group_src=0)
         offset = 0
         for name, t in named:
             k = t.numel()
-            views = [g[offset:offset + k] for g in gathered]
-            if not all(torch.equal(views[0], v) for v in views[1:]):
+            if not torch.equal(flat[offset:offset + k], first[offset:offset + k]):
                 differing.append(name)
             offset += k
     return differing
 
 
-def gate(ctx: Context, strategy: Strategy, batch: Batch, ref: Reference,
-         rtol: float = RTOL, atol: float = ATOL) -> dict[str, Any]:
-    """Run one step and check it; every rank returns the same verdict."""
-    active = strategy.ranks_active == "all" or ctx.rank == 0
+def _in_flight(order: list[tuple[str, int]]) -> int:
+    held = most = 0
+    for kind, _ in order:
+        held += 1 if kind == "forward" else -1
+        most = max(most, held)
+    return most
+
+
+def _schedule(events: list[dict], expected: list[tuple[str, int]]) -> dict[str, Any]:
+    ran = [(e["kind"], e.get("mb")) for e in events if e["kind"] in ("forward", "backward")]
+    return {"order_ok": ran == expected, "max_in_flight": _in_flight(ran),
+            "bound": _in_flight(expected),
+            "ran": " ".join(f"{k[0].upper()}{mb}" for k, mb in ran),
+            "expected": " ".join(f"{k[0].upper()}{mb}" for k, mb in expected)}
+
+
+def _step(ctx: Context, strategy: Strategy, active: bool, batch: Batch, ref: RefStep,
+          tol: Tolerance) -> dict[str, Any]:
+    """One gate step on every rank; every rank returns the same findings."""
+    first_event = len(ctx.timeline.events)
     out = strategy.train_step(batch) if active else None
-    share = torch.tensor([out.loss * out.weight if out else 0.0], dtype=torch.float64)
-    dist.all_reduce(share)
+    expected = strategy.expected_order() if active else None
+    schedule = _schedule(ctx.timeline.events[first_event:], expected) if expected else None
+    offsets, total = {}, 0
+    for name, t in ref.grad.items():
+        offsets[name], total = total, total + t.numel()
     checks: list[dict] = []
-    covered: set[str] = set()
-    if active:
-        grad_checks, covered = _check_pieces("grad", strategy.grad_pieces(), ref.grads,
-                                             rtol, atol)
-        param_checks, _ = _check_pieces("param", strategy.param_pieces(), ref.params_after,
-                                        rtol, atol)
-        checks = grad_checks + param_checks
-    differing = _replicas_identical(strategy.replicated()) if active else []
-    reports = ctx.gather({"checks": checks, "covered": sorted(covered),
-                          "differing": differing})
+    faults: dict[str, list[str]] = {}
+    for kind in KINDS:
+        counts = torch.zeros(total, dtype=torch.uint8)
+        if active:
+            pieces = getattr(strategy, f"{kind}_pieces")()
+            checks += _check_pieces(kind, pieces, getattr(ref, kind), offsets, counts, tol)
+        faults[kind] = _coverage(ctx.sum_cpu(counts), getattr(ref, kind), offsets)
+    differing = _replicas_differing(ctx, strategy.replicated()) if active else []
+    reports = ctx.gather({"share": float(out.loss) * out.weight if out else 0.0,
+                          "checks": checks, "differing": differing, "schedule": schedule})
+    loss = sum(r["share"] for r in reports)
+    loss_check = compare("loss", torch.tensor(loss), torch.tensor(ref.loss), tol)
+    return {"loss": loss, "checks": [loss_check] + [c for r in reports for c in r["checks"]],
+            "coverage": faults, "differing": sorted({d for r in reports for d in r["differing"]}),
+            "schedules": [(r, s) for r, s in enumerate(x["schedule"] for x in reports) if s]}
 
-    loss_check = _compare("loss", torch.tensor(share.item()), torch.tensor(ref.loss), rtol,
-                          atol)
-    all_checks = [loss_check] + [c for r in reports for c in r["checks"]]
-    covered_all = set().union(*(r["covered"] for r in reports))
-    missing = sorted(set(ref.grads) - covered_all)
-    differ = sorted({d for r in reports for d in r["differing"]})
-    failures = [c for c in all_checks if not c["ok"]]
-    worst = max(failures or all_checks, key=lambda c: c.get("excess", float("inf")))
-    reason = None
+
+def _reason(step: int, found: dict, tol: Tolerance) -> str | None:
+    at = f"step {step + 1} of {GATE_STEPS}"
+    failures = [c for c in found["checks"] if not c["ok"]]
     if failures:
-        reason = (f"{worst['tensor']} differs from the single-device reference: max abs error "
-                  f"{worst['max_abs_error']:.3g} (rtol={rtol:g}, atol={atol:g})"
-                  + (f"; {worst['detail']}" if worst.get("detail") else ""))
-    elif missing:
-        reason = f"parameter {missing[0]} got no gradient on any rank ({len(missing)} in all)"
-    elif differ:
-        reason = f"replicated parameter {differ[0]} is not bit-identical across ranks"
+        worst = max(failures, key=lambda c: c["excess"])
+        return (f"{worst['tensor']} differs from the single-device reference at {at}: max abs "
+                f"error {worst['max_abs_error']:.3g}, max rel error {worst['max_rel_error']:.3g}"
+                f" (rtol={tol.rtol:g}, atol={tol.atol:g} x max|ref|)"
+                + (f"; {worst['detail']}" if worst.get("detail") else ""))
+    for kind in KINDS:
+        if found["coverage"][kind]:
+            return (f"{kind} coverage at {at}: {found['coverage'][kind][0]} "
+                    f"({len(found['coverage'][kind])} tensor(s) in all)")
+    if found["differing"]:
+        return f"replicated parameter {found['differing'][0]} is not bit-identical across ranks"
+    for rank, s in found["schedules"]:
+        if not s["order_ok"] or s["max_in_flight"] > s["bound"]:
+            return (f"schedule at {at}: stage {rank} ran {s['ran']}; its schedule is "
+                    f"{s['expected']} (at most {s['bound']} micro-batches in flight, it held "
+                    f"{s['max_in_flight']})")
+    return None
 
-    def max_err(prefix: str) -> float:
-        vals = [c["max_abs_error"] for c in all_checks if c["tensor"].startswith(prefix)]
+
+def gate(ctx: Context, strategy: Strategy, batches: list[Batch], ref: list[RefStep],
+         tol: Tolerance = TOLERANCES["float32"]) -> dict[str, Any]:
+    """Run the gate's steps, checking after each; stop at the first that fails."""
+    active = strategy.ranks_active == "all" or ctx.rank == 0
+    losses, seen, reason, step, found = [], [], None, 0, {}
+    for step, (batch, want) in enumerate(zip(batches, ref, strict=True)):
+        found = _step(ctx, strategy, active, batch, want, tol)
+        losses.append(found["loss"])
+        seen += found["checks"]
+        reason = _reason(step, found, tol)
+        if reason:
+            break
+
+    def worst(kind: str, key: str) -> float:
+        vals = [c[key] for c in seen if c["tensor"].split(":")[0] == kind]
         return max(vals) if vals else 0.0
 
+    schedules = [s for _, s in found["schedules"]]
     return {
         "passed": reason is None,
         "reason": reason,
-        "loss": share.item(),
-        "reference_loss": ref.loss,
-        "loss_abs_error": loss_check["max_abs_error"],
-        "max_grad_abs_error": max_err("grad:"),
-        "max_param_abs_error": max_err("param:"),
-        "worst_tensor": worst["tensor"],
-        "tensors_checked": len(all_checks),
-        "all_params_have_grad": not missing,
-        "replicas_bit_identical": not differ,
-        "rtol": rtol,
-        "atol": atol,
+        "loss": losses[-1],
+        "reference_loss": ref[len(losses) - 1].loss,
+        "losses": losses,
+        "reference_losses": [r.loss for r in ref[:len(losses)]],
+        "loss_abs_error": worst("loss", "max_abs_error"),
+        "max_grad_abs_error": worst("grad", "max_abs_error"),
+        "max_param_abs_error": worst("param", "max_abs_error"),
+        "max_state_abs_error": worst("state", "max_abs_error"),
+        "max_grad_rel_error": worst("grad", "max_rel_error"),
+        "max_param_rel_error": worst("param", "max_rel_error"),
+        "max_state_rel_error": worst("state", "max_rel_error"),
+        "max_rel_error": max((c["max_rel_error"] for c in seen), default=0.0),
+        "worst_tensor": max(seen, key=lambda c: c["excess"])["tensor"] if seen else None,
+        "tensors_checked": len(found["checks"]),
+        "steps_checked": step + 1,
+        "all_params_have_grad": not any("held by no rank" in f for f in found["coverage"]["grad"]),
+        "coverage_exact": not any(found["coverage"].values()),
+        "replicas_bit_identical": not found["differing"],
+        "schedule": {"checked": True, "order_ok": all(s["order_ok"] for s in schedules),
+                     "max_in_flight": [s["max_in_flight"] for s in schedules],
+                     "bound": [s["bound"] for s in schedules]} if schedules else None,
+        "tolerance": tol.name,
+        "rtol": tol.rtol,
+        "atol": tol.atol,
+        "atol_basis": "x max|reference| per tensor",
     }

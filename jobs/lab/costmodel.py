@@ -30,23 +30,26 @@ def busbw_factor(op: str, n: int) -> float:
     return 1.0  # broadcast, send_recv
 
 
-def param_count(kind: str, L: int, h: int, s: int, v: int) -> int:
-    if kind == "gpt":  # wte + wpe + blocks + ln_f + untied head
-        return v * h + s * h + L * (12 * h * h + 13 * h) + 2 * h + h * v
+def param_count(kind: str, L: int, h: int, s: int, v: int, tied: bool = False) -> int:
+    """GPT: wte + wpe + blocks + ln_f + head (none of its own when tied to wte)."""
+    if kind == "gpt":
+        head = 0 if tied else h * v
+        return v * h + s * h + L * (12 * h * h + 13 * h) + 2 * h + head
     return 2 * (h * h + h) + L * (8 * h * h + 5 * h)  # in, blocks, out
 
 
-def matmul_params(kind: str, L: int, h: int, s: int, v: int) -> int:
-    """Parameters that take part in a matmul (embedding lookups excluded)."""
+def matmul_params(kind: str, L: int, h: int, s: int, v: int, tied: bool = False) -> int:
+    """Parameters that take part in a matmul (embedding lookups excluded; a tied wte is
+    the head's matmul, so it counts once)."""
     if kind == "gpt":
-        return param_count(kind, L, h, s, v) - v * h - s * h
+        return param_count(kind, L, h, s, v, tied) - (0 if tied else v * h) - s * h
     return param_count(kind, L, h, s, v)
 
 
-def flops_per_token(kind: str, L: int, h: int, s: int, v: int) -> int:
+def flops_per_token(kind: str, L: int, h: int, s: int, v: int, tied: bool = False) -> int:
     """Training FLOPs per token: 6N + 12*L*h*s (PaLM appendix B, nanoGPT, picotron)."""
     attention = 12 * L * h * s if kind == "gpt" else 0
-    return 6 * matmul_params(kind, L, h, s, v) + attention
+    return 6 * matmul_params(kind, L, h, s, v, tied) + attention
 
 
 def tp_split_params(L: int, h: int, s: int, v: int) -> tuple[int, int]:
@@ -201,18 +204,20 @@ def fit_link(op: str, n: int, samples: list[tuple[float, float]]) -> LinkFit:
 @dataclass
 class Calibration:
     flops: float  # FLOP/s of one rank while all ranks compute (GEMM of the model's shape)
-    peak_flops: float  # best GEMM FLOP/s measured: the MFU denominator on CPU
+    peak_flops: float  # best GEMM FLOP/s measured: the training runs' MFU denominator
     links: dict[str, LinkFit] = field(default_factory=dict)
     n: int = 1
+    peak_name: str = ""  # what peak_flops is, e.g. "measured 4096^3 float32 GEMM"
 
     def coll(self, op: str, S: float, count: int = 1) -> float:
-        if S <= 0 or count == 0:
-            return 0.0
+        if S <= 0 or count == 0 or self.n == 1:
+            return 0.0  # one rank moves nothing (and no link was calibrated)
         fit = self.links[op]
         return count * fit.alpha + busbw_factor(op, self.n) * S / fit.bandwidth
 
     def as_dict(self) -> dict:
         return {"flops": self.flops, "peak_flops": self.peak_flops, "n": self.n,
+                "peak_name": self.peak_name,
                 "links": {k: {"alpha_s": v.alpha, "busbw_Bps": v.bandwidth}
                           for k, v in self.links.items()}}
 

@@ -3,8 +3,9 @@ and a meter for activations saved for backward.
 
 Every collective a hand-written strategy issues goes through :class:`Comm`, which
 counts bytes (the nccl-tests buffer size S), calls and time per kind and adds a
-timeline event. Checks and bookkeeping use raw ``torch.distributed`` so they never
-pollute the counts. Times are seconds since a common origin taken right after a
+timeline event, without ever blocking (no device synchronize in timed code). Checks
+and bookkeeping go around it (the context's CPU group) so they never pollute the
+counts. Times are seconds since a common origin taken right after a
 barrier, so events of different ranks share one clock.
 """
 
@@ -13,7 +14,7 @@ from __future__ import annotations
 import json
 import time
 from collections import defaultdict
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
 from typing import Any
 
@@ -59,67 +60,107 @@ class Timeline:
 
 
 class _Pending:
-    """An async collective: bytes are counted at launch, time when wait() returns."""
+    """Collectives in flight: bytes were counted at launch, time is taken when wait()
+    returns (on CUDA: when the waiting stream may go on, not when the host gets there)."""
 
-    def __init__(self, comm: Comm, work: Any, kind: str, nbytes: int, t0: float,
-                 fields: dict) -> None:
-        self.comm, self.work, self.kind, self.nbytes, self.t0 = comm, work, kind, nbytes, t0
-        self.fields = fields
+    def __init__(self, comm: Comm, works: list, records: list[tuple]) -> None:
+        self.comm, self.works, self.records = comm, works, records
 
     def wait(self) -> None:
-        self.work.wait()
-        self.comm._sync()
-        self.comm._record(self.kind, self.nbytes, self.t0, self.comm.timeline.now(),
-                          asynchronous=True, **self.fields)
+        for work in self.works:
+            work.wait()
+        end = self.comm._mark()
+        for record in self.records:
+            self.comm._time(*record, end)
+        self.works, self.records = [], []
 
 
 class Comm:
     """Counting wrapper over torch.distributed. Sizes follow nccl-tests: all_reduce,
     broadcast, send, recv: the tensor; all_gather: the gathered output;
-    reduce_scatter: the unscattered input; all_to_all: the input."""
+    reduce_scatter: the unscattered input; all_to_all: the input.
 
-    def __init__(self, timeline: Timeline, sync: Callable[[], None] | None = None) -> None:
-        self.timeline = timeline
-        self._sync = sync or (lambda: None)
+    It never blocks: bytes and calls are counted at launch; time is host seconds on
+    CPU (gloo's work is done when the call or its wait() returns) and CUDA events on
+    the current stream on GPU, read in reset(), which the experiment calls after its
+    step's own synchronize. Calls use ``group`` unless given another."""
+
+    def __init__(self, timeline: Timeline, group: Any = None,
+                 device: torch.device | None = None) -> None:
+        self.timeline, self.group, self.device = timeline, group, device
+        self.cuda = device is not None and device.type == "cuda"
         self.counters: dict[str, dict[str, float]] = {}
+        self._unread: list[tuple] = []  # CUDA-timed calls whose events are not read yet
 
     def reset(self) -> dict[str, dict[str, float]]:
+        for kind, nbytes, start, host_t0, fields, end in self._unread:
+            end.synchronize()  # after the step: nothing timed waits for this
+            self._add_time(kind, nbytes, host_t0, host_t0 + start.elapsed_time(end) / 1e3,
+                           {**fields, "clock": "cuda_event"})
+        self._unread = []
         old, self.counters = self.counters, {}
         return old
 
-    def _record(self, kind: str, nbytes: int, t0: float, t1: float, **fields: Any) -> None:
+    def _mark(self) -> Any:
+        if self.cuda:  # this device's current stream, whichever thread asks (DDP's callback)
+            event = torch.cuda.Event(enable_timing=True)
+            event.record(torch.cuda.current_stream(self.device))
+            return event
+        return self.timeline.now()
+
+    def _count(self, kind: str, nbytes: int) -> None:
         c = self.counters.setdefault(kind, {"count": 0, "bytes": 0, "time_s": 0.0})
         c["count"] += 1
         c["bytes"] += nbytes
+
+    def _time(self, kind: str, nbytes: int, start: Any, host_t0: float, fields: dict,
+              end: Any) -> None:
+        if self.cuda:
+            self._unread.append((kind, nbytes, start, host_t0, fields, end))
+        else:
+            self._add_time(kind, nbytes, start, end, fields)
+
+    def _add_time(self, kind: str, nbytes: int, t0: float, t1: float, fields: dict) -> None:
+        c = self.counters.setdefault(kind, {"count": 0, "bytes": 0, "time_s": 0.0})
         c["time_s"] += t1 - t0
         self.timeline.add(kind, t0, t1, bytes=nbytes, **fields)
 
+    def _launch(self, kind: str, nbytes: int, fields: dict) -> tuple:
+        self._count(kind, nbytes)
+        host_t0 = self.timeline.now()
+        return kind, nbytes, self._mark(), host_t0, fields
+
     def _run(self, kind: str, nbytes: int, fn: Callable[[], Any], async_op: bool,
              fields: dict) -> _Pending | None:
-        t0 = self.timeline.now()
+        record = self._launch(kind, nbytes, {"asynchronous": True, **fields} if async_op
+                              else fields)
         work = fn()
+        pending = _Pending(self, [work] if async_op else [], [record])
         if async_op:
-            return _Pending(self, work, kind, nbytes, t0, fields)
-        self._sync()
-        self._record(kind, nbytes, t0, self.timeline.now(), **fields)
+            return pending
+        pending.wait()
         return None
+
+    def _g(self, group: Any) -> Any:
+        return self.group if group is None else group
 
     def all_reduce(self, t: torch.Tensor, group: Any = None, async_op: bool = False,
                    **fields: Any) -> _Pending | None:
         return self._run("all_reduce", t.numel() * t.element_size(),
-                         lambda: dist.all_reduce(t, group=group, async_op=async_op),
+                         lambda: dist.all_reduce(t, group=self._g(group), async_op=async_op),
                          async_op, fields)
 
     def all_reduce_future(self, t: torch.Tensor, group: Any = None,
                           **fields: Any) -> torch.futures.Future:
         """An all_reduce as a Future (what a DDP comm hook returns), counted at launch
-        and timed when the future completes."""
-        nbytes, t0 = t.numel() * t.element_size(), self.timeline.now()
-        fut = dist.all_reduce(t, group=group, async_op=True).get_future()
+        and timed when the future completes (on CUDA the callback runs on streams that
+        wait for the collective, so an event recorded there marks its end)."""
+        record = self._launch("all_reduce", t.numel() * t.element_size(),
+                              {"asynchronous": True, **fields})
+        fut = dist.all_reduce(t, group=self._g(group), async_op=True).get_future()
 
         def done(f: torch.futures.Future) -> torch.Tensor:
-            self._record("all_reduce", nbytes, t0, self.timeline.now(), asynchronous=True,
-                         **fields)
+            self._time(*record, self._mark())
             value = f.value()
             return value[0] if isinstance(value, list) else value
 
@@ -128,50 +169,39 @@ class Comm:
     def all_gather(self, out: torch.Tensor, inp: torch.Tensor, group: Any = None,
                    async_op: bool = False, **fields: Any) -> _Pending | None:
         return self._run("all_gather", out.numel() * out.element_size(),
-                         lambda: dist.all_gather_into_tensor(out, inp, group=group,
+                         lambda: dist.all_gather_into_tensor(out, inp, group=self._g(group),
                                                              async_op=async_op),
                          async_op, fields)
 
     def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, group: Any = None,
                        async_op: bool = False, **fields: Any) -> _Pending | None:
         return self._run("reduce_scatter", inp.numel() * inp.element_size(),
-                         lambda: dist.reduce_scatter_tensor(out, inp, group=group,
+                         lambda: dist.reduce_scatter_tensor(out, inp, group=self._g(group),
                                                             async_op=async_op),
                          async_op, fields)
 
     def broadcast(self, t: torch.Tensor, src: int, group: Any = None, **fields: Any) -> None:
         self._run("broadcast", t.numel() * t.element_size(),
-                  lambda: dist.broadcast(t, src=src, group=group), False, fields)
+                  lambda: dist.broadcast(t, src=src, group=self._g(group)), False, fields)
 
     def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, group: Any = None,
                    **fields: Any) -> None:
         self._run("all_to_all", inp.numel() * inp.element_size(),
-                  lambda: dist.all_to_all_single(out, inp, group=group), False, fields)
+                  lambda: dist.all_to_all_single(out, inp, group=self._g(group)), False, fields)
 
-    def send(self, t: torch.Tensor, dst: int, async_op: bool = False,
-             **fields: Any) -> _Pending | None:
-        if async_op:
-            return self._run("send", t.numel() * t.element_size(),
-                             lambda: dist.isend(t, dst), True, {"peer": dst, **fields})
-        return self._run("send", t.numel() * t.element_size(),
-                         lambda: dist.isend(t, dst).wait(), False, {"peer": dst, **fields})
-
-    def recv(self, t: torch.Tensor, src: int, **fields: Any) -> None:
-        self._run("recv", t.numel() * t.element_size(),
-                  lambda: dist.irecv(t, src).wait(), False, {"peer": src, **fields})
-
-    def send_recv(self, send_t: torch.Tensor, dst: int, recv_t: torch.Tensor, src: int,
-                  **fields: Any) -> _Pending:
-        """Post both, wait for the receive only: two neighbours exchanging never deadlock,
-        and the send completes in the background (the caller waits on what is returned)."""
-        t0 = self.timeline.now()
-        sent = _Pending(self, dist.isend(send_t, dst), "send",
-                        send_t.numel() * send_t.element_size(), t0, {"peer": dst, **fields})
-        dist.irecv(recv_t, src).wait()
-        self._sync()
-        self._record("recv", recv_t.numel() * recv_t.element_size(), t0, self.timeline.now(),
-                     peer=src, **fields)
-        return sent
+    def p2p(self, sends: Sequence[tuple[torch.Tensor, int]] = (),
+            recvs: Sequence[tuple[torch.Tensor, int]] = (), **fields: Any) -> _Pending:
+        """Sends and receives (tensor, global peer rank) posted as one batch_isend_irecv,
+        which nccl runs as one group: two ranks exchanging in both directions never wait
+        on each other (posted one by one, each side's send can block its stream to the
+        other past nccl's eager size). The caller waits on what is returned."""
+        ops, records = [], []
+        for kind, items, op in (("send", sends, dist.isend), ("recv", recvs, dist.irecv)):
+            for t, peer in items:
+                ops.append(dist.P2POp(op, t, peer, self.group))
+                records.append(self._launch(kind, t.numel() * t.element_size(),
+                                            {"peer": peer, **fields}))
+        return _Pending(self, dist.batch_isend_irecv(ops), records)
 
 
 class _Saved:

@@ -2,12 +2,13 @@
 
 GPT as in nanoGPT (Radford et al. 2019), with separate q/k/v projections so that
 tensor parallelism can give each rank whole heads, no dropout (correctness checks
-need determinism) and an untied LM head (so pipeline stages own disjoint weights).
+need determinism) and an untied LM head (so pipeline stages own disjoint weights)
+unless ``tie_head`` (GPT-2's 124M is tied: with an untied head it is 163M).
 Both models expose the same three pieces - ``embed``, ``blocks`` and ``finish`` -
 which is all a pipeline needs to cut them into stages.
 
 Parameter counts are exact (a test checks them against ``numel``):
-    GPT: v*h + s*h + L*(12h^2 + 13h) + 2h + h*v
+    GPT: v*h + s*h + L*(12h^2 + 13h) + 2h + h*v (tied: without the last h*v)
     MLP: 2(h^2 + h) + L*(8h^2 + 5h)
 """
 
@@ -32,13 +33,23 @@ class ModelConfig:
     vocab: int = 256
     dtype: str = "float32"
     seed: int = 0
+    tie_head: bool = False  # GPT: the head's weight is wte's
 
     @property
     def torch_dtype(self) -> torch.dtype:
         return getattr(torch, self.dtype)
 
+    def _dims(self) -> tuple:
+        return self.kind, self.layers, self.hidden, self.seq_len, self.vocab
+
     def param_count(self) -> int:
-        return costmodel.param_count(self.kind, self.layers, self.hidden, self.seq_len, self.vocab)
+        return costmodel.param_count(*self._dims(), tied=self.tie_head)
+
+    def matmul_params(self) -> int:
+        return costmodel.matmul_params(*self._dims(), tied=self.tie_head)
+
+    def flops_per_token(self) -> int:
+        return costmodel.flops_per_token(*self._dims(), tied=self.tie_head)
 
     def as_dict(self) -> dict:
         return asdict(self)
@@ -103,6 +114,8 @@ class GPT(nn.Module):
         # stage delete the blocks it does not own
         self.blocks = nn.ModuleDict({str(i): Block(cfg) for i in range(cfg.layers)})
         self.ln_f, self.head = nn.LayerNorm(h), nn.Linear(h, cfg.vocab, bias=False)
+        if cfg.tie_head:
+            self.head.weight = self.wte.weight  # (v, h) both: one tensor, two uses
 
     def embed(self, idx: torch.Tensor) -> torch.Tensor:
         pos = torch.arange(idx.shape[1], device=idx.device)

@@ -57,6 +57,10 @@ _COMMON: dict[str, dict[str, Any]] = {
     "seed": _p("int", 0, "Seed for weights and data.", min=0, max=2**31 - 1),
     "dtype": _p("str", "float32", "Parameter and activation dtype.",
                 choices=["float32", "bfloat16"]),
+    "gate_tolerance": _p("str", "float32", "Tolerances of the correctness gate: float32's, "
+                         "or bfloat16's looser ones (GPU runs, whose kernels and nccl "
+                         "reduce in other orders than the reference).",
+                         choices=["float32", "bfloat16"]),
 }
 
 
@@ -136,7 +140,7 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
         ),
         "params": _params(
             "world_size", "steps", "warmup", "batch_size", "seq_len", "hidden", "layers",
-            "heads", "vocab", "model", "device", "seed",
+            "heads", "vocab", "model", "device", "seed", "gate_tolerance",
             micro_batches=_p("int", 1, "Gradient-accumulation micro-batches per rank per "
                              "step (all-reduce only on the last).", min=1, max=64),
             bucket_cap_mb=_p("float", 0.25, "Bucket size for the bucketed strategy and DDP "
@@ -159,7 +163,7 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
         ),
         "params": _params(
             "world_size", "steps", "warmup", "batch_size", "seq_len", "hidden", "heads",
-            "vocab", "micro_batches", "model", "device", "seed",
+            "vocab", "micro_batches", "model", "device", "seed", "gate_tolerance",
             layers=_p("int", 4, "Blocks L, split evenly-ish over the stages.", min=1, max=128),
             strategies=_p("str_list", ["naive_mp", "gpipe", "1f1b", "torch_gpipe",
                                        "torch_1f1b"],
@@ -182,7 +186,7 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
         ),
         "params": _params(
             "world_size", "steps", "warmup", "batch_size", "seq_len", "hidden", "layers",
-            "heads", "vocab", "device", "seed",
+            "heads", "vocab", "device", "seed", "gate_tolerance",
             strategies=_p("str_list", ["single", "tp_megatron", "tp_dtensor"],
                           "Strategies to check and time.",
                           choices=["single", "tp_megatron", "tp_dtensor"]),
@@ -200,7 +204,7 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
         ),
         "params": _params(
             "world_size", "steps", "warmup", "batch_size", "seq_len", "hidden", "layers",
-            "heads", "vocab", "model", "device", "seed",
+            "heads", "vocab", "model", "device", "seed", "gate_tolerance",
             bucket_cap_mb=_p("float", 0.25, "Bucket size for the hand-written stages (MB).",
                              min=0.001, max=1024.0),
             strategies=_p("str_list", ["ddp", "zero1", "zero2", "fsdp2"],
@@ -216,15 +220,19 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
         "description": (
             "Trains a GPT on one device and reports tokens/s and model FLOPs utilisation: "
             "(6N + 12*L*h*s) FLOPs per token times tokens/s over the peak - 989 TFLOP/s "
-            "bf16 dense on H100/H200, the measured GEMM peak on CPU."
+            "bf16 dense on H100/H200 for a bf16 run, else the measured GEMM peak (named "
+            "in the result)."
         ),
         "params": _params(
             "steps", "warmup", "seq_len", "hidden", "layers", "heads", "vocab", "device",
             "dtype", "seed",
             world_size=_p("int", 1, "Single process.", min=1, max=1),
             batch_size=_p("int", 4, "Sequences per step.", min=1, max=4096),
-            peak_tflops=_p("float", 0.0, "Peak to divide by (TFLOP/s); 0 = 989 on "
-                           "H100/H200, else the measured GEMM peak.", min=0.0, max=100000.0),
+            peak_tflops=_p("float", 0.0, "Peak to divide by (TFLOP/s); 0 = the dense bf16 "
+                           "datasheet peak for bf16 on H100/H200 (989) or A100 (312), else "
+                           "the measured GEMM peak of the dtype.", min=0.0, max=100000.0),
+            tie_head=_p("bool", False, "Tie the LM head to the token embedding (GPT-2's "
+                        "124M is tied; untied it is 163M)."),
         ),
         "min_world_size": 1,
         "result": "tokens/s, FLOPs per token, achieved TFLOP/s, MFU, peak used and where it "

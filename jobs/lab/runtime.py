@@ -3,6 +3,13 @@
 Runs inside a torchrun worker. The backend follows the device: nccl with one GPU
 per rank, gloo on CPU. The collective timeout is short (COMMONPLACE_LAB_PG_TIMEOUT,
 default 60 s) so that a deadlocked collective fails in seconds, not 30 minutes.
+
+Two groups, because nccl carries only CUDA tensors: ``ctx.group`` is where the
+experiment's tensors travel (the device's backend), ``ctx.cpu_group`` is where the
+lab's own bookkeeping travels (pickled reports, loss shares, timings, barriers: CPU
+tensors, always gloo). COMMONPLACE_LAB_PG_BACKEND replaces the default group's
+backend string; the tests set it to "cuda:gloo" - gloo restricted to CUDA tensors,
+as nccl is - so that any CPU tensor sent without naming a group fails on CPU too.
 """
 
 from __future__ import annotations
@@ -19,6 +26,7 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+from torch.distributed.device_mesh import DeviceMesh
 
 from jobs.lab.contract import progress_line
 from jobs.lab.instrument import Comm, Timeline
@@ -52,6 +60,8 @@ class Context:
     timeline: Timeline
     comm: Comm
     out_dir: str
+    group: Any = None  # the experiment's tensors (on self.device)
+    cpu_group: Any = None  # the lab's bookkeeping (CPU tensors)
     stdout: Any = field(default=sys.stdout, repr=False)
 
     @property
@@ -61,6 +71,11 @@ class Context:
     def sync(self) -> None:
         if self.is_cuda:
             torch.cuda.synchronize(self.device)
+
+    def mesh(self) -> DeviceMesh:
+        """A 1-D device mesh over ctx.group (FSDP2 and DTensor otherwise take the default
+        group, which need not carry this device's tensors)."""
+        return DeviceMesh.from_group(self.group, self.device.type)
 
     def log(self, msg: str) -> None:
         if self.rank == 0:
@@ -72,23 +87,30 @@ class Context:
             shown = {k: _fmt(v) for k, v in fields.items() if v is not None}
             say(progress_line(step, total, shown), self.stdout)
 
+    # -- bookkeeping: CPU tensors over cpu_group, never counted, never on the device
     def gather(self, obj: Any) -> list[Any]:
-        """Every rank's object, on every rank (uncounted: bookkeeping, not the experiment).
-        dist.all_gather_object needs numpy; this needs only pickle."""
+        """Every rank's object, on every rank. dist.all_gather_object needs numpy (and
+        under nccl a CUDA staging tensor); this needs only pickle and gloo."""
         payload = pickle.dumps(obj)
         data = torch.frombuffer(bytearray(payload), dtype=torch.uint8)
         sizes = [torch.zeros(1, dtype=torch.int64) for _ in range(self.world)]
-        dist.all_gather(sizes, torch.tensor([data.numel()], dtype=torch.int64))
+        dist.all_gather(sizes, torch.tensor([data.numel()], dtype=torch.int64),
+                        group=self.cpu_group)
         longest = max(int(s.item()) for s in sizes)
         padded = torch.zeros(longest, dtype=torch.uint8)
         padded[: data.numel()] = data
         bufs = [torch.empty(longest, dtype=torch.uint8) for _ in range(self.world)]
-        dist.all_gather(bufs, padded)
+        dist.all_gather(bufs, padded, group=self.cpu_group)
         return [pickle.loads(ctypes.string_at(b.data_ptr(), int(n.item())))
                 for b, n in zip(bufs, sizes, strict=True)]
 
+    def sum_cpu(self, t: torch.Tensor) -> torch.Tensor:
+        """Element-wise sum over ranks of a CPU tensor, in place."""
+        dist.all_reduce(t, group=self.cpu_group)
+        return t
+
     def barrier(self) -> None:
-        dist.barrier()
+        dist.barrier(group=self.cpu_group)
 
 
 def say(line: str, stream: Any = None) -> None:
@@ -104,6 +126,9 @@ def _fmt(v: Any) -> str:
     return str(v)
 
 
+NATIVE = {"cuda": "nccl", "cpu": "gloo"}  # the backend of each device type
+
+
 def init(device_name: str) -> Context:
     rank = int(os.environ.get("RANK", "0"))
     world = int(os.environ.get("WORLD_SIZE", "1"))
@@ -113,19 +138,40 @@ def init(device_name: str) -> Context:
     if device_name == "cuda":
         device = torch.device("cuda", local_rank)
         torch.cuda.set_device(device)
-        backend = "nccl"
     else:
         device = torch.device("cpu")
-        backend = "gloo"
+    backend = os.environ.get("COMMONPLACE_LAB_PG_BACKEND") or NATIVE[device.type]
     if "MASTER_ADDR" not in os.environ:  # a single process started without torchrun
         os.environ.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(_free_port()))
+    # device_id: nccl creates its communicator now, not at the first collective (which
+    # may be a batch_isend_irecv that not every rank joins)
     dist.init_process_group(backend=backend, rank=rank, world_size=world, timeout=timeout,
-                            device_id=device if backend == "nccl" else None)
-    dist.barrier()
+                            device_id=device if device.type == "cuda" else None)
+    served = devices_served(backend)
+    made: dict[str, Any] = {}
+
+    def group_for(device_type: str) -> Any:
+        if device_type in served:
+            return dist.group.WORLD
+        native = NATIVE[device_type]
+        if native not in made:  # every rank creates groups in the same order
+            made[native] = dist.new_group(backend=native)
+        return made[native]
+
+    group, cpu_group = group_for(device.type), group_for("cpu")
+    dist.barrier(group=cpu_group)
     timeline = Timeline(rank)  # origin taken just after a barrier: one clock for all ranks
-    ctx = Context(rank, world, device, backend, timeline, Comm(timeline), out_dir="")
-    ctx.comm._sync = ctx.sync
+    ctx = Context(rank, world, device, backend, timeline, Comm(timeline, group, device),
+                  out_dir="", group=group, cpu_group=cpu_group)
     return ctx
+
+
+def devices_served(backend: str) -> set[str]:
+    """Device types a backend string carries: "nccl" -> {cuda}, "gloo" -> {cpu, cuda},
+    "cpu:gloo,cuda:nccl" -> {cpu, cuda}, "cuda:gloo" -> {cuda}."""
+    if ":" in backend:
+        return {pair.split(":")[0].strip() for pair in backend.lower().split(",")}
+    return set(dist.Backend.backend_capability.get(backend.lower(), ["cpu", "cuda"]))
 
 
 def _free_port() -> int:
@@ -142,6 +188,7 @@ def environment(ctx: Context | None, device_name: str, world: int) -> dict[str, 
         "platform": platform.platform(),
         "world_size": world,
         "backend": ctx.backend if ctx else ("nccl" if device_name == "cuda" else "gloo"),
+        "bookkeeping_backend": "gloo",
         "device": device_name,
         "cpu_count": os.cpu_count(),
         "threads_per_rank": torch.get_num_threads(),

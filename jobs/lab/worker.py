@@ -22,8 +22,6 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-import torch.distributed as dist
-
 from jobs.lab import contract, runtime
 from jobs.lab.durable import write_json
 
@@ -143,7 +141,7 @@ def main(argv: list[str] | None = None) -> int:
                                          runtime.environment(ctx, device, world), body),
                    default=_jsonable)
         ctx.log(f"wrote {result_path} (status {status})")
-    dist.barrier()
+    ctx.barrier()
     with open(os.path.join(args.out, contract.done_file(ctx.rank)), "w") as fh:
         fh.write("ok\n")
     # gloo's teardown sometimes aborts ("terminate called without an active exception")

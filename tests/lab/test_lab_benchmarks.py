@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -72,21 +73,33 @@ def test_mfu_path_runs_on_cpu_with_a_tiny_gpt(tmp_path):
     assert table.returncode == 0 and "MFU" in table.stdout
 
 
-def test_gpu_check_script_parses_and_its_parameters_validate():
+@pytest.mark.parametrize("gpus,sets", [(1, 5), (2, 7), (4, 7), (8, 7)])
+def test_gpu_check_script_parses_and_its_parameters_validate(gpus, sets, tmp_path):
     script = ROOT / "jobs" / "lab" / "gpu_check.sh"
     subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)
-    for gpus, expected in (("8", "7 parameter sets"), ("1", "5 parameter sets")):
-        env = {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_GPUS": gpus,
-               "GPU_CHECK_DRY_RUN": "1"}
-        proc = subprocess.run(["bash", str(script)], env=env, capture_output=True, text=True,
-                              timeout=120, cwd=ROOT)
-        assert proc.returncode == 0, proc.stderr
-        assert expected in proc.stdout and "valid=1" in proc.stdout
+    env = {**os.environ, "PYTHON": sys.executable, "GPU_CHECK_GPUS": str(gpus),
+           "GPU_CHECK_DRY_RUN": "1"}
+    proc = subprocess.run(["bash", str(script), str(tmp_path)], env=env, capture_output=True,
+                          text=True, timeout=120, cwd=ROOT)
+    assert proc.returncode == 0, proc.stderr
+    assert f"dry run, W={gpus}, {sets} parameter sets valid=1" in proc.stdout
+    resolved = {p.name.split(".")[0]: json.loads(p.read_text())
+                for p in tmp_path.glob("*.params.json")}
+    assert len(resolved) == sets
+    for name, params in resolved.items():
+        assert params["device"] == "cuda"
+        if name not in ("roofline", "mfu"):  # every GPU is a rank: no cap at 4
+            assert params["world_size"] == gpus
+        if "strategies" in params:  # the gate, at bf16 tolerances
+            assert params["gate_tolerance"] == "bfloat16"
+    mfu = resolved["mfu"]  # GPT-2 124M: tied head, bf16
+    assert mfu["tie_head"] and mfu["dtype"] == "bfloat16"
+    P = costmodel.param_count("gpt", mfu["layers"], mfu["hidden"], mfu["seq_len"], mfu["vocab"],
+                              tied=True)
+    assert 124e6 < P < 125e6
 
 
 def test_cli_lists_the_catalogue_as_json():
-    import json
-
     proc = subprocess.run([sys.executable, "-m", "jobs.lab", "list", "--json"], cwd=ROOT,
                           capture_output=True, text=True, timeout=60)
     assert proc.returncode == 0

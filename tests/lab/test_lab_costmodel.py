@@ -12,13 +12,31 @@ from jobs.lab.strategies.pipeline_parallel import Stage
 from jobs.lab.strategies.tensor_parallel import ColumnParallelLinear
 
 
-@pytest.mark.parametrize("kind", ["gpt", "mlp"])
+@pytest.mark.parametrize("kind,tied", [("gpt", False), ("gpt", True), ("mlp", False)])
 @pytest.mark.parametrize("L,h,heads,s,v",
                          [(1, 8, 2, 4, 16), (3, 32, 4, 16, 50), (4, 64, 8, 8, 256)])
-def test_param_count_is_exact(kind, L, h, heads, s, v):
-    cfg = ModelConfig(kind=kind, layers=L, hidden=h, heads=heads, seq_len=s, vocab=v)
+def test_param_count_is_exact(kind, tied, L, h, heads, s, v):
+    cfg = ModelConfig(kind=kind, layers=L, hidden=h, heads=heads, seq_len=s, vocab=v,
+                      tie_head=tied)
     model = build_model(cfg)
     assert sum(p.numel() for p in model.parameters()) == cfg.param_count()
+
+
+def test_gpt2_124m_is_124m_with_a_tied_head():
+    dims = ("gpt", 12, 768, 1024, 50304)
+    assert costmodel.param_count(*dims) == pytest.approx(163.0e6, rel=1e-3)  # untied
+    assert costmodel.param_count(*dims, tied=True) == pytest.approx(124.5e6, rel=1e-3)
+    # the tied embedding is the head's matmul: counted once, as nanoGPT's N (123.7M)
+    assert costmodel.matmul_params(*dims, tied=True) == pytest.approx(123.7e6, rel=1e-3)
+    assert costmodel.matmul_params(*dims) == costmodel.matmul_params(*dims, tied=True)
+
+
+def test_one_rank_communicates_for_free():
+    # world_size=1 has no link to calibrate: its collectives are predicted to cost nothing
+    cal = costmodel.Calibration(flops=1e9, peak_flops=1e9, n=1)
+    assert cal.coll("all_reduce", 1 << 20, 10) == 0.0
+    assert costmodel.predict_dp(1e9, {"all_reduce": {"bytes": 1 << 20, "count": 3}},
+                                cal)["terms_s"]["comm"] == 0.0
 
 
 @pytest.mark.parametrize("kind", ["gpt", "mlp"])

@@ -8,8 +8,6 @@ from __future__ import annotations
 import time
 from typing import Any
 
-import torch.distributed as dist
-
 from jobs.lab import costmodel
 from jobs.lab.experiments.probes import collective, message_bytes, slowest_median, time_fn
 from jobs.lab.instrument import Comm, Timeline
@@ -40,7 +38,7 @@ def wrapper_overhead(ctx: Context, nbytes: int, pairs: int = 200) -> dict:
     times: dict[str, list[float]] = {"raw": [], "wrapped": []}
     for i in range(pairs):
         for name in ("raw", "wrapped") if i % 2 == 0 else ("wrapped", "raw"):
-            dist.barrier()
+            ctx.barrier()
             t0 = time.perf_counter()
             fns[name]()
             ctx.sync()
@@ -48,14 +46,16 @@ def wrapper_overhead(ctx: Context, nbytes: int, pairs: int = 200) -> dict:
     del ctx.timeline.events[kept:]  # the probe is not part of the experiment's timeline
     ctx.comm.reset()
     r, w = slowest_median(ctx, times["raw"]), slowest_median(ctx, times["wrapped"])
-    # what the wrapper adds per call, timed without the collective's noise around it
-    scratch = Comm(Timeline(ctx.rank))
+    # what the wrapper adds per call (count, marks, timeline event; on CUDA two events),
+    # timed without the collective's noise around it
+    scratch = Comm(Timeline(ctx.rank), ctx.group, ctx.device)
     n = 20000
     t0 = time.perf_counter()
     for _ in range(n):
-        a = scratch.timeline.now()
-        scratch._record("all_reduce", nbytes, a, scratch.timeline.now())
+        launched = scratch._launch("all_reduce", nbytes, {})
+        scratch._time(*launched, scratch._mark())
     bookkeeping = (time.perf_counter() - t0) / n
+    scratch.reset()  # (CUDA events are read after the loop, as after a step)
     return {"bytes": nbytes, "pairs": pairs, "raw_s": r, "wrapped_s": w, "overhead": w / r - 1,
             "bookkeeping_s": bookkeeping, "bookkeeping_fraction": bookkeeping / r}
 

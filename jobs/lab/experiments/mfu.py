@@ -1,8 +1,10 @@
 """Single-device GPT throughput and MFU (nanoGPT / picotron formula):
     MFU = tokens/s * (6N + 12*L*h*s) / peak
-with N the matmul parameters and s the real sequence length, timed after a
-device synchronize with warm-up steps excluded. Peak: 989 TFLOP/s dense bf16 on
-H100/H200 (not the 2:4-sparse 1979), A100 312; on CPU, the measured GEMM peak."""
+with N the matmul parameters (a tied head's weight counted once) and s the real
+sequence length, timed after a device synchronize with warm-up steps excluded.
+Peak, named in the result: for a bf16 run on H100/H200 989 TFLOP/s dense (not the
+2:4-sparse 1979), A100 312; otherwise (fp32, CPU, another GPU) the measured GEMM
+peak of the run's dtype."""
 
 from __future__ import annotations
 
@@ -12,7 +14,6 @@ from typing import Any
 
 import torch
 
-from jobs.lab import costmodel
 from jobs.lab.experiments.probes import gemm_flops
 from jobs.lab.model import ModelConfig, build_model, loss_fn, make_batch
 from jobs.lab.runtime import Context
@@ -24,7 +25,7 @@ DENSE_BF16_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 def peak_for(ctx: Context, params: dict[str, Any]) -> tuple[float, str]:
     if params["peak_tflops"] > 0:
         return params["peak_tflops"] * 1e12, "given"
-    if ctx.is_cuda:
+    if ctx.is_cuda and params["dtype"] == "bfloat16":
         name = torch.cuda.get_device_name(ctx.device)
         for key, value in DENSE_BF16_PEAKS.items():
             if key in name:
@@ -37,13 +38,14 @@ def peak_for(ctx: Context, params: dict[str, Any]) -> tuple[float, str]:
 def run(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     cfg = ModelConfig(kind="gpt", layers=params["layers"], hidden=params["hidden"],
                       heads=params["heads"], seq_len=params["seq_len"], vocab=params["vocab"],
-                      dtype=params["dtype"], seed=params["seed"])
+                      dtype=params["dtype"], seed=params["seed"],
+                      tie_head=params.get("tie_head", False))
     model = build_model(cfg, ctx.device)
     opt = sgd(list(model.parameters()))
     batch = make_batch(cfg, params["batch_size"]).to(ctx.device)
     loss_of = loss_fn("gpt")
     tokens = params["batch_size"] * cfg.seq_len
-    fpt = costmodel.flops_per_token("gpt", cfg.layers, cfg.hidden, cfg.seq_len, cfg.vocab)
+    fpt = cfg.flops_per_token()
     peak, peak_source = peak_for(ctx, params)
     if ctx.is_cuda:
         torch.cuda.reset_peak_memory_stats(ctx.device)
@@ -68,8 +70,7 @@ def run(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     s = sorted(times)
     return {
         "model": {**cfg.as_dict(), "params": cfg.param_count(),
-                  "matmul_params": costmodel.matmul_params("gpt", cfg.layers, cfg.hidden,
-                                                           cfg.seq_len, cfg.vocab)},
+                  "matmul_params": cfg.matmul_params()},
         "flops_per_token": fpt,
         "tokens_per_step": tokens,
         "step_time_s": {"median": step, "p10": s[int(0.1 * (len(s) - 1))],
@@ -78,6 +79,7 @@ def run(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
         "achieved_flops": tokens / step * fpt,
         "peak_flops": peak,
         "peak_source": peak_source,
+        "peak_name": peak_source,
         "mfu": tokens / step * fpt / peak,
         "loss_first_last": [losses[0], losses[-1]],
         "cuda_max_memory_allocated": torch.cuda.max_memory_allocated(ctx.device)

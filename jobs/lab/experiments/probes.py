@@ -1,6 +1,8 @@
 """Timed probes shared by the benchmarks and by every experiment's calibration:
 one collective of S bytes, one GEMM, one copy. Medians over iterations, each
-iteration fenced by a barrier and a device synchronize."""
+iteration fenced by a barrier and a device synchronize. The collectives run on
+the device's group (ctx.group); fences and timings travel as bookkeeping
+(ctx.barrier, ctx.gather: CPU, gloo)."""
 
 from __future__ import annotations
 
@@ -21,31 +23,34 @@ OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "
 def collective(ctx: Context, op: str, nbytes: int, comm: Comm | None = None) -> Callable[[], None]:
     """A closure running `op` once on an S=nbytes buffer (nccl-tests sizing), either
     through raw torch.distributed or through the counting wrapper `comm`."""
-    w, r, dev = ctx.world, ctx.rank, ctx.device
+    w, r, dev, g = ctx.world, ctx.rank, ctx.device, ctx.group
     n = max(w, nbytes // 4 // w * w)  # fp32 elements, divisible by the world size
     full = torch.ones(n, device=dev)
     part = torch.ones(n // w, device=dev)
     out = torch.empty_like(full)
     nxt, prv = (r + 1) % w, (r - 1) % w
     if op == "all_reduce":
-        return (lambda: comm.all_reduce(full)) if comm else (lambda: dist.all_reduce(full))
+        return (lambda: comm.all_reduce(full)) if comm else \
+            (lambda: dist.all_reduce(full, group=g))
     if op == "all_gather":
         return (lambda: comm.all_gather(out, part)) if comm else \
-            (lambda: dist.all_gather_into_tensor(out, part))
+            (lambda: dist.all_gather_into_tensor(out, part, group=g))
     if op == "reduce_scatter":
         return (lambda: comm.reduce_scatter(part, full)) if comm else \
-            (lambda: dist.reduce_scatter_tensor(part, full))
+            (lambda: dist.reduce_scatter_tensor(part, full, group=g))
     if op == "broadcast":
-        return (lambda: comm.broadcast(full, 0)) if comm else (lambda: dist.broadcast(full, 0))
+        return (lambda: comm.broadcast(full, 0)) if comm else \
+            (lambda: dist.broadcast(full, 0, group=g))
     if op == "all_to_all":
         return (lambda: comm.all_to_all(out, full)) if comm else \
-            (lambda: dist.all_to_all_single(out, full))
+            (lambda: dist.all_to_all_single(out, full, group=g))
     if op == "send_recv":  # a ring: every rank sends to the next, receives from the previous
-        def raw() -> None:
-            works = [dist.isend(full, nxt), dist.irecv(out, prv)]
-            for wk in works:
+        def raw() -> None:  # one batch, as the pipelines post it (see Comm.p2p)
+            for wk in dist.batch_isend_irecv([dist.P2POp(dist.isend, full, nxt, g),
+                                              dist.P2POp(dist.irecv, out, prv, g)]):
                 wk.wait()
-        return (lambda: comm.send_recv(full, nxt, out, prv)) if comm else raw
+        return (lambda: comm.p2p(sends=[(full, nxt)], recvs=[(out, prv)]).wait()) if comm \
+            else raw
     raise ValueError(op)
 
 
@@ -62,7 +67,7 @@ def time_fn(ctx: Context, fn: Callable[[], None], iters: int, warmup: int,
     times = []
     for _ in range(iters):
         if fence:
-            dist.barrier()
+            ctx.barrier()
         ctx.sync()
         t0 = time.perf_counter()
         fn()
@@ -73,9 +78,7 @@ def time_fn(ctx: Context, fn: Callable[[], None], iters: int, warmup: int,
 
 def slowest_median(ctx: Context, times: list[float]) -> float:
     """The collective finishes when its slowest rank does."""
-    t = torch.tensor([statistics.median(times)], dtype=torch.float64)
-    dist.all_reduce(t, op=dist.ReduceOp.MAX)
-    return t.item()
+    return max(ctx.gather(statistics.median(times)))
 
 
 def gemm_flops(ctx: Context, M: int, N: int, K: int, dtype: torch.dtype = torch.float32,
@@ -109,7 +112,7 @@ def calibrate(ctx: Context, ops: list[str], gemm_shape: tuple[int, int, int],
                 samples.append((message_bytes(op, S, ctx.world), med))
             links[op] = costmodel.fit_link(op, ctx.world, samples)
     M, N, K = gemm_shape
-    dist.barrier()
+    ctx.barrier()
     rate, _ = gemm_flops(ctx, M, N, K)
     edge = 4096 if ctx.is_cuda else 512
     big, _ = gemm_flops(ctx, edge, edge, edge)  # fp32, the dtype the gated models train in
@@ -118,4 +121,4 @@ def calibrate(ctx: Context, ops: list[str], gemm_shape: tuple[int, int, int],
     flops = min(b[0] for b in both)
     peak = min(b[1] for b in both)
     return costmodel.Calibration(flops=flops, peak_flops=max(peak, flops), links=links,
-                                 n=ctx.world)
+                                 n=ctx.world, peak_name=f"measured {edge}^3 float32 GEMM")

@@ -1,18 +1,23 @@
 """The loop shared by the training experiments (data_parallel, pipeline,
 tensor_parallel, zero): for each strategy, gate it against the single-device
 reference, then - only if it passed - time it, measure its memory, and set the
-cost model's prediction beside the measurement."""
+cost model's prediction beside the measurement.
+
+Strategies are timed round-robin (all resident at once), but memory is measured on
+each alone: every timed instance and the reference are freed first, then each
+strategy is built again, takes one step (so its optimizer state exists) and is
+measured over a second; on CUDA the allocator's peak is reset in between."""
 
 from __future__ import annotations
 
+import gc
 import statistics
 from typing import Any
 
 import torch
-import torch.distributed as dist
 
 from jobs.lab import costmodel, strategies
-from jobs.lab.correctness import gate, reference_step
+from jobs.lab.correctness import TOLERANCES, gate, gate_batches, reference_steps
 from jobs.lab.experiments.probes import calibrate
 from jobs.lab.instrument import SavedActivations
 from jobs.lab.model import ModelConfig, make_batch
@@ -56,13 +61,14 @@ def _idle_fraction(ctx: Context, name: str, steps: range) -> float | None:
     return statistics.median(fractions) if fractions else None
 
 
-def prepare(ctx: Context, name: str, spec: TrainSpec, batch, ref, progress) -> dict[str, Any]:
+def prepare(ctx: Context, name: str, spec: TrainSpec, batches, ref, tol,
+            progress) -> dict[str, Any]:
     """Build the strategy and put it through the correctness gate."""
     tl = ctx.timeline
     tl.tags = {"strategy": name, "step": "gate"}
     strat: Strategy = strategies.get(name)(ctx, spec)
     ctx.comm.reset()
-    verdict = gate(ctx, strat, batch, ref)
+    verdict = gate(ctx, strat, batches, ref, tol)
     gate_comm = ctx.comm.reset()
     progress(strategy=name, phase="gate", passed=str(verdict["passed"]).lower())
     if not verdict["passed"]:
@@ -77,7 +83,7 @@ def time_step(ctx: Context, state: dict, i: int, warmup: int, spec: TrainSpec, b
     """One fenced, synchronized step; warm-up steps (i < warmup) are not kept."""
     tl, name = ctx.timeline, state["name"]
     tl.tags = {"strategy": name, "step": i - warmup}  # warm-up steps are negative
-    dist.barrier()
+    ctx.barrier()
     ctx.sync()
     t0 = tl.now()
     if state["active"]:
@@ -94,34 +100,17 @@ def time_step(ctx: Context, state: dict, i: int, warmup: int, spec: TrainSpec, b
              tokens_per_s=spec.tokens / (t1 - t0) if state["active"] else None)
 
 
-def finish(ctx: Context, state: dict, spec: TrainSpec, batch, cal, params: dict) -> dict:
-    """Memory step, per-rank reports gathered, and (on rank 0) the strategy's entry."""
+def timed_report(ctx: Context, state: dict, cal: costmodel.Calibration, params: dict) -> None:
+    """What this rank measured while timing, and what the cost model says (asked while
+    the instance still exists)."""
     tl, name, strat = ctx.timeline, state["name"], state["strategy"]
-    verdict, active = state["verdict"], state["active"]
-    entry: dict[str, Any] = {"strategy": name, "label": strat.label, "builtin": strat.builtin,
-                             "correctness": verdict}
-    if not verdict["passed"]:
-        return entry
-    steps, times, comm_steps = params["steps"], state["times"], state["comm_steps"]
-    gate_comm = state["gate_comm"]
-
-    # one more, untimed step under the saved-activation meter
-    tl.tags = {"strategy": name, "step": "memory"}
-    if ctx.is_cuda:
-        torch.cuda.reset_peak_memory_stats(ctx.device)
-    dist.barrier()
-    meter = SavedActivations(strat.parameters() if active else [])
-    if active:
-        with meter:
-            strat.train_step(batch)
-    ctx.comm.reset()
-    cuda_peak = torch.cuda.max_memory_allocated(ctx.device) if ctx.is_cuda else None
+    times, comm_steps, active = state["times"], state["comm_steps"], state["active"]
 
     def kinds(counts: dict) -> dict:
         return {k: {"bytes": int(v["bytes"]), "count": int(v["count"])}
                 for k, v in counts.items()}
 
-    report = {
+    state["report"] = {
         "rank": ctx.rank,
         "active": active,
         "step_times_s": times,
@@ -130,21 +119,68 @@ def finish(ctx: Context, state: dict, spec: TrainSpec, batch, cal, params: dict)
                                                           for c in comm_steps)}
                           for k in (comm_steps[-1] if comm_steps else {})},
         "comm_constant_across_steps": all(kinds(c) == kinds(comm_steps[0]) for c in comm_steps),
-        "comm_gate_step": kinds(gate_comm),
+        "comm_gate_steps": kinds(state["gate_comm"]),
         "predicted_comm": strat.predicted_comm() if active else None,
-        "model_state_bytes": strat.model_state() if active else None,
         "predicted_model_state_bytes": strat.predicted_memory() if active else None,
-        "saved_activation_peak_bytes": meter.peak if active else None,
-        "cuda_max_memory_allocated": cuda_peak,
-        "idle_fraction": _idle_fraction(ctx, name, range(steps)) if active else None,
+        "idle_fraction": _idle_fraction(ctx, name, range(params["steps"])) if active else None,
         "timeline": {k: v for k, v in tl.summary(strategy=name).items()},
+    }
+    state["prediction"] = strat.predict(cal) if ctx.rank == 0 else None
+
+
+def release(ctx: Context) -> None:
+    """Free what nothing refers to any more, and hand it back to the device."""
+    gc.collect()
+    if ctx.is_cuda:
+        torch.cuda.synchronize(ctx.device)
+        torch.cuda.empty_cache()
+
+
+def memory_report(ctx: Context, name: str, spec: TrainSpec, batch) -> dict:
+    """The strategy alone on the device: built again, one step for its optimizer state,
+    then one step under the saved-activation meter with the allocator's peak reset."""
+    tl = ctx.timeline
+    tl.tags = {"strategy": name, "step": "memory"}
+    baseline = torch.cuda.memory_allocated(ctx.device) if ctx.is_cuda else None
+    strat: Strategy = strategies.get(name)(ctx, spec)
+    active = strat.ranks_active == "all" or ctx.rank == 0
+    if active:
+        strat.train_step(batch)
+    ctx.sync()
+    if ctx.is_cuda:
+        torch.cuda.reset_peak_memory_stats(ctx.device)
+    ctx.barrier()
+    meter = SavedActivations(strat.parameters() if active else [])
+    if active:
+        with meter:
+            strat.train_step(batch)
+    ctx.sync()
+    ctx.comm.reset()
+    report = {
+        "model_state_bytes": strat.model_state() if active else None,
+        "saved_activation_peak_bytes": meter.peak if active else None,
+        "cuda_max_memory_allocated": torch.cuda.max_memory_allocated(ctx.device)
+        if ctx.is_cuda else None,
+        "cuda_allocated_before_build": baseline,
         "extra": strat.extra() if active else {},
     }
-    reports = ctx.gather(report)
-    prediction = strat.predict(cal) if ctx.rank == 0 else None
+    del strat, meter
+    release(ctx)
+    return report
+
+
+def finish(ctx: Context, state: dict, spec: TrainSpec, cal) -> dict:
+    """Per-rank reports gathered, and (on rank 0) the strategy's entry."""
+    name, verdict = state["name"], state["verdict"]
+    cls = strategies.get(name)
+    entry: dict[str, Any] = {"strategy": name, "label": cls.label, "builtin": cls.builtin,
+                             "correctness": verdict}
+    if not verdict["passed"]:
+        return entry
+    reports = ctx.gather(state["report"])
     if ctx.rank != 0:
         return entry
-    return _summarise(entry, reports, prediction, spec, cal, ctx)
+    return _summarise(entry, reports, state["prediction"], spec, cal, ctx)
 
 
 def _summarise(entry: dict, reports: list[dict], prediction: dict, spec: TrainSpec,
@@ -174,7 +210,8 @@ def _summarise(entry: dict, reports: list[dict], prediction: dict, spec: TrainSp
             "predicted": r["predicted_model_state_bytes"],
             "ratio": r["model_state_bytes"]["total"] / r["predicted_model_state_bytes"]["total"],
             "saved_activation_peak_bytes": r["saved_activation_peak_bytes"],
-            "cuda_max_memory_allocated": r["cuda_max_memory_allocated"]} for r in act]
+            "cuda_max_memory_allocated": r["cuda_max_memory_allocated"],
+            "cuda_allocated_before_build": r["cuda_allocated_before_build"]} for r in act]
     peak = cal.peak_flops * world_used
     entry.update({
         "ranks": world_used,
@@ -183,7 +220,8 @@ def _summarise(entry: dict, reports: list[dict], prediction: dict, spec: TrainSp
                         "per_rank_median": medians},
         "tokens_per_s": spec.tokens / step,
         "mfu": {"value": flops_step / step / peak, "flops_per_step": flops_step,
-                "peak_flops_per_rank": cal.peak_flops,
+                "peak_flops_per_rank": cal.peak_flops, "peak_name": cal.peak_name,
+                "dtype": spec.cfg.dtype,
                 "basis": "fraction of measured GEMM peak" if not ctx.is_cuda else
                          "fraction of measured fp32 GEMM peak"},
         "comm": {"instrumented": instrumented,
@@ -214,8 +252,10 @@ def _summarise(entry: dict, reports: list[dict], prediction: dict, spec: TrainSp
 
 def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]:
     spec = spec_from(params)
+    tol = TOLERANCES[params.get("gate_tolerance", "float32")]
     batch = make_batch(spec.cfg, spec.batch_size)
-    ref = reference_step(spec.cfg, batch, ctx.device)
+    batches = gate_batches(spec.cfg, spec.batch_size)
+    ref = reference_steps(spec.cfg, batches, ctx.device)
     mb_tokens = spec.tokens // max(ctx.world, spec.micro_batches)
     cal = calibrate(ctx, CALIBRATE_OPS[experiment],
                     (max(mb_tokens, 1), spec.cfg.hidden, 4 * spec.cfg.hidden))
@@ -231,7 +271,8 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
         counter[0] += 1
         ctx.progress(counter[0], total, **fields)
 
-    states = [prepare(ctx, n, spec, batch, ref, progress) for n in names]
+    states = [prepare(ctx, n, spec, batches, ref, tol, progress) for n in names]
+    del ref, batches
     timed = [st for st in states if st["verdict"]["passed"]]
     counter[0] += (len(states) - len(timed)) * (warmup + steps)
     # round-robin: step i of every strategy before step i+1 of any, so that a noisy
@@ -239,12 +280,18 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
     for i in range(warmup + steps):
         for st in timed:
             time_step(ctx, st, i, warmup, spec, batch, progress)
-    entries = [finish(ctx, st, spec, batch, cal, params) for st in states]
+    for st in timed:
+        timed_report(ctx, st, cal, params)
+    for st in states:
+        st["strategy"] = None  # memory is measured on each strategy alone, below
+    release(ctx)
+    for st in timed:
+        st["report"].update(memory_report(ctx, st["name"], spec, batch))
+    entries = [finish(ctx, st, spec, cal) for st in states]
     c = spec.cfg
     return {
         "model": {**c.as_dict(), "params": c.param_count(),
-                  "flops_per_token": costmodel.flops_per_token(c.kind, c.layers, c.hidden,
-                                                               c.seq_len, c.vocab)},
+                  "flops_per_token": c.flops_per_token()},
         "tokens_per_step": spec.tokens,
         "calibration": cal.as_dict(),
         "strategies": entries,

@@ -1,6 +1,7 @@
 """What every strategy offers the experiment loop: a training step, the pieces of
-gradient and parameter it holds (for the correctness gate), its model-state bytes
-and its cost-model prediction.
+gradient, parameter and optimizer state it holds (for the correctness gate), the
+order its schedule must run in (pipelines), its model-state bytes and its cost-model
+prediction.
 
 A strategy keeps the module this rank trains in ``self.model`` and its optimizer in
 ``self.opt``; the defaults below read those, so a strategy overrides a piece or the
@@ -40,9 +41,7 @@ class TrainSpec:
         return self.batch_size * self.cfg.seq_len
 
     def flops(self, tokens: int | None = None) -> float:
-        c = self.cfg
-        fpt = costmodel.flops_per_token(c.kind, c.layers, c.hidden, c.seq_len, c.vocab)
-        return fpt * (self.tokens if tokens is None else tokens)
+        return self.cfg.flops_per_token() * (self.tokens if tokens is None else tokens)
 
 
 @dataclass
@@ -57,7 +56,9 @@ class Piece:
 
 @dataclass
 class StepOut:
-    loss: float  # this rank's share, weighted so that the shares sum to the global mean
+    # this rank's share, weighted so that the shares sum to the global mean; a tensor is
+    # fine (and on CUDA better: .item() would make every step wait for the device)
+    loss: float | torch.Tensor
     weight: float
 
 
@@ -65,17 +66,26 @@ def sgd(params: list[nn.Parameter]) -> torch.optim.Optimizer:
     return torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
 
 
-def local_pieces(model: nn.Module, what: str, prefix: str = "") -> list[Piece]:
-    """Every parameter's gradient (or value) as the reference sees it: a DTensor (FSDP2,
-    DTensor TP) is gathered whole, which is a collective, so every rank calls this in the
-    same order."""
+def piece_of(p: nn.Parameter, what: str, opt: torch.optim.Optimizer | None) -> torch.Tensor | None:
+    """A parameter's gradient, value or optimizer state ("grad", "param", "state": SGD's
+    momentum buffer). A DTensor (FSDP2, DTensor TP) is gathered whole, which is a
+    collective, so every rank asks in the same order."""
+    if what == "grad":
+        t = p.grad
+    elif what == "param":
+        t = p.data
+    else:
+        t = (opt.state.get(p) or {}).get("momentum_buffer") if opt is not None else None
+    return t.full_tensor() if isinstance(t, DTensor) else t
+
+
+def local_pieces(model: nn.Module, what: str, prefix: str = "",
+                 opt: torch.optim.Optimizer | None = None) -> list[Piece]:
+    """Every parameter's gradient, value or optimizer state as the reference sees it."""
     out = []
     for name, p in model.named_parameters():
         name = name[len(prefix):] if prefix and name.startswith(prefix) else name
-        t = p.grad if what == "grad" else p.data
-        if isinstance(t, DTensor):
-            t = t.full_tensor()
-        out.append(Piece(name, t))
+        out.append(Piece(name, piece_of(p, what, opt)))
     return out
 
 
@@ -127,9 +137,20 @@ class Strategy:
     def param_pieces(self) -> list[Piece]:
         return local_pieces(self.model, "param", self.name_prefix)
 
+    def state_pieces(self) -> list[Piece]:
+        """The optimizer state (momentum) this rank holds: after several steps it is what
+        tells an optimizer that keeps its state from one that forgets it."""
+        return local_pieces(self.model, "state", self.name_prefix, self.opt)
+
     def replicated(self) -> list[tuple[Any, list[tuple[str, torch.Tensor]]]]:
-        """(process group, named tensors) that must be bit-identical across that group."""
+        """(process group, named tensors) that must be bit-identical across that group
+        (None: ctx.group, every rank)."""
         return []
+
+    def expected_order(self) -> list[tuple[str, int]] | None:
+        """The (forward|backward, micro-batch) sequence this rank's step must record, or
+        None when the order is not this strategy's to keep (PyTorch's own schedules)."""
+        return None
 
     # -- measurement and prediction
     def parameters(self) -> list[torch.Tensor]:

@@ -36,7 +36,7 @@ class DataParallelNaive(Strategy):
         ctx, m, tl = self.ctx, self.spec.micro_batches, self.ctx.timeline
         local = batch.split(ctx.world)[ctx.rank].to(ctx.device)  # (B/d, T)
         self.opt.zero_grad(set_to_none=True)
-        total = 0.0
+        total = 0.0  # a tensor after the first micro-batch: read after the step
         for i, mb in enumerate(local.split(m)):
             # no_sync: only the last micro-batch's backward triggers communication
             self.require_backward_grad_sync = i == m - 1
@@ -44,7 +44,7 @@ class DataParallelNaive(Strategy):
                 loss = loss_fn(self.spec.cfg.kind)(self.model(mb.inputs), mb.targets) / m
             with tl.span("backward", mb=i):
                 loss.backward()
-            total += loss.item()
+            total = total + loss.detach()
         self.sync_gradients()
         with tl.span("optimizer"):
             self.opt.step()

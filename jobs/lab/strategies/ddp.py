@@ -22,7 +22,7 @@ class TorchDDP(Strategy):
         super().__init__(ctx, spec)
         model = build_model(spec.cfg, ctx.device)
         self.model = DDP(model, device_ids=[ctx.device] if ctx.is_cuda else None,
-                         bucket_cap_mb=spec.bucket_cap_mb)
+                         bucket_cap_mb=spec.bucket_cap_mb, process_group=ctx.group)
         self.model.register_comm_hook(None, self._allreduce_hook)
         self.opt = sgd(list(self.model.parameters()))
 
@@ -37,7 +37,7 @@ class TorchDDP(Strategy):
         ctx, m, tl = self.ctx, self.spec.micro_batches, self.ctx.timeline
         local = batch.split(ctx.world)[ctx.rank].to(ctx.device)
         self.opt.zero_grad(set_to_none=True)
-        total = 0.0
+        total = 0.0  # a tensor after the first micro-batch: read after the step
         for i, mb in enumerate(local.split(m)):
             last = i == m - 1
             with (self.model.no_sync() if not last else nullcontext()):
@@ -45,7 +45,7 @@ class TorchDDP(Strategy):
                     loss = loss_fn(self.spec.cfg.kind)(self.model(mb.inputs), mb.targets) / m
                 with tl.span("backward", mb=i):
                     loss.backward()
-            total += loss.item()
+            total = total + loss.detach()
         with tl.span("optimizer"):
             self.opt.step()
         return StepOut(total, 1.0 / ctx.world)

@@ -5,7 +5,6 @@ itself, so the counting wrapper does not see them."""
 
 from __future__ import annotations
 
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import (
     ColwiseParallel,
@@ -30,14 +29,14 @@ class DTensorTP(MegatronTP):
 
     def __init__(self, ctx, spec) -> None:
         Strategy.__init__(self, ctx, spec)
-        self.mesh = init_device_mesh(ctx.device.type, (ctx.world,))
+        self.mesh = ctx.mesh()
         self.model = build_model(spec.cfg, ctx.device)
         for blk in self.model.blocks.values():
             parallelize_module(blk, self.mesh, PLAN)
         self.opt = sgd(list(self.model.parameters()))
 
     def _pieces(self, what: str) -> list[Piece]:
-        return local_pieces(self.model, what)
+        return local_pieces(self.model, what, opt=self.opt)
 
     def replicated(self):
         return [(None, [(n, p) for n, p in self.model.named_parameters()

@@ -5,7 +5,6 @@ the prediction is 3*P*e bytes per step."""
 
 from __future__ import annotations
 
-from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import fully_shard
 
 from jobs.lab import costmodel
@@ -21,7 +20,7 @@ class TorchFSDP2(Strategy):
 
     def __init__(self, ctx, spec) -> None:
         super().__init__(ctx, spec)
-        mesh = init_device_mesh(ctx.device.type, (ctx.world,))
+        mesh = ctx.mesh()
         self.model = build_model(spec.cfg, ctx.device)
         for blk in self.model.blocks.values():
             fully_shard(blk, mesh=mesh)
@@ -38,7 +37,7 @@ class TorchFSDP2(Strategy):
             loss.backward()
         with tl.span("optimizer"):
             self.opt.step()
-        return StepOut(loss.item(), 1.0 / ctx.world)
+        return StepOut(loss.detach(), 1.0 / ctx.world)
 
     def predicted_memory(self) -> dict[str, float]:
         return costmodel.memory_per_rank("fsdp2", self.spec.cfg.param_count(), d=self.ctx.world)

@@ -73,7 +73,7 @@ class PipelineBase(Strategy):
             y = self.model(x)
             if self.io.last:  # the last stage's output is the loss of the micro-batch
                 y = self.loss(y, mbs[i].targets) / self.m
-                self.losses.append(y.item())
+                self.losses.append(y.detach())
         self.in_flight.append((x, y))
         self.max_in_flight = max(self.max_in_flight, len(self.in_flight))
         meter = SavedActivations.active
@@ -95,7 +95,7 @@ class PipelineBase(Strategy):
         mbs = batch.to(self.ctx.device).split(self.m)
         self.opt.zero_grad(set_to_none=True)
         self.in_flight: list[tuple[torch.Tensor, torch.Tensor]] = []
-        self.losses: list[float] = []
+        self.losses: list[torch.Tensor] = []
         self.run_schedule(mbs)
         self.io.flush()
         with self.ctx.timeline.span("optimizer"):
@@ -149,6 +149,10 @@ class PipelineBase(Strategy):
     def expected_in_flight(self) -> int:
         return self.m
 
+    def expected_order(self) -> list[tuple[str, int]]:
+        """GPipe: F0 .. F(m-1), then B0 .. B(m-1)."""
+        return [("forward", i) for i in range(self.m)] + [("backward", i) for i in range(self.m)]
+
 
 class NaiveModelParallel(PipelineBase):
     name = "naive_mp"
@@ -169,6 +173,14 @@ class OneFOneB(PipelineBase):
 
     def expected_in_flight(self) -> int:
         return min(self.p - self.rank, self.m)
+
+    def expected_order(self) -> list[tuple[str, int]]:
+        """Warm-up forwards, then one forward and one backward, then the backwards owed."""
+        warmup = min(self.p - self.rank - 1, self.m)
+        order = [("forward", i) for i in range(warmup)]
+        for k in range(self.m - warmup):
+            order += [("forward", warmup + k), ("backward", k)]
+        return order + [("backward", i) for i in range(self.m - warmup, self.m)]
 
     def run_schedule(self, mbs: list[Batch]) -> None:
         io, m = self.io, self.m

@@ -31,7 +31,7 @@ class SingleDevice(Strategy):
             loss.backward()
         with tl.span("optimizer"):
             self.opt.step()
-        return StepOut(loss.item(), 1.0)
+        return StepOut(loss.detach(), 1.0)
 
     def predicted_memory(self) -> dict[str, float]:
         return costmodel.memory_per_rank("single", self.spec.cfg.param_count())

@@ -17,7 +17,7 @@ from torch import nn
 from jobs.lab import costmodel
 from jobs.lab.instrument import Comm
 from jobs.lab.model import Attention, Batch, build_model, loss_fn
-from jobs.lab.strategies.base import Piece, StepOut, Strategy, sgd
+from jobs.lab.strategies.base import Piece, StepOut, Strategy, piece_of, sgd
 from jobs.lab.strategies.tp_communications import f, g
 
 
@@ -107,7 +107,7 @@ class MegatronTP(Strategy):
             loss.backward()
         with tl.span("optimizer"):
             self.opt.step()
-        return StepOut(loss.item(), 1.0 / self.ctx.world)  # every rank has the full loss
+        return StepOut(loss.detach(), 1.0 / self.ctx.world)  # every rank has the full loss
 
     def _pieces(self, what: str) -> list[Piece]:
         shards = {}
@@ -118,8 +118,8 @@ class MegatronTP(Strategy):
                     shards[f"{mod_name}.bias"] = (0,) + mod.shard[1:]
         out = []
         for name, p in self.model.named_parameters():
-            t = p.grad if what == "grad" else p.data
-            out.append(Piece(name, t, _slicer(shards[name]) if name in shards else None))
+            out.append(Piece(name, piece_of(p, what, self.opt),
+                             _slicer(shards[name]) if name in shards else None))
         return out
 
     def grad_pieces(self) -> list[Piece]:
@@ -127,6 +127,9 @@ class MegatronTP(Strategy):
 
     def param_pieces(self) -> list[Piece]:
         return self._pieces("param")
+
+    def state_pieces(self) -> list[Piece]:
+        return self._pieces("state")
 
     def replicated(self):
         split = {id(m.weight) for m in self.model.modules()

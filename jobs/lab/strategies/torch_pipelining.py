@@ -41,7 +41,8 @@ class TorchPipelineBase(PipelineBase):
                                   device=ctx.device).requires_grad_() if self.last else \
             act.clone().requires_grad_()
         pipe_stage = PipelineStage(self.model, self.rank, self.p, ctx.device,
-                                   input_args=example_in, output_args=example_out)
+                                   input_args=example_in, output_args=example_out,
+                                   group=ctx.group)
         self.schedule = self.schedule_cls(pipe_stage, self.m, loss_fn=loss_fn(cfg.kind))
         self.max_in_flight = None
         self.first_mb_saved_bytes = None
@@ -59,11 +60,14 @@ class TorchPipelineBase(PipelineBase):
                 self.schedule.step()
         with self.ctx.timeline.span("optimizer"):
             self.opt.step()
-        loss = sum(v.item() for v in losses) / self.m if self.last else 0.0
+        loss = sum(v.detach() for v in losses) / self.m if self.last else 0.0
         return StepOut(loss, 1.0 if self.last else 0.0)
 
     def extra(self) -> dict:
         return {"stage": self.rank, "micro_batches": self.m}
+
+    def expected_order(self) -> None:
+        return None  # the schedule is PyTorch's, and records no micro-batch events here
 
 
 class TorchGPipe(TorchPipelineBase):

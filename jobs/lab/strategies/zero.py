@@ -9,6 +9,8 @@ ZeRO-1 keeps full gradients during backward and reduce-scatters at the end;
 ZeRO-2 reduce-scatters each bucket from a hook as soon as its gradients exist and
 drops the full gradients, so gradients too cost 1/d per rank.
 Bytes per step: reduce_scatter P*e + all_gather P*e - the same as DP's all_reduce.
+A ZeRO-2 bucket whose hook did not fire is an error: its gradient slice would still
+hold the previous step's, and the step would silently apply it again.
 """
 
 from __future__ import annotations
@@ -83,7 +85,12 @@ class Zero1(Strategy):
         for index, bucket in enumerate(self.buckets):
             if self.stage == 1:
                 self._reduce_scatter(bucket, index, async_op=False)
-            elif bucket["work"] is not None:
+            elif bucket["work"] is None:
+                raise RuntimeError(
+                    f"ZeRO-2 bucket {index}: its reduce-scatter hook did not fire this step "
+                    f"({bucket['ready']} of {len(bucket['layout'])} gradients arrived); its "
+                    "gradient slice is the previous step's")
+            else:
                 bucket["work"].wait()
             bucket["grad"].div_(ctx.world)
             bucket["ready"], bucket["work"], bucket["staging"] = 0, None, None
@@ -97,19 +104,26 @@ class Zero1(Strategy):
                 shard = bucket["flat"][bucket["lo"]:bucket["hi"]]
                 shard.add_(bucket["momentum"], alpha=-LR)
                 ctx.comm.all_gather(bucket["flat"], shard.clone(), bucket=index)
-        return StepOut(loss.item(), 1.0 / ctx.world)
+        return StepOut(loss.detach(), 1.0 / ctx.world)
 
-    # -- gate: each rank owns slices of gradients; parameters are whole again
-    def grad_pieces(self) -> list[Piece]:
+    # -- gate: each rank owns slices of gradients and momentum; parameters are whole again
+    def _slices(self, key: str) -> list[Piece]:
         pieces = []
         for bucket in self.buckets:
             lo, hi = bucket["lo"], bucket["hi"]
             for p, off, n in bucket["layout"]:
                 a, b = max(off, lo), min(off + n, hi)
                 if a < b:
-                    pieces.append(Piece(self.names[id(p)], bucket["grad"][a - lo:b - lo],
+                    mine = bucket[key][a - lo:b - lo] if bucket[key] is not None else None
+                    pieces.append(Piece(self.names[id(p)], mine,
                                         lambda full, s=a - off, e=b - off: full.reshape(-1)[s:e]))
         return pieces
+
+    def grad_pieces(self) -> list[Piece]:
+        return self._slices("grad")
+
+    def state_pieces(self) -> list[Piece]:
+        return self._slices("momentum")
 
     def replicated(self):
         return [(None, list(self.model.named_parameters()))]

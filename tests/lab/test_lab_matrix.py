@@ -1,0 +1,91 @@
+"""Every experiment at world sizes 1, 2 and 4 (where it is defined), small and quick,
+with the default process group restricted the way nccl is: its backend string maps only
+``cuda`` to gloo, so a CPU tensor sent without naming a group fails - the gate's,
+gather's and the probes' bookkeeping as much as the strategies' own traffic. This is
+how a GPU host fails ("No backend type associated with device type cpu"), on CPU."""
+
+from __future__ import annotations
+
+import subprocess
+import sys
+
+import pytest
+from lab_helpers import ROOT, TINY, launch
+
+from jobs.lab import registry
+from jobs.lab.correctness import GATE_STEPS
+
+NCCL_LIKE = {"COMMONPLACE_LAB_PG_BACKEND": "cuda:gloo"}
+QUICK = {**TINY, "steps": 1, "warmup": 0}
+PARAMS = {
+    "data_parallel": QUICK,
+    "tensor_parallel": QUICK,
+    "zero": QUICK,
+    "pipeline": {**QUICK, "layers": 4, "micro_batches": 4},
+    "collectives": {"device": "cpu", "min_bytes": 1024, "max_bytes": 4096, "iters": 2,
+                    "warmup": 1, "measure_overhead": False},
+    "gemm_roofline": {"device": "cpu", "sizes": ["32", "64"], "iters": 2},
+    "gpt_mfu": {**{k: TINY[k] for k in ("hidden", "heads", "layers", "seq_len", "vocab",
+                                        "device")}, "batch_size": 2, "steps": 1, "warmup": 0},
+}
+CASES = [(exp, w) for exp in PARAMS for w in (1, 2, 4)
+         if registry.EXPERIMENTS[exp]["min_world_size"] <= w
+         and w <= registry.EXPERIMENTS[exp]["params"]["world_size"].get("max", 8)]
+
+
+def test_the_matrix_covers_every_experiment():
+    assert set(PARAMS) == set(registry.EXPERIMENTS)
+    assert len(CASES) == 15
+
+
+@pytest.mark.parametrize("experiment,world", CASES)
+def test_every_experiment_at_every_world_size_under_nccls_device_restriction(
+        experiment, world, tmp_path):
+    params = {**PARAMS[experiment]}
+    if registry.EXPERIMENTS[experiment]["params"]["world_size"].get("max") != 1:
+        params["world_size"] = world
+    run = launch(experiment, params, tmp_path, env=NCCL_LIKE)
+    assert run.rc == 0, (run.stderr[-3000:], run.stdout[-2000:])
+    r = run.result
+    assert r["status"] == "succeeded"
+    assert r["environment"]["backend"] == "cuda:gloo"
+    for s in r.get("strategies", []):
+        c = s["correctness"]
+        assert c["passed"], (s["strategy"], c["reason"])
+        assert c["steps_checked"] == GATE_STEPS and c["coverage_exact"]
+        assert c["max_rel_error"] < 1e-4 and c["tolerance"] == "float32"
+        if c["schedule"]:
+            assert c["schedule"]["order_ok"]
+            assert c["schedule"]["max_in_flight"] == c["schedule"]["bound"]
+        assert s["step_time_s"]["median"] > 0 and s["ratios"]["step_time"] > 0
+        assert s["mfu"]["peak_name"].startswith("measured")
+        if s["comm"]["instrumented"]:
+            assert s["comm"]["all_exact"] in (True, None)
+    if "calibration" in r:
+        assert r["calibration"]["n"] == world
+
+
+RESTRICTED = """
+import os, torch, torch.distributed as dist
+os.environ.update(RANK="0", WORLD_SIZE="1", COMMONPLACE_LAB_PG_BACKEND="cuda:gloo")
+from jobs.lab import runtime
+ctx = runtime.init("cpu")
+assert ctx.group is not dist.group.WORLD and ctx.cpu_group is not dist.group.WORLD
+try:
+    dist.all_reduce(torch.ones(1))
+except RuntimeError as exc:
+    assert "No backend type associated with device type cpu" in str(exc), exc
+else:
+    raise AssertionError("a CPU tensor went through the cuda-only default group")
+assert ctx.gather({"rank": 0}) == [{"rank": 0}]
+assert ctx.sum_cpu(torch.ones(2, dtype=torch.uint8)).tolist() == [1, 1]
+ctx.barrier()
+print("restricted ok")
+"""
+
+
+def test_the_restriction_is_real_and_the_bookkeeping_avoids_it():
+    proc = subprocess.run([sys.executable, "-c", RESTRICTED], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "restricted ok" in proc.stdout
