@@ -11,6 +11,9 @@ docs/ARCHITECTURE.md); schedules belong to `commonplace scheduler`, a process of
 """
 
 import os
+import re
+
+from gunicorn.glogging import Logger
 
 wsgi_app = "app:create_app()"
 
@@ -46,6 +49,26 @@ access_log_format = (
     '%(h)s fwd=%({x-forwarded-for}i)s user=%({tailscale-user-login}i)s [%(t)s] '
     '"%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'
 )
+
+# A feed reader's URL carries its token (/feed.atom?token=cp_…), and a token pasted into a
+# link by mistake would too: a log line is read by more people and kept longer than the
+# token should be, so token values are cut out before a line is written.
+SECRET_RE = re.compile(r"((?:^|[?&\s])token=)[^&\s\"]*|\bcp_[A-Za-z0-9_-]{16,}", re.I)
+
+
+def _redact(value):
+    if not isinstance(value, str):
+        return value
+    return SECRET_RE.sub(lambda m: (m.group(1) or "") + "REDACTED", value)
+
+
+class RedactingLogger(Logger):
+    def atoms(self, resp, req, environ, request_time):
+        atoms = super().atoms(resp, req, environ, request_time)
+        return {key: _redact(value) for key, value in atoms.items()}
+
+
+logger_class = RedactingLogger
 errorlog = "-"
 loglevel = os.environ.get("COMMONPLACE_LOG_LEVEL", "info")
 

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import datetime as dt
 import logging
+import os
 import re
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -118,9 +119,13 @@ class Parsed:
     status: str
 
 
-def parse_file(path: Path) -> Parsed:
-    """Read one markdown file: front matter if it has some, else the date from its name."""
-    text = path.read_text(encoding="utf-8").replace("\r\n", "\n")
+def parse_file(path: Path, follow_symlinks: bool = True) -> Parsed:
+    """Read one markdown file: front matter if it has some, else the date from its name.
+    With follow_symlinks=False a link is refused when opened (O_NOFOLLOW), so it cannot be
+    swapped in between listing the folder and reading the file."""
+    flags = os.O_RDONLY | (0 if follow_symlinks else os.O_NOFOLLOW)
+    with os.fdopen(os.open(path, flags), encoding="utf-8") as fh:
+        text = fh.read().replace("\r\n", "\n")
     meta: dict = {}
     body = text
     if text.startswith("---\n"):

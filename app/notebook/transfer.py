@@ -9,6 +9,7 @@ interrupted half way leaves a consistent notebook.
 
 from __future__ import annotations
 
+import os
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -29,17 +30,37 @@ class ImportReport:
     updated: int = 0
     unchanged: int = 0
     errors: list[str] = field(default_factory=list)
+    skipped: list[str] = field(default_factory=list)
+
+
+def markdown_files(folder: Path, report: ImportReport) -> list[Path]:
+    """Every *.md under `folder`, hidden ones aside. Symbolic links are skipped (and
+    named in the report): a link named like a note could point anywhere on the disk, and
+    importing it would publish that file to viewers and the feed."""
+    found = []
+    for root, dirs, files in os.walk(folder, followlinks=False):
+        here = Path(root)
+        for name in [d for d in dirs if (here / d).is_symlink()]:
+            report.skipped.append(f"{here / name}: a symbolic link (not followed)")
+        dirs[:] = sorted(d for d in dirs if not d.startswith(".") and not (here / d).is_symlink())
+        for name in sorted(files):
+            path = here / name
+            if name.startswith(".") or not name.endswith(".md"):
+                continue
+            if path.is_symlink():
+                report.skipped.append(f"{path}: a symbolic link (not imported)")
+            else:
+                found.append(path)
+    return sorted(found)
 
 
 def import_folder(db, folder: Path, author: str = "import") -> ImportReport:
     """Ingest every *.md under `folder`. Idempotent: a file already imported with the same
     content changes nothing; a changed one becomes a new revision of the same entry."""
     report = ImportReport()
-    for path in sorted(folder.rglob("*.md")):
-        if any(part.startswith(".") for part in path.relative_to(folder).parts):
-            continue
+    for path in markdown_files(folder, report):
         try:
-            parsed = parse_file(path)
+            parsed = parse_file(path, follow_symlinks=False)
             with db.write() as session:
                 if parsed.kind == "week":
                     existing = session.scalar(sa.select(Entry).where(
@@ -67,7 +88,7 @@ def import_folder(db, folder: Path, author: str = "import") -> ImportReport:
                     report.unchanged += 1
                 else:
                     report.updated += 1
-        except (ValueError, yaml.YAMLError, Refusal, UnicodeDecodeError) as exc:
+        except (OSError, ValueError, yaml.YAMLError, Refusal, UnicodeDecodeError) as exc:
             report.errors.append(f"{path}: {exc}")
     return report
 
