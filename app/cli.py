@@ -21,6 +21,7 @@ from app import ROOT, create_app
 from app import db as dbmod
 from app.config import from_environment
 from app.models import Token, utcnow
+from app.notebook import rerender
 from app.notebook.letters import ensure_this_week
 from app.notebook.transfer import export_folder, import_folder
 from app.web.auth.identity import hash_token, new_token
@@ -40,6 +41,9 @@ def migrate(app) -> None:
     backup = dbmod.upgrade(database, Path(app.config["DATA_DIR"]) / "backups")
     if backup:
         click.echo(f"backed up the database to {backup}")
+    rendered = rerender.refresh_all(database)
+    if rendered:
+        click.echo(f"rendered {rendered} notes again for the new renderer")
 
 
 def _ensure_this_week(app) -> None:
@@ -187,7 +191,10 @@ def import_cmd(folder: Path) -> None:
     migrate(app)
     report = import_folder(_db(app), folder)
     click.echo(f"created {report.created}, updated {report.updated}, "
-               f"unchanged {report.unchanged}, errors {len(report.errors)}")
+               f"unchanged {report.unchanged}, errors {len(report.errors)}, "
+               f"skipped {len(report.skipped)}")
+    for skipped in report.skipped:
+        click.echo(f"  skipped {skipped}", err=True)
     for error in report.errors:
         click.echo(f"  {error}", err=True)
     if report.errors:

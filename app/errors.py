@@ -59,15 +59,21 @@ class Unsupported(Invalid):
 
 
 class Conflict(Refusal):
-    """A save based on an older revision than the entry now has. `current` is a snapshot
-    of the entry as it is (the session rolls back after this; the merge view needs it)."""
+    """A save based on an older revision than the entry now has, whose changes could not
+    be merged by themselves. `current` is a snapshot of the entry as it is (the session
+    rolls back after this; the merge view needs it); `conflicts` lists what both sides
+    changed differently, and `offered` is the merge that keeps both sides."""
 
     status = 409
     code = "conflict"
 
-    def __init__(self, message: str, current: dict):
-        super().__init__(message, current=current)
+    def __init__(self, message: str, current: dict, conflicts: list | None = None,
+                 offered: dict | None = None):
+        extra = {"conflicts": conflicts, "offered": offered} if conflicts else {}
+        super().__init__(message, current=current, **extra)
         self.current = current
+        self.conflicts = conflicts or []
+        self.offered = offered
 
 
 class BadState(Refusal):
@@ -132,4 +138,22 @@ def init_app(app: Flask) -> None:
     @app.errorhandler(HTTPException)
     def _http(exc: HTTPException):
         code = (exc.name or "error").lower().replace(" ", "_")
-        return error_response(exc.code or 500, code, exc.description or exc.name)
+        body, status = error_response(exc.code or 500, code, _message(exc))
+        methods = getattr(exc, "valid_methods", None)
+        return body, status, ({"Allow": ", ".join(methods)} if methods else {})
+
+
+def _message(exc: HTTPException) -> str:
+    """The refusal in our words. A view that aborts says why; where the framework itself
+    refuses (no such page, wrong method) its stock sentence is replaced by one that names
+    the path."""
+    if exc.description and exc.description != type(exc).description:
+        return exc.description
+    if exc.code == 404:
+        return f"there is no page at {request.path}; it may have moved, or the link is mistyped"
+    if exc.code == 405:
+        allowed = ", ".join(sorted(m for m in getattr(exc, "valid_methods", None) or []
+                                   if m not in ("HEAD", "OPTIONS")))
+        return (f"{request.path} does not take a {request.method} request"
+                + (f" (it takes {allowed})" if allowed else ""))
+    return exc.description or exc.name

@@ -2,6 +2,7 @@
 only if it commits), import and export of whole folders, and the CLI's import and export."""
 
 import datetime as dt
+from pathlib import Path
 
 import sqlalchemy as sa
 import yaml
@@ -114,6 +115,22 @@ def test_plain_dated_files_import_with_date_from_the_name(tmp_path, make_app):
     assert rows == {"2023-12-01": "Standup notes", "2023-12-02": "2023-12-02"}
 
 
+def test_import_skips_symbolic_links_and_says_so(tmp_path, make_app):
+    outside = tmp_path / "elsewhere"
+    write(outside, "secret.md", "---\ntitle: Private key notes\n---\nnot for the notebook\n")
+    source = tmp_path / "notes"
+    write(source, "2024/2024-01-01-real.md", "# Real\n\nmine\n")
+    (source / "2024" / "2024-01-02-innocent.md").symlink_to(outside / "secret.md")
+    (source / "linked-folder").symlink_to(outside, target_is_directory=True)
+    db = make_app().extensions["db"]
+    report = transfer.import_folder(db, source)
+    assert report.created == 1 and report.errors == []
+    assert sorted(Path(s.split(":")[0]).name for s in report.skipped) == [
+        "2024-01-02-innocent.md", "linked-folder"]
+    with db.read() as session:
+        assert [e.title for e in session.scalars(sa.select(Entry))] == ["Real"]
+
+
 def test_cli_import_export_and_token(tmp_path, data_dir, monkeypatch):
     monkeypatch.setenv("COMMONPLACE_DATA_DIR", str(data_dir))
     monkeypatch.setenv("COMMONPLACE_TIMEZONE", "UTC")
@@ -123,7 +140,7 @@ def test_cli_import_export_and_token(tmp_path, data_dir, monkeypatch):
     runner = CliRunner()
     result = runner.invoke(cli.main, ["import", str(source)])
     assert result.exit_code == 0, result.output
-    assert "created 1" in result.output
+    assert "created 1" in result.output and "skipped 0" in result.output
     result = runner.invoke(cli.main, ["export", str(tmp_path / "dst")])
     assert result.exit_code == 0 and "exported 1" in result.output
     result = runner.invoke(cli.main, ["token", "create", "phone", "--role", "feed"])

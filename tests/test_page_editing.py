@@ -4,6 +4,7 @@ diffs and restores."""
 
 from __future__ import annotations
 
+import html
 import re
 
 import pytest
@@ -116,35 +117,55 @@ def test_a_letter_cannot_leave_its_week(client, db):
 # -- conflicts ----------------------------------------------------------------------------
 
 
-def test_two_devices_editing_from_the_same_base_get_a_merge_view(client, db):
+def test_two_devices_editing_different_lines_merge_by_themselves(client, db):
     entry_id = create_entry(client, title="Shared", body="line one\nline two\nline three")
     phone = client.get(f"/entries/{entry_id}/edit").text
     laptop = client.get(f"/entries/{entry_id}/edit").text
     assert 'name="base_revision" value="1"' in phone and 'name="base_revision" value="1"' in laptop
 
     assert edit_entry(client, entry_id, 1, title="Shared",
-                body="line one\nline two (laptop)\nline three").status_code == 303
+                      body="line one\nline two (laptop)\nline three").status_code == 303
     response = edit_entry(client, entry_id, 1, title="Shared",
-                    body="line one\nline two\nline three\nphone's <new> line")
+                          body="line one\nline two\nline three\nphone's <new> line")
+    assert response.status_code == 303  # saved: the two changes touch different lines
+    assert response.headers["Location"].endswith("?merged=2&base=1")
+    entry = load(db, Entry, entry_id)
+    assert (entry.revision, entry.body_md) == (
+        3, "line one\nline two (laptop)\nline three\nphone's <new> line")
+    assert count(db, Entry) == 1  # no "conflict copy"
+    history = client.get(f"/entries/{entry_id}/history").text
+    assert "merged with revision 2" in history
+
+
+def test_two_devices_changing_the_same_line_get_a_merge_view_that_loses_nothing(client, db):
+    entry_id = create_entry(client, title="Shared", body="line one\nline two\nline three")
+    assert edit_entry(client, entry_id, 1, title="Shared",
+                      body="line one\nline two (laptop)\nline three").status_code == 303
+    response = edit_entry(client, entry_id, 1, title="Shared",
+                          body="line one\nline two, phone's <new> words\nline three\nend")
     assert response.status_code == 409
     page = response.text
     assert_strict_page(response)
     assert "Not saved" in page and "nothing was overwritten" in page
     assert "line two (laptop)" in page  # the current text
-    assert "phone&#39;s &lt;new&gt; line" in page or "phone's &lt;new&gt; line" in page
+    assert "phone&#39;s &lt;new&gt; words" in page or "phone's &lt;new&gt; words" in page
     assert 'name="base_revision" value="2"' in page  # the merge saves on top of the current
-    assert re.search(r'<textarea id="f-body" name="body"[^>]*>line one\nline two\nline three\n'
-                     r"phone", page)
+    # the offer keeps both versions of line two, and the phone's line that merged cleanly
+    assert re.search(r'<textarea id="f-body" name="body"[^>]*>line one\nline two \(laptop\)\n'
+                     r"line two, phone.{1,6}s &lt;new&gt; words\nline three\nend</textarea>", page)
     assert '<tr class="add">' in page and '<tr class="del">' in page
-    assert "What changed elsewhere since revision 1" in page
+    assert "Line 2" in page and "What changed elsewhere since revision 1" in page
     entry = load(db, Entry, entry_id)
     assert (entry.revision, entry.body_md) == (2, "line one\nline two (laptop)\nline three")
     assert count(db, Entry) == 1  # no "conflict copy"
 
-    merged = "line one\nline two (laptop)\nline three\nphone's line"
-    assert edit_entry(client, entry_id, 2, title="Shared", body=merged).status_code == 303
+    offered = re.search(r'<textarea id="f-body" name="body"[^>]*>(.*?)</textarea>', page, re.S)
+    saved_as_offered = html.unescape(offered[1])
+    assert edit_entry(client, entry_id, 2, title="Shared", body=saved_as_offered).status_code == 303
     entry = load(db, Entry, entry_id)
-    assert (entry.revision, entry.body_md) == (3, merged)
+    assert entry.revision == 3
+    assert "line two (laptop)" in entry.body_md and "phone's <new> words" in entry.body_md
+    assert entry.body_md.endswith("line three\nend")
 
 
 def test_the_merge_view_compares_lines_as_browsers_send_them(client):

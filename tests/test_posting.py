@@ -4,8 +4,10 @@ shown once the run finishes."""
 
 import datetime as dt
 
+import sqlalchemy as sa
+
 from app.journal import posting, runs
-from app.models import Run
+from app.models import Entry, Run
 from tests.helpers import SMALL
 
 
@@ -85,3 +87,20 @@ def test_a_hand_written_embed_of_an_unfinished_run_shows_its_final_card(client, 
     after = client.get(f"/api/v1/entries/{entry['id']}").get_json()
     assert "run-failed" in after["html"] and "boom" in after["html"]
     assert after["revision"] == entry["revision"]  # derived HTML, not a new revision
+
+
+def test_runs_that_never_started_stay_out_of_the_letter(client, db):
+    with db.write() as session:
+        cancelled = runs.create(session, "data_parallel", SMALL, actor="t")
+        runs.cancel(session, cancelled, actor="t")
+        skipped = runs.create(session, "collectives", {}, actor="scheduler")
+        runs.skip(session, skipped, reason="previous run unfinished")
+        expired = runs.create(session, "collectives", {}, actor="t")
+        runs.transition(session, expired, runs.EXPIRED, actor="reaper", reason="no runner")
+        ids = cancelled.id, skipped.id, expired.id
+    assert posting.post_cards(db, "UTC") == [ids[2]]  # an expired run is worth knowing about
+    assert posting.post_card(db, ids[0], "UTC") is None
+    with db.read() as session:
+        letters = [e.body_md for e in session.scalars(sa.select(Entry))]
+    assert any(f"id: {ids[2]}" in body for body in letters)
+    assert not any(f"id: {ids[0]}" in body or f"id: {ids[1]}" in body for body in letters)

@@ -93,3 +93,36 @@ def test_disabled_schedules_do_not_fire(client, db):
     s = new_schedule(client, cron="* * * * *")
     client.put(f"/api/v1/schedules/{s['id']}", json={"enabled": False})
     assert fire(db, s["id"], utc(2030, 1, 1)) is None
+
+
+@pytest.mark.parametrize("phrase, cron", [
+    ("every Sunday 02:00", "0 2 * * 0"), ("weekdays at 9", "0 9 * * 1-5"),
+    ("every 6 hours", "0 */6 * * *"), ("every day at 7:30", "30 7 * * *"),
+    ("sundays at 2am", "0 2 * * 7"), ("on mon, wed and fri at 18:00", "0 18 * * 1,3,5"),
+    ("weekends at 10", "0 10 * * 6,0"), ("every month on the 1st at 03:00", "0 3 1 * *"),
+    ("every 15 minutes", "*/15 * * * *"), ("hourly", "0 * * * *"),
+])
+def test_a_phrase_makes_the_same_schedule_as_its_cron(client, phrase, cron):
+    in_words = new_schedule(client, cron=phrase, timezone="Europe/Berlin")
+    in_cron = new_schedule(client, cron=cron, timezone="Europe/Berlin")
+    assert in_words["next_fires"] == in_cron["next_fires"]
+
+
+def test_crontab_day_numbers_mean_what_crontab_says():
+    # APScheduler counts day-of-week 0 as Monday; a crontab line means Sunday by 0 and 7.
+    after = dt.datetime(2026, 11, 30, tzinfo=dt.UTC)  # a Monday
+    days = {cron: {t.strftime("%a") for t in schedules.next_fires(cron, "UTC", 7, after)}
+            for cron in ("0 2 * * 0", "0 2 * * 7", "0 2 * * 1-5", "0 2 * * */2", "0 2 * * 5-7")}
+    assert days["0 2 * * 0"] == days["0 2 * * 7"] == {"Sun"}
+    assert days["0 2 * * 1-5"] == {"Mon", "Tue", "Wed", "Thu", "Fri"}
+    assert days["0 2 * * */2"] == {"Sun", "Tue", "Thu", "Sat"}
+    assert days["0 2 * * 5-7"] == {"Fri", "Sat", "Sun"}
+
+
+@pytest.mark.parametrize("phrase", ["every blue moon", "every day at 25:00", "every 0 hours",
+                                    "sundays at 13pm", "every month on the 32nd"])
+def test_phrases_it_cannot_read_are_refused_and_say_what_it_can(client, db, phrase):
+    r = client.post("/api/v1/schedules", json={"experiment": "collectives", "cron": phrase,
+                                               "timezone": "UTC"})
+    assert r.status_code == 422 and r.get_json()["error"]["field"] == "cron"
+    assert count(db, Schedule) == 0

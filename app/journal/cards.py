@@ -81,8 +81,9 @@ def run_card(session: Session, source: str) -> str:
 def card(run: Run) -> str:
     status = run.status.lower()
     env = run.environment or {}
+    ranks = run.params.get("world_size", "?")
     where = " · ".join(str(x) for x in (
-        env.get("backend"), f"{run.params.get('world_size', '?')} ranks",
+        env.get("backend"), f"{ranks} rank{'' if ranks == 1 else 's'}",
         env.get("device_model") if env.get("device") == "cuda" else env.get("device"),
     ) if x)
     when = run.finished_at or run.started_at or run.created_at

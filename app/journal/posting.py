@@ -25,6 +25,13 @@ log = logging.getLogger(__name__)
 AUTHOR = "scheduler"
 SECTION_RE = re.compile(r"^##\s+Experiments\s*$", re.M | re.I)
 NEXT_SECTION_RE = re.compile(r"^#{1,2}\s+\S", re.M)
+# A finished run not yet in its letter. Runs that never started have nothing to report:
+# cancelled before a runner took them, or a schedule fire skipped while the previous run
+# was unfinished. (An EXPIRED run, which no runner took, and a fire whose parameters went
+# stale are posted: the owner should see those.)
+POSTABLE = sa.and_(
+    Run.status.in_(runs.TERMINAL), Run.carded_entry_id.is_(None),
+    sa.not_(sa.and_(Run.status.in_((runs.CANCELLED, runs.SKIPPED)), Run.started_at.is_(None))))
 
 
 def with_card(body: str, run_id: int) -> str:
@@ -46,8 +53,8 @@ def post_card(db, run_id: int, timezone: str, attempts: int = 5) -> int | None:
     for _ in range(attempts):
         try:
             with db.write() as session:
-                run = session.get(Run, run_id)
-                if run is None or run.carded_entry_id or run.status not in runs.TERMINAL:
+                run = session.scalar(sa.select(Run).where(Run.id == run_id, POSTABLE))
+                if run is None:
                     return None
                 finished = (run.finished_at or run.created_at).replace(tzinfo=dt.UTC)
                 week = iso_week(finished.astimezone(ZoneInfo(timezone)).date())
@@ -78,6 +85,5 @@ def refresh_embeds(session, run_id: int, skip: int | None = None) -> None:
 def post_cards(db, timezone: str) -> list[int]:
     with db.read() as session:
         pending = list(session.scalars(
-            sa.select(Run.id).where(Run.status.in_(runs.TERMINAL),
-                                    Run.carded_entry_id.is_(None)).order_by(Run.id)))
+            sa.select(Run.id).where(POSTABLE).order_by(Run.id)))
     return [run_id for run_id in pending if post_card(db, run_id, timezone)]

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from app.errors import BadState, Invalid, NotFound, Stale
+from app.journal import runners
 from app.models import Metric, Run, RunEvent, Runner, utcnow
 from app.notebook.isoweeks import week_bounds
 from jobs.lab import contract, registry
@@ -90,28 +91,6 @@ def transition(session: Session, run: Run, to: str, *, actor: str, reason: str =
 # -- creating -----------------------------------------------------------------------------
 
 
-def requirements(params: dict, asked: dict | None = None) -> dict:
-    """What kind of host a run needs: a CUDA run needs one GPU per rank; the owner may
-    also name a GPU model (matched as a substring of the runner's gpu_model label)."""
-    needs: dict = {}
-    if params.get("device") == "cuda":
-        needs["gpu_count"] = int(params.get("world_size", 1))
-    asked = asked or {}
-    if not isinstance(asked, dict) or set(asked) - {"gpu_model", "gpu_count"}:
-        raise Invalid("requires may name gpu_model and gpu_count", "requires")
-    model = asked.get("gpu_model")
-    if model is not None:
-        if not isinstance(model, str) or not 0 < len(model) <= 60:
-            raise Invalid("requires.gpu_model is a short name such as 'H100'", "requires")
-        needs["gpu_model"] = model
-    count = asked.get("gpu_count")
-    if count is not None:
-        if isinstance(count, bool) or not isinstance(count, int) or not 0 <= count <= 64:
-            raise Invalid("requires.gpu_count is a whole number from 0 to 64", "requires")
-        needs["gpu_count"] = max(count, needs.get("gpu_count", 0))
-    return needs
-
-
 def check_params(experiment, params) -> dict:
     """The experiment's parameters, resolved against the lab's catalogue (defaults filled
     in), or Invalid naming the parameter. Runs and schedules both ask here."""
@@ -133,7 +112,7 @@ def create(session: Session, experiment: str, params, *, actor: str, trigger: st
     """Validate against the lab's catalogue and enqueue. Bad input raises Invalid naming
     the parameter, and nothing is written."""
     resolved = check_params(experiment, params)
-    needs = requirements(resolved, requires)
+    needs = runners.requirements(resolved, requires)
     why = f"rerun of run {parent.id}" if parent else (
         f"schedule {schedule_id} fire at {scheduled_for:%Y-%m-%d %H:%M} UTC"
         if schedule_id else "")
@@ -181,14 +160,6 @@ def cancel(session: Session, run: Run, *, actor: str) -> Run:
 # -- the runner's side --------------------------------------------------------------------
 
 
-def matches(requires: dict, labels: dict) -> bool:
-    need = int(requires.get("gpu_count", 0) or 0)
-    if need and int(labels.get("gpu_count", 0) or 0) < need:
-        return False
-    model = requires.get("gpu_model")
-    return not model or model.lower() in str(labels.get("gpu_model", "")).lower()
-
-
 def claim(session: Session, runner: Runner, ttl_s: float) -> Run | None:
     """Lease the oldest queued run this runner can take. The caller's write transaction
     began with BEGIN IMMEDIATE, so two runners polling at once cannot both take it."""
@@ -196,7 +167,7 @@ def claim(session: Session, runner: Runner, ttl_s: float) -> Run | None:
         sa.select(Run).where(Run.status == QUEUED).order_by(Run.id).limit(50)
     )
     for run in queued:
-        if matches(run.requires or {}, runner.labels or {}):
+        if runners.matches(run.requires or {}, runner.labels or {}):
             run.runner_id = runner.id
             run.lease_epoch += 1
             run.lease_expires_at = utcnow() + dt.timedelta(seconds=ttl_s)

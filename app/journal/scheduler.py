@@ -29,9 +29,9 @@ from pathlib import Path
 
 import sqlalchemy as sa
 from apscheduler.schedulers.blocking import BlockingScheduler
-from apscheduler.triggers.cron import CronTrigger
 
 from app import db as dbmod
+from app.errors import Invalid
 from app.journal import posting, runs, schedules
 from app.models import Run, Schedule, utcnow
 from app.notebook import letters
@@ -66,8 +66,8 @@ class Scheduler:
             if self.known.get(row.id) == wanted[row.id]:
                 continue
             try:
-                trig = CronTrigger.from_crontab(row.cron, timezone=row.timezone)
-            except ValueError as exc:
+                trig = schedules.trigger(row.cron, row.timezone)
+            except Invalid as exc:
                 log.error("schedule %s has a bad cron %r: %s", row.id, row.cron, exc)
                 continue
             self.clock.add_job(self.fire, trig, args=[row.id], id=f"schedule-{row.id}",

@@ -16,7 +16,7 @@ from apscheduler.triggers.cron import CronTrigger
 from sqlalchemy.orm import Session
 
 from app.errors import Invalid, NotFound, refuse_unknown
-from app.journal import runs
+from app.journal import cron_phrases, runs
 from app.models import Run, Schedule, utcnow
 
 MAX_GRACE_S = 7 * 24 * 3600
@@ -24,18 +24,23 @@ FIELDS = ("name", "experiment", "params", "cron", "timezone", "enabled", "misfir
 
 
 def trigger(cron: str, timezone: str) -> CronTrigger:
-    """A CronTrigger from a five-field crontab line, or Invalid naming what is wrong."""
+    """A CronTrigger from a five-field crontab line (with crontab's meaning of day-of-week
+    numbers), or Invalid naming what is wrong. The one place a schedule becomes a trigger:
+    the pages, the API and the scheduler process all ask here."""
     if not isinstance(cron, str) or not cron.strip():
         raise Invalid("cron is required, e.g. '0 2 * * sun' (Sundays at 02:00)", "cron")
-    if len(cron.split()) != 5:
+    fields = cron.split()
+    if len(fields) != 5:
         raise Invalid("cron has five fields: minute hour day-of-month month day-of-week",
                       "cron")
     try:
         zone = ZoneInfo(timezone)
     except (ZoneInfoNotFoundError, ValueError, TypeError):
         raise Invalid(f"unknown time zone {timezone!r}", "timezone") from None
+    minute, hour, day, month, weekday = fields
     try:
-        return CronTrigger.from_crontab(cron, timezone=zone)
+        return CronTrigger(minute=minute, hour=hour, day=day, month=month,
+                           day_of_week=cron_phrases.weekday_names(weekday), timezone=zone)
     except (ValueError, TypeError) as exc:
         raise Invalid(f"cron: {exc}", "cron") from None
 
@@ -90,6 +95,7 @@ def _clean(data: dict, current: Schedule | None = None) -> dict:
     if isinstance(grace, bool) or not isinstance(grace, int) or not 0 <= grace <= MAX_GRACE_S:
         raise Invalid(f"misfire_grace_s is whole seconds from 0 to {MAX_GRACE_S}",
                       "misfire_grace_s")
+    merged["cron"] = cron_phrases.to_cron(merged["cron"])
     if not next_fires(merged["cron"], merged["timezone"], 1):
         raise Invalid(f"cron {merged['cron']!r} never fires", "cron")
     experiment = merged["experiment"]

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from app.errors import Conflict, Invalid, NotFound, refuse_unknown
 from app.models import Entry, EntryTag, Link, Revision, utcnow
-from app.notebook import embeds, mirror, search
+from app.notebook import embeds, merge, mirror, search
 from app.notebook.isoweeks import WEEK_RE, iso_week
 from app.notebook.render import Rendered, render
 
@@ -36,15 +36,48 @@ FIELDS = ("date", "title", "body", "tags", "status")
 # -- validation ---------------------------------------------------------------------------
 
 
-def stale(entry: Entry, base_revision: int) -> Conflict:
+def stale(entry: Entry, base_revision: int, **merge) -> Conflict:
     """The refusal of a save based on an older revision, with the entry as it is now."""
     return Conflict(
         f"entry {entry.id} is at revision {entry.revision}; "
         f"this edit was based on revision {base_revision}",
-        current={"id": entry.id, "revision": entry.revision, "title": entry.title,
-                 "body": entry.body_md, "tags": entry.tag_list, "status": entry.status,
-                 "date": entry.date.isoformat(), "kind": entry.kind},
+        current={"id": entry.id, "revision": entry.revision, "kind": entry.kind,
+                 **values(entry)},
+        **merge,
     )
+
+
+def values(thing: Entry | Revision) -> dict:
+    """An entry's or a revision's fields as a save names them (JSON-ready)."""
+    return {"date": thing.date.isoformat(), "title": thing.title, "body": thing.body_md,
+            "tags": thing.tags.split(), "status": thing.status}
+
+
+def _checked(changes: dict) -> dict:
+    """`changes` validated and in the form `values` gives (to compare with it)."""
+    checks = {"date": lambda v: parse_date(v).isoformat(), "title": check_title,
+              "body": check_body, "tags": parse_tags, "status": check_status}
+    return {name: checks[name](value) for name, value in changes.items()}
+
+
+def _merge_stale(session: Session, entry: Entry, changes: dict,
+                 base_revision: int) -> tuple[dict, str]:
+    """Changes made on top of an older revision, merged with everything saved since
+    (three-way, app/notebook/merge.py). Changes to different lines combine; where both
+    sides changed the same lines differently, Conflict carries the hunks and a merge
+    that keeps both sides. Returns the merged changes and the revision note."""
+    base = session.scalar(sa.select(Revision).where(Revision.entry_id == entry.id,
+                                                    Revision.number == base_revision))
+    if base is None or base_revision > entry.revision:
+        raise stale(entry, base_revision)
+    mine = _checked(changes)
+    merged, conflicts = merge.merge_fields(values(base), values(entry), mine)
+    if conflicts:
+        raise stale(entry, base_revision, conflicts=conflicts,
+                    offered={**values(entry), **merged})
+    theirs = session.scalar(sa.select(Revision.author).where(
+        Revision.entry_id == entry.id, Revision.number == entry.revision))
+    return merged, f"merged with revision {entry.revision} by {theirs}"
 
 
 def parse_date(value) -> dt.date:
@@ -227,7 +260,7 @@ def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: st
         Revision(
             entry_id=entry.id, number=entry.revision, date=entry.date, title=entry.title,
             body_md=entry.body_md, tags=entry.tags, status=entry.status, author=author,
-            note=note,
+            note=note[:200],
         )
     )
     _store_links_and_tags(session, entry, rendered)
@@ -298,13 +331,16 @@ def create(
 
 def update(session: Session, entry: Entry, changes: dict, *, base_revision, author: str,
            note: str = "") -> Entry:
-    """Apply `changes` (any of date, title, body, tags, status) on top of `base_revision`.
-    A stale base raises Conflict: the caller shows both texts, nothing is overwritten."""
+    """Apply `changes` (any of date, title, body, tags, status) made on top of
+    `base_revision`. If the entry has moved on since, the changes are merged with what was
+    saved meanwhile; only changes that overlap raise Conflict (the caller shows the merge
+    page or answers 409), and nothing is ever overwritten."""
     if isinstance(base_revision, bool) or not isinstance(base_revision, int):
         raise Invalid("base_revision (an integer) is required", "base_revision")
     refuse_unknown(changes, FIELDS)
     if base_revision != entry.revision:
-        raise stale(entry, base_revision)
+        changes, merged_note = _merge_stale(session, entry, changes, base_revision)
+        note = f"{note}; {merged_note}" if note else merged_note
     fields = Fields(
         parse_date(changes.get("date", entry.date)),
         check_title(changes.get("title", entry.title)),
@@ -325,7 +361,13 @@ def update(session: Session, entry: Entry, changes: dict, *, base_revision, auth
 
 
 def restore(session: Session, entry: Entry, number: int, *, base_revision, author: str) -> Entry:
-    """Bring back an old revision's text as a new revision; nothing in history is lost."""
+    """Bring back an old revision's text as a new revision; nothing in history is lost.
+    Unlike an edit, a restore is not merged: "make it read as revision N" asked of a text
+    that has moved on is asked again, of the text as it is now."""
+    if base_revision != entry.revision:
+        if isinstance(base_revision, bool) or not isinstance(base_revision, int):
+            raise Invalid("base_revision (an integer) is required", "base_revision")
+        raise stale(entry, base_revision)
     old = session.scalar(
         sa.select(Revision).where(Revision.entry_id == entry.id, Revision.number == number)
     )

@@ -167,8 +167,10 @@ def search(session: Session, text: str, *, limit: int = 20, offset: int = 0,
             .order_by(Entry.date.desc(), Entry.id.desc())
         )
         rows = _run(session, stmt.limit(limit + 1).offset(offset))
+    leads = _leads(session, [entry.id for entry, _, snip in rows[:limit] if not snip])
     hits = [
-        Hit(entry, _snippet_html(snip) or html.escape(_lead(entry)), float(score))
+        Hit(entry, _snippet_html(snip) or html.escape(leads.get(entry.id) or _lead(entry)),
+            float(score))
         for entry, score, snip in rows[:limit]
     ]
     return Results(query, hits, len(rows) > limit)
@@ -240,9 +242,36 @@ def _snippet_html(snippet: str) -> str:
     return escaped.replace(MARK_OPEN, "<mark>").replace(MARK_CLOSE, "</mark>")
 
 
+LEAD = 200  # characters of a result that matched no words (a filter-only search)
+
+
+def _leads(session: Session, ids: list[int]) -> dict[int, str]:
+    """The start of each entry's text as the index keeps it: rendered plain text, so code
+    keeps its `_` and `#` and no markdown syntax shows."""
+    if not ids or not _has_index(session):
+        return {}
+    rows = _run(session, sa.text(
+        "SELECT rowid, substr(body, 1, :n) FROM entry_fts "
+        f"WHERE rowid IN ({','.join(str(int(i)) for i in ids)})").bindparams(n=LEAD * 2))
+    return {rowid: _cut(text or "") for rowid, text in rows}
+
+
+def _cut(text: str) -> str:
+    text = " ".join(text.split())
+    if len(text) <= LEAD:
+        return text
+    return text[:LEAD].rsplit(" ", 1)[0] + " …"
+
+
+# Markdown syntax, not words: heading marks, emphasis and code fences at word edges, quote
+# marks, link brackets (the text stays, the URL goes).
+_SYNTAX_RE = re.compile(r"^\s{0,3}(?:#{1,6}\s|>\s?|[-*+]\s\[[ xX]\]\s)|(?<!\w)[*_`]+|[*_`]+(?!\w)"
+                        r"|!?\[\[?|\]\]?(?:\([^)]*\))?", re.M)
+
+
 def _lead(entry: Entry) -> str:
-    text = re.sub(r"[#*_`>\[\]]+", "", entry.body_md)
-    return " ".join(text.split())[:200]
+    """Without the index (another database): the markdown with its syntax taken out."""
+    return _cut(_SYNTAX_RE.sub("", entry.body_md))
 
 
 # -- index maintenance (called by entries.py inside the saving transaction) --------------

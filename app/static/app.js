@@ -1,5 +1,6 @@
-// Commonplace: keyboard shortcuts, editor preview and attachments.
+// Commonplace: keyboard shortcuts, leaving an unsaved editor, ticking task boxes.
 // Every form works without this file; it only adds conveniences. (CSP: no inline script.)
+// The editor's own conveniences are in editor.js, loaded by the edit page alone.
 "use strict";
 
 (function () {
@@ -15,7 +16,7 @@
     else form.submit();
   }
 
-  // -- shortcuts: "/" search, "n" new entry, Ctrl/Cmd-Enter save -------------------------
+  // -- shortcuts: "/" search, "n" new entry, Ctrl/Cmd-Enter save, Esc leaves search -------
   document.addEventListener("keydown", function (event) {
     if ((event.ctrlKey || event.metaKey) && event.key === "Enter") {
       var form = event.target.closest && event.target.closest("form[data-hotkey-submit]");
@@ -24,6 +25,10 @@
         event.preventDefault();
         submitForm(form);
       }
+      return;
+    }
+    if (event.key === "Escape" && event.target && event.target.type === "search") {
+      event.target.blur();  // back to the page: "/" and "n" work again
       return;
     }
     if (event.ctrlKey || event.metaKey || event.altKey || isTyping(event.target)) return;
@@ -43,6 +48,13 @@
     }
   });
 
+  // The "/" hint only where there is a keyboard to press it on.
+  var siteSearch = document.getElementById("site-search");
+  if (siteSearch && siteSearch.dataset.keyHint &&
+      window.matchMedia("(hover: hover) and (pointer: fine) and (min-width: 40rem)").matches) {
+    siteSearch.placeholder = siteSearch.dataset.keyHint;
+  }
+
   // -- leaving an editor with unsaved text asks first --------------------------------------
   document.querySelectorAll("form[data-guard]").forEach(function (form) {
     form.addEventListener("input", function () { form.dataset.dirty = "1"; });
@@ -56,84 +68,41 @@
     }
   });
 
-  // -- preview: the server renders exactly what a save would store ------------------------
-  var tabs = document.querySelector("[data-preview-tabs]");
-  var body = document.getElementById("f-body");
-  var preview = document.getElementById("preview");
-  if (tabs && body && preview) {
-    tabs.hidden = false;
-    var writeButton = tabs.querySelector("[data-show=write]");
-    var previewButton = tabs.querySelector("[data-show=preview]");
-    var showWrite = function () {
-      preview.hidden = true;
-      body.hidden = false;
-      writeButton.setAttribute("aria-pressed", "true");
-      previewButton.setAttribute("aria-pressed", "false");
-      body.focus();
-    };
-    var showPreview = function () {
-      var data = new FormData();
-      data.append("body", body.value);
-      preview.textContent = "Rendering…";
-      preview.hidden = false;
-      body.hidden = true;
-      writeButton.setAttribute("aria-pressed", "false");
-      previewButton.setAttribute("aria-pressed", "true");
-      fetch(previewButton.dataset.previewUrl, { method: "POST", body: data, credentials: "same-origin" })
-        .then(function (response) {
-          return response.text().then(function (text) {
-            if (!response.ok) throw new Error("Preview failed (" + response.status + ")");
-            // Sanitized on the server by the same pipeline that renders saved entries.
-            preview.innerHTML = text;
-          });
-        })
-        .catch(function (error) {
-          preview.textContent = error.message || "Preview failed";
-        });
-    };
-    writeButton.addEventListener("click", showWrite);
-    previewButton.addEventListener("click", showPreview);
-  }
-
-  // -- attachments: upload, then put the returned markdown at the cursor -------------------
-  var attach = document.querySelector("[data-attach]");
-  if (attach && body) {
-    attach.hidden = false;
-    var input = attach.querySelector("input[type=file]");
-    var status = attach.querySelector("[data-attach-status]");
-    input.addEventListener("change", function () {
-      var file = input.files && input.files[0];
-      if (!file) return;
-      var data = new FormData();
-      data.append("file", file, file.name);
-      status.textContent = "Uploading " + file.name + "…";
-      fetch(attach.dataset.uploadUrl, { method: "POST", body: data, credentials: "same-origin" })
-        .then(function (response) {
-          return response.json().catch(function () { return {}; }).then(function (json) {
-            if (!response.ok) {
-              var message = json.error && json.error.message;
-              throw new Error(message || "Upload failed (" + response.status + ")");
-            }
-            insertAtCursor(body, json.markdown);
-            status.textContent = "Attached " + file.name + ".";
-          });
-        })
-        .catch(function (error) {
-          status.textContent = error.message || "Upload failed";
-        })
-        .then(function () { input.value = ""; });
-    });
-  }
-
-  function insertAtCursor(textarea, text) {
-    var start = textarea.selectionStart, end = textarea.selectionEnd;
-    var before = textarea.value.slice(0, start), after = textarea.value.slice(end);
-    var lead = before && !/\n$/.test(before) ? "\n" : "";
-    var insert = lead + text + "\n";
-    textarea.value = before + insert + after;
-    var caret = start + insert.length;
-    textarea.setSelectionRange(caret, caret);
-    textarea.dispatchEvent(new Event("input", { bubbles: true }));
-    if (!textarea.hidden) textarea.focus();
-  }
+  // -- task boxes: tick in place instead of reloading the page -----------------------------
+  // Each box is a submit button of the entry's tick form (works without script). Here the
+  // click becomes a fetch; the answer carries the new revision, which the next tick is
+  // made from. Anything but a plain success (a merge happened, a conflict, an error) falls
+  // back to the page the server would have shown.
+  document.addEventListener("click", function (event) {
+    var box = event.target.closest && event.target.closest("button.task-box");
+    if (!box || !box.form || box.form.dataset.native) return;
+    event.preventDefault();
+    if (box.getAttribute("aria-busy") === "true") return;
+    var form = box.form;
+    var data = new FormData(form);
+    data.append(box.name, box.value);
+    box.setAttribute("aria-busy", "true");
+    fetch(box.formAction, { method: "POST", body: data, credentials: "same-origin",
+                            headers: { Accept: "application/json" } })
+      .then(function (response) {
+        if (!response.ok) throw new Error("tick refused (" + response.status + ")");
+        return response.json();
+      })
+      .then(function (answer) {
+        if (answer.merged) {  // someone else saved meanwhile: show the merged text
+          window.location.reload();
+          return;
+        }
+        form.elements.base_revision.value = answer.revision;
+        box.setAttribute("aria-checked", answer.done ? "true" : "false");
+        box.value = answer.done ? "0" : "1";
+        box.removeAttribute("aria-busy");
+      })
+      .catch(function () {
+        box.removeAttribute("aria-busy");
+        form.dataset.native = "1";  // let the server say it: the merge page or the error
+        if (typeof form.requestSubmit === "function") form.requestSubmit(box);
+        else box.click();
+      });
+  });
 })();

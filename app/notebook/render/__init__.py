@@ -7,4 +7,9 @@ in the app should call Python-Markdown or a sanitizer directly.
 from .highlight import pygments_css
 from .pipeline import Rendered, WikiLink, render
 
-__all__ = ["Rendered", "WikiLink", "pygments_css", "render"]
+# Raised whenever a change here alters the HTML a note renders to: entries store their HTML
+# at save time, and `commonplace up` / `db upgrade` render every stored note again once
+# when this moves (app/notebook/rerender.py). 2: task boxes carry their number.
+VERSION = 2
+
+__all__ = ["VERSION", "Rendered", "WikiLink", "pygments_css", "render"]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import re
 import secrets
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any
 from urllib.parse import quote
 
@@ -31,6 +31,7 @@ class Rendered:
     links: list[WikiLink]  # document order, de-duplicated by target
     tags: list[str]  # lowercased, de-duplicated, document order
     text: str  # plain text for full-text indexing
+    tasks: list[bool] = field(default_factory=list)  # task box n is ticked (data-task="n")
 
 
 def default_resolve_link(target: str) -> tuple[str, bool]:
@@ -114,6 +115,7 @@ def render(
         state.tags[i].lower() for i in found.tag_order + list(range(len(state.tags)))
     )
 
+    html, tasks = _number_tasks(html, nonce)
     marker_re = re.compile(rf' {MARKER_ATTR}="{nonce}:[wt]:\d+"')
     html = marker_re.sub("", html)
     toc_html = marker_re.sub("", toc_html)
@@ -124,4 +126,24 @@ def render(
 
         html = re.sub(rf"<p>{embed_re.pattern}</p>", embed, html)
         html = embed_re.sub(embed, html)
-    return Rendered(html, toc_html, list(links.values()), list(tags), found.text)
+    return Rendered(html, toc_html, list(links.values()), list(tags), found.text, tasks)
+
+
+_INPUT_RE = re.compile(r"<input\b[^>]*>")
+_CHECKED_RE = re.compile(r"\schecked\b")
+
+
+def _number_tasks(html: str, nonce: str) -> tuple[str, list[bool]]:
+    """Task boxes the pipeline marked get `data-task="<n>"` in document order (an attribute
+    the sanitizer never lets through from user HTML); returns the HTML and each box's state."""
+    mark = re.compile(rf' {MARKER_ATTR}="{nonce}:x:\d+"')
+    states: list[bool] = []
+
+    def number(m: re.Match[str]) -> str:
+        tag = m.group(0)
+        if not mark.search(tag):
+            return tag
+        states.append(bool(_CHECKED_RE.search(tag)))
+        return mark.sub(f' data-task="{len(states) - 1}"', tag)
+
+    return _INPUT_RE.sub(number, html), states

@@ -42,7 +42,7 @@ ATTRIBUTES: dict[str, set[str]] = {
     "ol": {"start", "reversed"},
     "td": {"colspan", "rowspan"},
     "th": {"colspan", "rowspan", "scope"},
-    "input": {"checked"},
+    "input": {"checked", MARKER_ATTR},  # the mark numbers task boxes (see pipeline)
     "details": {"open"},
     "time": {"datetime"},
     # ids: heading anchors (toc) and footnotes; see _ID_RE.

@@ -4,6 +4,7 @@
 - `#tags`
 - fenced blocks whose info string names an embed (```` ```run ````)
 - `# Heading` needs a space after the hashes, so `#tag` at the start of a line is a tag
+- task boxes (`- [ ]`, pymdownx.tasklist) marked so the pipeline can number them
 """
 
 from __future__ import annotations
@@ -22,6 +23,7 @@ from markdown.extensions.fenced_code import FencedBlockPreprocessor
 from markdown.inlinepatterns import InlineProcessor
 from markdown.preprocessors import Preprocessor
 from markdown.util import AtomicString
+from pymdownx.tasklist import TasklistTreeprocessor
 
 from .sanitize import MARKER_ATTR
 
@@ -164,6 +166,27 @@ class SpacedHashHeaderProcessor(HashHeaderProcessor):
     )
 
 
+class NumberedTasklist(TasklistTreeprocessor):
+    """pymdownx.tasklist's boxes, each marked `MARKER_ATTR="<nonce>:x:<i>"`. The pipeline
+    turns the marks into `data-task="<n>"` (document order) after sanitizing, so the page
+    can tick box n; user HTML cannot carry a mark, so it cannot pose as a task box."""
+
+    def __init__(self, state: RenderState, md: Markdown, config: dict):
+        super().__init__(md)
+        self.state = state
+        self.config = config
+
+    def run(self, root):
+        stash = self.md.htmlStash
+        first = stash.html_counter
+        super().run(root)
+        # Everything tasklist stashed during its run is a box, one per task item.
+        for i in range(first, stash.html_counter):
+            mark = f'<input {MARKER_ATTR}="{self.state.marker("x", i - first)}" '
+            stash.rawHtmlBlocks[i] = str(stash.rawHtmlBlocks[i]).replace("<input ", mark, 1)
+        return root
+
+
 class CommonplaceExtension(Extension):
     def __init__(self, state: RenderState):
         super().__init__()
@@ -180,3 +203,6 @@ class CommonplaceExtension(Extension):
         # after links, autolinks and raw inline HTML (90): a "#" inside a URL or an
         # attribute has been consumed by then
         md.inlinePatterns.register(TagProcessor(self.state, md), "cp_tag", 85)
+        if "task-list" in md.treeprocessors:  # same place, same options, marked boxes
+            config = md.treeprocessors["task-list"].config
+            md.treeprocessors.register(NumberedTasklist(self.state, md, config), "task-list", 25)

@@ -1,6 +1,7 @@
 """The JSON API under /api/v1: everything the pages show and do, for the CLI and scripts.
 
     notebook_endpoints.py   entries, revisions, letters, search, tags, the letter template
+    completion.py           what the editor offers after [[ and #
     journal_endpoints.py    the experiment catalogue, runs, compare, schedules
     openapi/                the OpenAPI 3.1 document served at /api/v1/openapi.json
 
@@ -8,7 +9,7 @@ The runner agents' pull API is app/web/runner_api.py (a blueprint of its own, be
 runner token may call it and nothing else).
 """
 
-from app.web.api import journal_endpoints, notebook_endpoints  # noqa: F401  (routes on bp)
+from app.web.api import completion, journal_endpoints, notebook_endpoints  # noqa: F401
 from app.web.api.blueprint import bp
 
 __all__ = ["bp"]

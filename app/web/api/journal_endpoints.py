@@ -10,7 +10,7 @@ from flask import current_app, jsonify, request, send_file
 
 from app.db import get_session
 from app.errors import Invalid, NotFound, refuse_unknown
-from app.journal import run_files, runs, schedules
+from app.journal import cron_phrases, run_files, runners, runs, schedules
 from app.models import Metric, Run, Schedule
 from app.web.access import author
 from app.web.api.blueprint import bp
@@ -49,6 +49,8 @@ def run_json(run: Run, *, full: bool = False) -> dict:
                        for a in run_files.artifacts(session, run)],
             letter_entry_id=run.carded_entry_id,
         )
+        if run.status == runs.QUEUED:
+            data["waiting"] = runners.availability(session, run.requires or {})[1]
     return data
 
 
@@ -177,6 +179,23 @@ def compare_runs():
 
 
 # -- schedules ----------------------------------------------------------------------------
+
+
+@bp.get("/schedules/preview")
+def preview_schedule():
+    """What a schedule's "when" means before it is saved: the crontab line a phrase becomes
+    and its next fires (the schedule form shows them while the owner types)."""
+    text, timezone = request.args.get("cron", ""), request.args.get("timezone", "UTC")
+    if len(text) > 200 or len(timezone) > 64:
+        raise Invalid("cron and timezone are short texts", "cron")
+    cron = cron_phrases.to_cron(text)
+    fires = schedules.next_fires(cron, timezone, 5)
+    if not fires:
+        raise Invalid(f"cron {cron!r} never fires", "cron")
+    return jsonify(cron=cron, timezone=timezone,
+                   next_fires=[iso(t.astimezone(dt.UTC).replace(tzinfo=None)) for t in fires],
+                   next_fires_local=[t.isoformat() for t in fires],
+                   next_fires_text=[t.strftime("%a %d %b %H:%M") for t in fires])
 
 
 @bp.get("/schedules")

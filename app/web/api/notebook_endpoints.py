@@ -99,10 +99,13 @@ def update_entry(entry_id: int):
     session = get_session()
     entry = entries.get(session, entry_id)
     changes = {k: v for k, v in data.items() if k != "base_revision"}
-    entries.update(session, entry, changes, base_revision=data.get("base_revision"),
-                   author=author())
+    base, before = data.get("base_revision"), entry.revision
+    entries.update(session, entry, changes, base_revision=base, author=author())
     session.commit()
-    return jsonify(entry_json(entry))
+    body = entry_json(entry)
+    if base != before:  # saved on top of a change made meanwhile, merged line by line
+        body["merged_with"] = before
+    return jsonify(body)
 
 
 @bp.delete("/entries/<int:entry_id>")

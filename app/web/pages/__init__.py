@@ -2,9 +2,11 @@
 
     reading.py         home, entry, letter, site map, tags, search, settings
     editing.py         new / edit (with the merge view), delete, history, diff, restore, preview
+    ticking.py         task boxes ticked from a rendered page
     diffing.py         line and word diffs for history and the merge view
     served.py          /feed.atom, /attachments/…, /healthz
     run_pages.py       experiment catalogue, new-run form, run list, run page, compare
+    learning.py        what each experiment shows, its diagram, a first run, the path through
     schedule_pages.py  schedules: list and create, one schedule, delete
     param_forms.py     forms generated from the lab's parameter schemas
     run_summary.py     what a run page says beyond its card (durations, checks, headlines)
@@ -12,7 +14,14 @@
 Views parse the request, call the notebook or the journal, and render.
 """
 
-from app.web.pages import editing, reading, run_pages, schedule_pages, served  # noqa: F401
+from app.web.pages import (  # noqa: F401
+    editing,
+    reading,
+    run_pages,
+    schedule_pages,
+    served,
+    ticking,
+)
 from app.web.pages.blueprints import experiments, notes
 
 __all__ = ["experiments", "notes"]

@@ -4,6 +4,7 @@ history with diffs and restore, and the preview the editor fetches."""
 from __future__ import annotations
 
 from dataclasses import dataclass
+from urllib.parse import urlencode
 
 from flask import abort, current_app, redirect, render_template, request, url_for
 
@@ -122,34 +123,57 @@ def update_entry(entry_id: int):
     errors = check(draft)
     if errors:
         return form_page(draft, entry=entry, errors=errors, status=422)
+    before = entry.revision
     try:
         entries.update(session, entry, draft.changes(), base_revision=base, author=author())
-    except Conflict:
-        return merge_page(entry, draft, base)
+    except Conflict as conflict:
+        return merge_page(entry, draft, base, conflict)
     except Invalid as exc:  # rules that need the entry, e.g. a letter stays in its week
         return form_page(draft, entry=entry, errors={exc.field or "body": exc.message},
                          status=422)
     session.commit()
-    return redirect(entries.entry_url(entry), code=303)
+    # Saved on top of a change made meanwhile: the page says so, with the diff one click away.
+    merged = {"merged": before, "base": base} if base != before else {}
+    return redirect(url_for_entry(entry, **merged), code=303)
 
 
-def merge_page(entry: Entry, mine: Draft, base: int):
-    """Someone saved this entry since the edit began: show both texts and how they differ,
-    and let the user save a merge on top of the current revision."""
+def url_for_entry(entry: Entry, **args) -> str:
+    return entries.entry_url(entry) + (f"?{urlencode(args)}" if args else "")
+
+
+def merge_page(entry: Entry, mine: Draft, base: int, conflict: Conflict):
+    """Both this save and one made meanwhile changed the same lines: show just those places,
+    theirs beside mine, and offer a text that keeps both sides (saved as offered, nothing is
+    lost). Changes elsewhere in the text were merged already and are in the offer."""
     session = get_session()
-    current = Draft.of(entry)
+    theirs = browse.revision(session, entry, entry.revision)
     try:
-        base_draft = Draft.of(browse.revision(session, entry, base))
-    except Refusal:
-        base_draft = None
-    theirs_rows = line_diff(base_draft.body, current.body) if base_draft else []
-    rows = line_diff(current.body, mine.body)
+        base_text = browse.revision(session, entry, base).body_md
+    except Refusal:  # the base is not a revision of this entry: nothing to diff against
+        base_text = None
+    places = []
+    for hunk in conflict.conflicts:
+        if hunk["field"] == "body":
+            before = (base_text or "").split("\n")[max(0, hunk["start"] - 2):hunk["start"] - 1]
+            rows = line_diff("\n".join(before + hunk["theirs"]),
+                             "\n".join(before + hunk["mine"]))
+            places.append({"label": f"Line {hunk['start']}", "rows": rows})
+        else:
+            places.append({"label": hunk["field"].capitalize(), "fields": field_changes(
+                {hunk["field"]: _shown(hunk["theirs"])}, {hunk["field"]: _shown(hunk["mine"])})})
+    offered = conflict.offered or {}
+    offer = Draft(offered.get("date", mine.date), offered.get("title", mine.title),
+                  _shown(offered.get("tags", mine.tags)), offered.get("status", mine.status),
+                  offered.get("body", mine.body))
     return render_template(
-        "notes/merge.html", entry=entry, mine=mine, current=current, base=base,
-        rows=rows, stats=stats(rows), theirs_rows=theirs_rows,
-        fields=field_changes(current.short_fields(), mine.short_fields()),
+        "notes/merge.html", entry=entry, base=base, theirs=theirs, places=places, offer=offer,
+        theirs_rows=line_diff(base_text, entry.body_md) if base_text is not None else [],
         statuses=entries.STATUSES,
     ), 409
+
+
+def _shown(value) -> str:
+    return " ".join(value) if isinstance(value, list) else str(value)
 
 
 # -- delete -------------------------------------------------------------------------------

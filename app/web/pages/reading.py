@@ -55,10 +55,27 @@ def asset_url(name: str) -> str:
     return url_for("static", filename=name, v=_asset_version(str(path)))
 
 
+def nav_section() -> str:
+    """The item of the header's menu that the page belongs to ("" for none): one place,
+    so a page shown after a form error (a POST's endpoint) still marks its own item."""
+    endpoint = request.endpoint or ""
+    view = current_app.view_functions.get(endpoint)
+    if getattr(view, "__module__", "").endswith(".schedule_pages"):
+        return "schedules"
+    if endpoint in ("experiments.catalogue", "experiments.new_run", "experiments.create_run"):
+        return "experiments"
+    if endpoint.startswith("experiments."):
+        return "runs"
+    if endpoint == "notes.week" and (request.view_args or {}).get("week") == current_week():
+        return "week"
+    return {"notes.home": "home", "notes.sitemap": "sitemap", "notes.tag": "sitemap"}.get(
+        endpoint, "")
+
+
 @bp.app_context_processor
 def _page_context() -> dict:
     return {"can_write": can_write(), "identity": g.get("identity"),
-            "this_week": current_week(), "asset_url": asset_url}
+            "this_week": current_week(), "asset_url": asset_url, "nav_section": nav_section}
 
 
 # Globals rather than context: imported macros do not see a template's context.

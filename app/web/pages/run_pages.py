@@ -14,9 +14,10 @@ from flask import abort, current_app, redirect, render_template, request, url_fo
 
 from app.db import get_session
 from app.errors import Invalid
-from app.journal import cards, run_files, runs
+from app.journal import cards, run_files, runners, runs
 from app.models import Run, Schedule
 from app.web.access import author, require_owner
+from app.web.pages import learning
 from app.web.pages import run_summary as summary
 from app.web.pages.blueprints import experiments as bp
 from app.web.pages.param_forms import ParamForm, fmt
@@ -61,14 +62,19 @@ def catalogue():
     latest_ids = sa.select(sa.func.max(Run.id)).group_by(Run.experiment)
     latest = {r.experiment: r for r in session.scalars(sa.select(Run).where(
         Run.id.in_(latest_ids)))}
-    return render_template("experiments/catalogue.html", experiments=registry.catalogue(),
-                           latest=latest)
+    experiments = registry.catalogue()
+    by_name = {e["name"]: e for e in experiments}
+    return render_template(
+        "experiments/catalogue.html", experiments=experiments, latest=latest,
+        guides=learning.GUIDES, path=learning.path(experiments),
+        machine=[by_name[n] for n in learning.THE_MACHINE if n in by_name])
 
 
 def form_page(spec: dict, form: ParamForm, *, message: str = "", source: Run | None = None,
-              status: int = 200):
+              first: bool = False, status: int = 200, offer_anyway: bool = False):
     return render_template("experiments/new_run.html", spec=spec, form=form,
-                           message=message, source=source), status
+                           message=message, source=source, first=first,
+                           guide=learning.guide(spec["name"]), offer_anyway=offer_anyway), status
 
 
 @bp.get("/experiments/<name>/run")
@@ -79,7 +85,10 @@ def new_run(name: str):
     if is_id(request.args.get("from", "")):
         source = get_session().get(Run, int(request.args["from"]))
     values = source.params if source is not None and source.experiment == name else None
-    return form_page(spec, ParamForm.initial(name, values), source=source)
+    first = values is None and request.args.get("first") == "1" and name in learning.GUIDES
+    if first:  # the catalogue's suggested first run: small, seconds on a CPU
+        values = learning.first_run(name)
+    return form_page(spec, ParamForm.initial(name, values), source=source, first=first)
 
 
 @bp.post("/experiments/<name>/run")
@@ -95,6 +104,14 @@ def create_run(name: str):
         if exc.field in form.field_names():
             form.errors[exc.field] = exc.message
         return form_page(spec, form, message=exc.message, status=422)
+    servable, why = runners.availability(session, run.requires)
+    if not servable and request.form.get("queue_anyway") != "on":
+        # Queued, it would wait a day and expire: say so now, and let the owner insist
+        # (a runner with that hardware may be about to start).
+        session.rollback()
+        form.errors.setdefault("device", why)
+        return form_page(spec, form, message=f"no runner can take this run: {why}",
+                         status=422, offer_anyway=True)
     session.commit()
     return redirect(url_for("experiments.run_page", run_id=run.id), code=303)
 
@@ -167,6 +184,8 @@ def run_page(run_id: int):
         extras=summary.progress_extras(run), log=log, log_end=log_end,
         unfinished=run.status in runs.UNFINISHED, cancellable=run.status in runs.UNFINISHED
         and run.cancel_requested_at is None,
+        waiting=runners.availability(session, run.requires or {})[1]
+        if run.status == runs.QUEUED else "",
     )
 
 
@@ -214,7 +233,7 @@ def compare_ids() -> list[int]:
 def compare():
     ids = compare_ids()
     session = get_session()
-    group = [runs.get(session, i) for i in ids]
+    group = summary.oldest_first([runs.get(session, i) for i in ids])
     differing = runs.differing_params(group)
     names = sorted(set().union(*(r.params.keys() for r in group)),
                    key=lambda k: (k not in differing, k))

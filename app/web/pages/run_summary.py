@@ -158,9 +158,15 @@ def result_problem(run: Run) -> str:
     return str(reason) if reason else ""
 
 
+def oldest_first(group: list[Run]) -> list[Run]:
+    """Runs in the order they were made: the oldest is the baseline, so a change reads as
+    what the newer run did (+12% = the new run is 12% higher)."""
+    return sorted(group, key=lambda run: (run.created_at, run.id))
+
+
 def side_by_side(groups: list[dict[str, list[Metric]]]) -> list[tuple[str, list[tuple]]]:
     """Rows for the compare table: [(group, [(label, [(text, change, class) per run])])],
-    every change against the first run."""
+    every change against the first run (the baseline: `oldest_first` puts it there)."""
     table = []
     for name in dict.fromkeys(g for run in groups for g in run):
         by_run = [{m.label: m for m in run.get(name, [])} for run in groups]

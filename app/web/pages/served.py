@@ -1,10 +1,11 @@
-"""What is fetched rather than read as a page: the Atom feed, uploaded attachments, and
-the health check. Each file is served so that it cannot act as a page of the notebook."""
+"""What is fetched rather than read as a page: the Atom feed, uploaded attachments, the
+web manifest and icon that put the notebook on a phone's home screen, and the health
+check. Each file is served so that it cannot act as a page of the notebook."""
 
 from pathlib import Path
 
 import sqlalchemy as sa
-from flask import Response, abort, current_app, jsonify, request, send_file
+from flask import Response, abort, current_app, jsonify, redirect, request, send_file
 
 from app.db import get_session
 from app.models import Attachment
@@ -12,6 +13,10 @@ from app.notebook import atom
 from app.notebook.attachments import IMAGE_TYPES, path_for
 from app.web.hardening import INERT_CSP
 from app.web.pages.blueprints import notes as bp
+from app.web.pages.reading import asset_url
+
+# The light theme's page and header colours (app/static/app.css --bg and --surface).
+BACKGROUND, THEME = "#fbfaf7", "#ffffff"
 
 
 @bp.get("/feed.atom")
@@ -43,3 +48,31 @@ def attachment(sha256: str, name: str):
     response.headers["X-Content-Type-Options"] = "nosniff"
     response.headers["Cache-Control"] = "private, max-age=31536000, immutable"
     return response
+
+
+@bp.get("/manifest.webmanifest")
+def manifest():
+    """What a phone needs to add the notebook to its home screen and open it like an app
+    (standalone, at Home). Icons are cache-busted like every static file."""
+    icon = [{"src": asset_url(f"icon-{n}.png"), "sizes": f"{n}x{n}", "type": "image/png",
+             "purpose": "any"} for n in (192, 512)]
+    icon.append({"src": asset_url("icon-maskable-512.png"), "sizes": "512x512",
+                 "type": "image/png", "purpose": "maskable"})
+    body = {
+        "name": "Commonplace", "short_name": "Commonplace",
+        "description": "A notebook and experiment journal",
+        "id": "/", "start_url": "/", "scope": "/", "display": "standalone",
+        "background_color": BACKGROUND, "theme_color": THEME, "icons": icon,
+        "shortcuts": [{"name": "New entry", "url": "/entries/new"},
+                      {"name": "Search", "url": "/search"}],
+    }
+    response = jsonify(body)
+    response.mimetype = "application/manifest+json"
+    response.headers["Cache-Control"] = "private, max-age=3600"
+    return response
+
+
+@bp.get("/favicon.ico")
+def favicon():
+    """Browsers and feed readers ask for /favicon.ico whatever the page says."""
+    return redirect(asset_url("icon-32.png"), code=302)

@@ -23,7 +23,9 @@ SCHEDULE_FIELDS = {
     "name": {"type": "string", "maxLength": 100},
     "experiment": {"type": "string"},
     "params": OBJ,
-    "cron": {"type": "string", "description": "five crontab fields, e.g. '0 2 * * sun'"},
+    "cron": {"type": "string", "description": "five crontab fields, e.g. '0 2 * * sun', or "
+                                              "a phrase: 'every Sunday 02:00', 'weekdays "
+                                              "at 9', 'every 6 hours'"},
     "timezone": {"type": "string", "description": "an IANA zone, e.g. Europe/London"},
     "enabled": {"type": "boolean"},
     "misfire_grace_s": {"type": "integer", "minimum": 0, "maximum": schedules.MAX_GRACE_S},
@@ -123,6 +125,14 @@ def paths() -> dict:
             "summary": "Two to eight runs side by side, with the parameters that differ",
             "parameters": [{"name": "ids", "in": "query", "required": True,
                             "schema": {"type": "string", "pattern": r"^\d+(,\d+)+$"}}],
+            "responses": {"200": json_response(OBJ), **ERRORS}}},
+        "/api/v1/schedules/preview": {"get": {
+            "summary": "The crontab line and next fires of a schedule's 'when', unsaved",
+            "description": "cron: a crontab line or a phrase such as 'every Sunday 02:00', "
+                           "'weekdays at 9', 'every 6 hours'.",
+            "parameters": [{"name": "cron", "in": "query", "required": True,
+                            "schema": {"type": "string", "maxLength": 200}},
+                           query("timezone", {"type": "string", "maxLength": 64})],
             "responses": {"200": json_response(OBJ), **ERRORS}}},
         "/api/v1/schedules": {
             "get": {"summary": "Schedules with their next fire times",

@@ -3,7 +3,7 @@ template, the feed and the health check. Limits come from the modules that enfor
 
 from __future__ import annotations
 
-from app.notebook import entries, letters, search
+from app.notebook import entries, letters, search, suggest
 from app.web.api.openapi.schema import ERRORS, json_response, query, ref
 
 ENTRY_ID = {"name": "entry_id", "in": "path", "required": True,
@@ -55,14 +55,19 @@ def paths() -> dict:
             "get": {"summary": "One entry", "responses": {"200": json_response(ref("Entry")),
                                                          **ERRORS}},
             "put": {
-                "summary": "Change an entry; base_revision must be its current revision",
+                "summary": "Change an entry made from base_revision",
+                "description": "If the entry was saved since base_revision, the change is "
+                               "merged with that save line by line (the answer then has "
+                               "merged_with: the revision merged with); only changes to the "
+                               "same lines (or the same field) answer 409 with the "
+                               "conflicting hunks and a merge that keeps both sides.",
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"type": "object", "required": ["base_revision"],
                                "additionalProperties": False, "properties": {
                                    **ENTRY_FIELDS,
                                    "base_revision": {"type": "integer", "minimum": 0}}}}}},
                 "responses": {"200": json_response(ref("Entry")),
-                              "409": json_response(ref("Conflict"), "Stale base revision"),
+                              "409": json_response(ref("Conflict"), "Overlapping changes"),
                               **ERRORS},
             },
             "delete": {
@@ -141,6 +146,28 @@ def paths() -> dict:
         },
         "/api/v1/tags": {"get": {"summary": "Tags with counts",
                                  "responses": {"200": json_response({"type": "object"})}}},
+        "/api/v1/complete": {"get": {
+            "summary": "What the editor offers after [[ (link) or # (tag)",
+            "description": "link: this week and today, letters and dates (text that "
+                           "starts with a digit), then titles, best match first; tag: "
+                           "tags that start with the prefix, most used first. Drafts "
+                           "only for owners.",
+            "parameters": [
+                {"name": "kind", "in": "query", "required": True,
+                 "schema": {"type": "string", "enum": ["link", "tag"]}},
+                query("prefix", {"type": "string", "maxLength": suggest.MAX_PREFIX},
+                      "what was typed after [[ or #"),
+                query("limit", {"type": "integer", "minimum": 1,
+                                "maximum": suggest.MAX_LIMIT}),
+            ],
+            "responses": {"200": json_response({"type": "object", "properties": {
+                "kind": {"type": "string"}, "prefix": {"type": "string"},
+                "items": {"type": "array", "items": {"type": "object", "properties": {
+                    "insert": {"type": "string"}, "label": {"type": "string"},
+                    "detail": {"type": "string"},
+                    "kind": {"enum": ["entry", "week", "date", "tag"]}}}}}}),
+                **ERRORS},
+        }},
         "/api/v1/letter-template": {
             "get": {"summary": "The weekly letter template",
                     "responses": {"200": json_response({"type": "object"})}},

@@ -62,6 +62,14 @@ COMPONENTS = {
         "Conflict": {"type": "object", "properties": {"error": {
             "type": "object", "properties": {
                 "code": {"const": "conflict"}, "message": {"type": "string"},
-                "current": {"type": "object"}}}}},
+                "current": {"type": "object", "description": "the entry as it is now"},
+                "conflicts": {"type": "array", "description": "where both saves changed the "
+                              "same lines (body) or the same field differently",
+                              "items": {"type": "object", "properties": {
+                                  "field": {"type": "string"}, "start": {"type": "integer"},
+                                  "end": {"type": "integer"}, "base": {}, "theirs": {},
+                                  "mine": {}}}},
+                "offered": {"type": "object", "description": "a merge keeping both sides; "
+                            "PUT it with base_revision = current.revision"}}}}},
     },
 }

@@ -1,0 +1,103 @@
+"""Learning from the catalogue: for each experiment, one plain-language line of what you
+will see, a small diagram (templates/experiments/_diagrams.html, same name), and a first
+run small enough to finish in seconds on a CPU; and a path through them in an order that
+builds understanding.
+
+The catalogue itself (names, parameters, bounds) is the lab's (jobs/lab/registry.py);
+this is the page's way of teaching it. tests/test_learning.py checks that every
+experiment in the catalogue has a guide, a diagram, and a first run the registry accepts.
+"""
+
+from __future__ import annotations
+
+from dataclasses import dataclass, field
+
+from jobs.lab import registry
+
+# What every first run shares: CPU ranks over gloo (any runner can take it), a model small
+# enough that a step is milliseconds, a couple of steps, one untimed warm-up.
+_TINY = {"device": "cpu", "steps": 2, "warmup": 1, "batch_size": 4, "seq_len": 16,
+         "hidden": 32, "layers": 2, "heads": 2, "vocab": 64}
+
+
+@dataclass(frozen=True)
+class Guide:
+    see: str  # what you will see, in a sentence a newcomer can read
+    first_run: dict = field(default_factory=dict)  # parameters over the defaults
+    learn: str = ""  # on the path: what this step teaches that the next one builds on
+
+
+GUIDES: dict[str, Guide] = {
+    "collectives": Guide(
+        "How long each collective (all-reduce, all-gather, …) takes as the message grows, "
+        "and the link speed it reaches: the numbers every other prediction is built on.",
+        {"device": "cpu", "world_size": 2, "ops": ["all_reduce", "all_gather"],
+         "min_bytes": 1024, "max_bytes": 65536, "iters": 3, "warmup": 1,
+         "measure_overhead": False},
+    ),
+    "gemm_roofline": Guide(
+        "How many FLOP/s a matrix multiply reaches at each size, and where it stops waiting "
+        "on memory and becomes limited by compute.",
+        {"device": "cpu", "sizes": ["64", "128", "256"], "iters": 2},
+    ),
+    "data_parallel": Guide(
+        "The same model trained on two ranks three ways — gradients all-reduced at the end, "
+        "in buckets while backward still runs, and PyTorch's DDP — with identical results "
+        "and different step times.",
+        {**_TINY, "world_size": 2},
+        "Every rank keeps the whole model; only the data is split. Communication is one "
+        "all-reduce of the gradients per step.",
+    ),
+    "pipeline": Guide(
+        "The model cut into two stages that pass micro-batches along, and how much of each "
+        "step a stage sits idle (the bubble) with GPipe and with 1F1B.",
+        {**_TINY, "world_size": 2, "micro_batches": 4,
+         "strategies": ["naive_mp", "gpipe", "1f1b"]},
+        "Now the model itself is split, by layers: stages wait on each other, and "
+        "micro-batches are how you keep them busy.",
+    ),
+    "tensor_parallel": Guide(
+        "Each layer's weights split in half across two ranks and joined by all-reduces on "
+        "every forward and backward, with the answer still matching one device.",
+        {**_TINY, "world_size": 2},
+        "Split inside each layer instead: no idle stages, but an all-reduce on the critical "
+        "path of every layer, so it wants a fast link.",
+    ),
+    "zero": Guide(
+        "Memory per rank falling as optimizer state, then gradients, then the parameters "
+        "themselves are split across ranks, while the bytes sent stay about the same.",
+        {**_TINY, "world_size": 2},
+        "Back to data parallel, but nothing is kept twice: memory traded for the same "
+        "bytes, gathered when needed.",
+    ),
+    "gpt_mfu": Guide(
+        "How many tokens per second one device trains, and what fraction of its peak "
+        "compute that is (MFU).",
+        {key: _TINY[key] for key in ("device", "steps", "warmup", "seq_len", "hidden",
+                                     "layers", "heads", "vocab")},
+    ),
+}
+
+# Data parallel first (the simplest split), then splitting the model by layers, then
+# inside layers, then removing the copies data parallel keeps. A combined experiment
+# (dp × pp × tp) joins the end of the path when the lab has one.
+START_HERE = ("data_parallel", "pipeline", "tensor_parallel", "zero")
+# Not a step of the path: measuring the machine the predictions rest on.
+THE_MACHINE = ("collectives", "gemm_roofline", "gpt_mfu")
+
+
+def guide(name: str) -> Guide | None:
+    return GUIDES.get(name)
+
+
+def first_run(name: str) -> dict:
+    """The suggested first run's parameters, resolved (defaults filled in) by the lab's own
+    registry, so the form shows exactly what will run."""
+    return registry.validate(name, GUIDES[name].first_run) if name in GUIDES else {}
+
+
+def path(catalogue: list[dict]) -> list[dict]:
+    """The start-here steps that the catalogue has, in order, with their guides."""
+    present = {e["name"]: e for e in catalogue}
+    return [{"step": i, "experiment": present[name], "guide": GUIDES[name]}
+            for i, name in enumerate((n for n in START_HERE if n in present), start=1)]

@@ -1,0 +1,62 @@
+"""A run no registered runner can take is answered at submit, not left to expire a day
+later: the form refuses it (unless the owner insists), the API queues it and says why it
+will wait, and the run page says so while it waits."""
+
+import datetime as dt
+
+from app.journal import runners
+from app.models import Run, Runner
+from tests.helpers import add_token, bearer, count, form_for, load
+
+CPU = {"gpu_count": 0, "host": "laptop"}
+
+
+def register(client, db, name, labels):
+    token = add_token(db, name, "runner")
+    r = client.post("/api/v1/runner/register", json={"labels": labels}, headers=bearer(token))
+    assert r.status_code == 200
+
+
+def test_the_form_refuses_a_gpu_run_when_only_cpu_runners_are_registered(client, db):
+    register(client, db, "laptop", CPU)
+    form = form_for("data_parallel", device="cuda", world_size="2")
+    response = client.post("/experiments/data_parallel/run", data=form)
+    assert response.status_code == 422
+    assert "no registered runner has 2 GPUs (laptop has 0 GPUs)" in response.text
+    assert 'name="queue_anyway"' in response.text
+    assert count(db, Run) == 0
+    insisted = client.post("/experiments/data_parallel/run", data={**form, "queue_anyway": "on"})
+    assert insisted.status_code == 303 and count(db, Run) == 1
+    page = client.get(insisted.headers["Location"]).text
+    assert "Waiting: no registered runner has 2 GPUs" in page
+
+
+def test_the_api_queues_it_and_says_why_it_waits(client, db):
+    register(client, db, "laptop", CPU)
+    r = client.post("/api/v1/runs", json={"experiment": "gemm_roofline",
+                                          "params": {"device": "cuda"}})
+    assert r.status_code == 201
+    assert r.get_json()["waiting"].startswith("no registered runner has 1 GPU")
+    ok = client.post("/api/v1/runs", json={"experiment": "gemm_roofline",
+                                           "params": {"device": "cpu"}}).get_json()
+    assert ok["waiting"] == ""  # the laptop takes it
+
+
+def test_a_runner_that_can_take_it_but_was_not_seen_lately_is_named(client, db):
+    register(client, db, "gpu-box", {"gpu_count": 8, "gpu_model": "NVIDIA H200"})
+    with db.write() as session:
+        box = session.query(Runner).one()
+        box.last_seen_at = box.last_seen_at - dt.timedelta(days=3)
+    run = client.post("/api/v1/runs", json={"experiment": "gemm_roofline",
+                                            "params": {"device": "cuda"},
+                                            "requires": {"gpu_model": "H200"}}).get_json()
+    assert run["waiting"] == "the last runner that can take it (gpu-box) was seen 3 days ago"
+    assert load(db, Run, run["id"]).status == "QUEUED"
+
+
+def test_no_runner_at_all_is_a_wait_not_a_refusal(client, db):
+    response = client.post("/experiments/gemm_roofline/run", data=form_for("gemm_roofline"))
+    assert response.status_code == 303
+    with db.read() as session:
+        servable, why = runners.availability(session, {})
+    assert servable and "no runner has registered yet" in why
