@@ -13,6 +13,7 @@ docs/ARCHITECTURE.md walks a save and a run through these files.
 
 from __future__ import annotations
 
+import functools
 from pathlib import Path
 
 from flask import Flask
@@ -37,6 +38,6 @@ def create_app(config: dict | None = None) -> Flask:
     db.init_app(app)
     init_web(app)
     # The notebook renders ```run blocks without importing the journal: the embed is
-    # registered from above.
-    embeds.register("run", cards.run_card)
+    # registered from above (with the owner's clock for the card's time).
+    embeds.register("run", functools.partial(cards.run_card, timezone=app.config["TIMEZONE"]))
     return app

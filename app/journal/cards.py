@@ -18,6 +18,7 @@ from html import escape
 from sqlalchemy.orm import Session
 
 from app.models import Run
+from app.notebook.isoweeks import local
 from jobs.lab import registry
 
 # Linear on any text: [ \t]* where \s* would let every line start rescan the newlines
@@ -67,18 +68,18 @@ def title_of(experiment: str) -> str:
     return spec["title"] if spec else experiment
 
 
-def run_card(session: Session, source: str) -> str:
-    """The ```run embed: `id: 42` → the card of run 42."""
+def run_card(session: Session, source: str, timezone: str = "UTC") -> str:
+    """The ```run embed: `id: 42` → the card of run 42, its time on the owner's clock."""
     match = RUN_ID_RE.search(source)
     if not match:
         return '<div class="embed-error">a run block needs a line "id: &lt;number&gt;"</div>'
     run = session.get(Run, int(match[1]))
     if run is None:
         return f'<div class="embed-error">there is no run {int(match[1])}</div>'
-    return card(run)
+    return card(run, timezone)
 
 
-def card(run: Run) -> str:
+def card(run: Run, timezone: str = "UTC") -> str:
     status = run.status.lower()
     env = run.environment or {}
     ranks = run.params.get("world_size", "?")
@@ -86,13 +87,13 @@ def card(run: Run) -> str:
         env.get("backend"), f"{ranks} rank{'' if ranks == 1 else 's'}",
         env.get("device_model") if env.get("device") == "cuda" else env.get("device"),
     ) if x)
-    when = run.finished_at or run.started_at or run.created_at
+    when = local(run.finished_at or run.started_at or run.created_at, timezone)
     parts = [
         f'<figure class="run-card run-{escape(status)}">',
         f'<figcaption><a href="/runs/{run.id}">Run {run.id} · '
         f"{escape(title_of(run.experiment))}</a> "
         f'<span class="run-status">{escape(run.status)}</span> '
-        f'<span class="run-meta">{escape(when.strftime("%Y-%m-%d %H:%M"))} UTC'
+        f'<span class="run-meta">{escape(when.strftime("%Y-%m-%d %H:%M %Z"))}'
         f"{' · ' + escape(where) if where else ''}</span></figcaption>",
     ]
     if run.status != "SUCCEEDED":

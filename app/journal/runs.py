@@ -24,7 +24,7 @@ from sqlalchemy.orm import Session
 from app.errors import BadState, Invalid, NotFound, Stale
 from app.journal import runners
 from app.models import Metric, Run, RunEvent, Runner, utcnow
-from app.notebook.isoweeks import week_bounds
+from app.notebook.isoweeks import week_span_utc
 from jobs.lab import contract, registry
 
 QUEUED, LEASED, RUNNING = "QUEUED", "LEASED", "RUNNING"
@@ -287,9 +287,9 @@ def differing_params(group: list[Run]) -> set[str]:
     return {k for k in keys if len({repr(r.params.get(k)) for r in group}) > 1}
 
 
-def query(filters) -> sa.Select:
+def query(filters, timezone: str = "UTC") -> sa.Select:
     """Runs newest first, filtered by status (comma-separated), experiment, ISO week of
-    creation (UTC) and schedule id — the run list of the pages and the API."""
+    creation (in the owner's zone) and schedule id — the run list of the pages and the API."""
     stmt = sa.select(Run).order_by(Run.id.desc())
     status = filters.get("status")
     if status:
@@ -302,11 +302,10 @@ def query(filters) -> sa.Select:
     week = filters.get("week")
     if week:
         try:
-            monday, sunday = week_bounds(week)
+            start, end = week_span_utc(week, timezone)
         except ValueError as exc:
             raise Invalid(str(exc), "week") from None
-        stmt = stmt.where(Run.created_at >= dt.datetime.combine(monday, dt.time()),
-                          Run.created_at <= dt.datetime.combine(sunday, dt.time.max))
+        stmt = stmt.where(Run.created_at >= start, Run.created_at < end)
     schedule_id = filters.get("schedule")
     if schedule_id:
         if not schedule_id.isdigit() or int(schedule_id) > 2**63 - 1:

@@ -42,3 +42,21 @@ def shift_week(week: str, days: int) -> str:
 
 def today(timezone: str) -> dt.date:
     return dt.datetime.now(ZoneInfo(timezone)).date()
+
+
+# Times are stored in UTC (naive); the owner reads them in the notebook's zone.
+
+
+def local(moment: dt.datetime, timezone: str) -> dt.datetime:
+    """A stored UTC time as the owner's clock shows it."""
+    return moment.replace(tzinfo=dt.UTC).astimezone(ZoneInfo(timezone))
+
+
+def week_span_utc(week: str, timezone: str) -> tuple[dt.datetime, dt.datetime]:
+    """[start, end) of an ISO week in the owner's zone, as stored (UTC, naive) times."""
+    monday, _ = week_bounds(week)
+    zone = ZoneInfo(timezone)
+    start = dt.datetime.combine(monday, dt.time(), zone)
+    end = dt.datetime.combine(monday + dt.timedelta(days=7), dt.time(), zone)
+    return (start.astimezone(dt.UTC).replace(tzinfo=None),
+            end.astimezone(dt.UTC).replace(tzinfo=None))

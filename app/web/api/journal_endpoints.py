@@ -93,7 +93,8 @@ def get_experiment(name: str):
 def list_runs():
     limit = int_arg("limit", 50, 1, 500)
     offset = int_arg("offset", 0, 0, 10_000_000)
-    rows = list(get_session().scalars(runs.query(request.args).limit(limit + 1).offset(offset)))
+    query = runs.query(request.args, current_app.config["TIMEZONE"])
+    rows = list(get_session().scalars(query.limit(limit + 1).offset(offset)))
     return jsonify(runs=[run_json(r) for r in rows[:limit]], has_more=len(rows) > limit)
 
 

@@ -11,7 +11,6 @@ import functools
 import hashlib
 import itertools
 from pathlib import Path
-from zoneinfo import ZoneInfo
 
 from flask import Response, abort, current_app, g, redirect, render_template, request, url_for
 
@@ -86,8 +85,7 @@ bp.add_app_template_global(entries.tag_url, "tag_url")
 @bp.app_template_filter("localtime")
 def _localtime(moment: dt.datetime) -> str:
     """A stored UTC time shown in the notebook's time zone."""
-    zone = ZoneInfo(current_app.config["TIMEZONE"])
-    return moment.replace(tzinfo=dt.UTC).astimezone(zone).strftime("%Y-%m-%d %H:%M")
+    return isoweeks.local(moment, current_app.config["TIMEZONE"]).strftime("%Y-%m-%d %H:%M")
 
 
 @bp.app_template_filter("longdate")

@@ -136,7 +136,7 @@ def run_list():
             raise Invalid("before is a run id", "before")
         if filters["schedule"] and not is_id(filters["schedule"]):
             raise Invalid("schedule is a schedule id", "schedule")
-        query = runs.query(filters)
+        query = runs.query(filters, current_app.config["TIMEZONE"])
         if before:
             query = query.where(Run.id < int(before))
         rows = list(get_session().scalars(query.limit(PAGE + 1)))
@@ -180,7 +180,8 @@ def run_page(run_id: int):
                                     .order_by(Run.id))),
         artifacts=run_files.artifacts(session, run),
         schedule=session.get(Schedule, run.schedule_id) if run.schedule_id else None,
-        card=cards.card(run), checks=summary.checks(run), problem=summary.result_problem(run),
+        card=cards.card(run, current_app.config["TIMEZONE"]), checks=summary.checks(run),
+        problem=summary.result_problem(run),
         extras=summary.progress_extras(run), log=log, log_end=log_end,
         unfinished=run.status in runs.UNFINISHED, cancellable=run.status in runs.UNFINISHED
         and run.cancel_requested_at is None,
