@@ -17,7 +17,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from app.errors import Invalid, LogGap, NotFound
+from app.errors import Invalid, LogGap, NotFound, TooLarge
 from app.models import Run, RunArtifact
 from jobs.lab.durable import write_atomic
 
@@ -28,6 +28,8 @@ ARTIFACT_TYPES = {".json": "application/json", ".jsonl": "application/x-ndjson",
                   ".svg": "image/svg+xml", ".png": "image/png", ".txt": "text/plain",
                   ".log": "text/plain", ".csv": "text/csv"}
 MAX_ARTIFACT = 8 * 1024 * 1024
+MAX_ARTIFACTS = 32  # per run
+MAX_ARTIFACT_BYTES = 64 * 1024 * 1024  # per run, all artifacts together
 
 
 def run_dir(data_dir: Path, run_id: int) -> Path:
@@ -94,7 +96,14 @@ def store_artifact(data_dir: Path, session: Session, run: Run, name: str,
     if content_type is None:
         raise Invalid(f"artifact types: {', '.join(sorted(ARTIFACT_TYPES))}", "name")
     if len(body) > MAX_ARTIFACT:
-        raise Invalid(f"an artifact is at most {MAX_ARTIFACT // (1024 * 1024)} MB", "body")
+        raise TooLarge(f"an artifact is at most {MAX_ARTIFACT // (1024 * 1024)} MB", "body")
+    others = session.execute(sa.select(sa.func.count(), sa.func.coalesce(sa.func.sum(
+        RunArtifact.size), 0)).where(RunArtifact.run_id == run.id, RunArtifact.name != name)).one()
+    if others[0] + 1 > MAX_ARTIFACTS:
+        raise TooLarge(f"a run keeps at most {MAX_ARTIFACTS} artifacts", "name")
+    if others[1] + len(body) > MAX_ARTIFACT_BYTES:
+        raise TooLarge(f"a run's artifacts are at most {MAX_ARTIFACT_BYTES // (1024 * 1024)} MB "
+                       "together", "body")
     write_atomic(artifact_path(data_dir, run.id, name), body)
     row = session.scalar(sa.select(RunArtifact).where(RunArtifact.run_id == run.id,
                                                       RunArtifact.name == name))

@@ -16,13 +16,12 @@ are app/journal/run_files.py.
 from __future__ import annotations
 
 import datetime as dt
-import json
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from app.errors import BadState, Invalid, NotFound, Stale
-from app.journal import runners
+from app.errors import BadState, Invalid, NotFound, Stale, TooLarge
+from app.journal import results, runners
 from app.models import Metric, Run, RunEvent, Runner, utcnow
 from app.notebook.isoweeks import week_span_utc
 from jobs.lab import contract, registry
@@ -49,7 +48,8 @@ ALLOWED = {
 REASON_CODES = (*contract.LAB_REASONS, *contract.RUNNER_REASONS, "lease_expired",
                 "queued_too_long", "previous_run_unfinished", "")
 
-MAX_METRIC_POINTS = 1000
+MAX_METRIC_POINTS = 1000  # per call
+MAX_RUN_METRICS = 100_000  # per run: a runaway loop cannot fill the disk
 
 
 def get(session: Session, run_id: int) -> Run:
@@ -208,25 +208,22 @@ def add_metrics(session: Session, run: Run, points) -> int:
     if not isinstance(points, list) or len(points) > MAX_METRIC_POINTS:
         raise Invalid(f"points must be a list of at most {MAX_METRIC_POINTS}", "points")
     rows = []
-    for point in points:
-        if not (isinstance(point, dict) and isinstance(point.get("key"), str)
-                and isinstance(point.get("step"), int)
-                and isinstance(point.get("value"), (int, float))
-                and not isinstance(point.get("value"), bool)):
-            raise Invalid("each point is {key: str, step: int, value: number}", "points")
-        rows.append({"run_id": run.id, "key": point["key"][:100], "step": point["step"],
+    for i, point in enumerate(points):
+        results.check_metric(point, f"points[{i}]")
+        rows.append({"run_id": run.id, "key": point["key"], "step": point["step"],
                      "value": float(point["value"])})
+    held = session.scalar(sa.select(sa.func.count()).select_from(Metric)
+                          .where(Metric.run_id == run.id))
+    if held + len(rows) > MAX_RUN_METRICS:
+        raise TooLarge(f"a run keeps at most {MAX_RUN_METRICS} metric points "
+                       f"(this one has {held})", "points")
     if rows:
         session.execute(sa.insert(Metric), rows)
     return len(rows)
 
 
 def store_result(session: Session, run: Run, result) -> None:
-    if not isinstance(result, dict):
-        raise Invalid("result must be a JSON object", "result")
-    if len(json.dumps(result)) > 4 * 1024 * 1024:
-        raise Invalid("result is larger than 4 MB", "result")
-    run.result = result
+    run.result = results.check_result(result)
     merge_environment(run, result.get("environment"))
 
 

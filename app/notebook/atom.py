@@ -10,6 +10,7 @@ from sqlalchemy.orm import Session
 
 from app.models import Entry
 from app.notebook.entries import entry_url
+from app.notebook.render import hide_draft_links
 
 ATOM = "http://www.w3.org/2005/Atom"
 
@@ -57,5 +58,5 @@ def build(session: Session, base_url: str, *, limit: int = 50, title: str = "Com
         # xml:base makes the entry's relative links (/entries/…, /runs/…) absolute.
         content = ET.SubElement(item, f"{{{ATOM}}}content", type="html")
         content.set("{http://www.w3.org/XML/1998/namespace}base", base_url + "/")
-        content.text = entry.body_html
+        content.text = hide_draft_links(entry.body_html)  # a feed reader sees no drafts
     return ET.tostring(feed, encoding="utf-8", xml_declaration=True)

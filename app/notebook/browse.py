@@ -101,14 +101,15 @@ def recent(session: Session, limit: int = 20, kind: str | None = "entry", *,
     return list(session.scalars(query))
 
 
-def tag_counts(session: Session) -> list[tuple[str, int]]:
-    return list(
-        session.execute(
-            sa.select(EntryTag.tag, sa.func.count())
-            .group_by(EntryTag.tag)
-            .order_by(sa.func.count().desc(), EntryTag.tag)
-        )
-    )
+def tag_counts(session: Session, *, include_drafts: bool = True) -> list[tuple[str, int]]:
+    """Tags with how many entries carry them; a tag only drafts carry is not shown to a
+    reader who may not see drafts."""
+    query = (sa.select(EntryTag.tag, sa.func.count()).group_by(EntryTag.tag)
+             .order_by(sa.func.count().desc(), EntryTag.tag))
+    if not include_drafts:
+        query = query.join(Entry, Entry.id == EntryTag.entry_id).where(
+            Entry.status == "published")
+    return list(session.execute(query))
 
 
 def tagged(session: Session, tag: str, *, limit: int | None = None, offset: int = 0,

@@ -21,7 +21,7 @@ from app.errors import Conflict, Invalid, NotFound, refuse_unknown
 from app.models import Entry, EntryTag, Link, Revision, utcnow
 from app.notebook import embeds, merge, mirror, search
 from app.notebook.isoweeks import WEEK_RE, iso_week
-from app.notebook.render import Rendered, render
+from app.notebook.render import Rendered, Resolved, render
 
 MAX_TITLE = 200
 MAX_BODY = 1_000_000
@@ -200,14 +200,14 @@ def resolve(session: Session, target: str) -> Entry | None:
 
 
 def _resolver(session: Session):
-    def resolve_link(target: str) -> tuple[str, bool]:
+    def resolve_link(target: str) -> Resolved:
         found = resolve(session, target)
         if found is not None:
-            return entry_url(found), True
+            return Resolved(entry_url(found), True, found.status == "draft")
         if WEEK_RE.match(target.strip().upper()):
-            return f"/weeks/{target.strip().upper()}", False
+            return Resolved(f"/weeks/{target.strip().upper()}", False)
         field = "date" if DATE_RE.match(target.strip()) else "title"
-        return f"/entries/new?{field}={quote(target.strip())}", False
+        return Resolved(f"/entries/new?{field}={quote(target.strip())}", False)
 
     return resolve_link
 
@@ -240,6 +240,7 @@ def _unique_slug(session: Session, entry: Entry, base: str) -> str:
 
 def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: str) -> Entry:
     old_keys = keys_of(entry) if entry.id else set()
+    old_status = entry.status
     old_path = mirror.relpath(entry) if entry.id else None
     entry.date = fields.date
     entry.iso_week = iso_week(fields.date)
@@ -267,7 +268,10 @@ def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: st
     search.index_entry(session, entry, rendered.text)
     mirror.queue_write(session, entry, old_path)
     # Links written before this entry existed (or under its old title) render afresh.
-    _rerender_linkers(session, (keys_of(entry) ^ old_keys), skip=entry.id)
+    # Links to a draft are marked as such, so publishing or unpublishing re-renders them all.
+    new_keys = keys_of(entry)
+    changed_keys = new_keys | old_keys if entry.status != old_status else new_keys ^ old_keys
+    _rerender_linkers(session, changed_keys, skip=entry.id)
     return entry
 
 

@@ -5,11 +5,13 @@ in the app should call Python-Markdown or a sanitizer directly.
 """
 
 from .highlight import pygments_css
-from .pipeline import Rendered, WikiLink, render
+from .pipeline import Rendered, Resolved, WikiLink, hide_draft_links, render
 
 # Raised whenever a change here alters the HTML a note renders to: entries store their HTML
 # at save time, and `commonplace up` / `db upgrade` render every stored note again once
 # when this moves (app/notebook/rerender.py). 2: task boxes carry their number.
-VERSION = 2
+# 3: links to drafts are marked (hidden from readers who may not see drafts).
+VERSION = 3
 
-__all__ = ["VERSION", "Rendered", "WikiLink", "pygments_css", "render"]
+__all__ = ["VERSION", "Rendered", "Resolved", "WikiLink", "hide_draft_links", "pygments_css",
+           "render"]

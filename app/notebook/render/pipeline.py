@@ -6,7 +6,7 @@ import re
 import secrets
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 from urllib.parse import quote
 
 import markdown
@@ -34,8 +34,30 @@ class Rendered:
     tasks: list[bool] = field(default_factory=list)  # task box n is ticked (data-task="n")
 
 
-def default_resolve_link(target: str) -> tuple[str, bool]:
-    return "/search?q=" + quote(target, safe=""), False
+class Resolved(NamedTuple):
+    """Where a [[wiki link]] goes: its URL, whether the target exists, and whether it is a
+    draft (shown only to those who may see drafts: `hide_draft_links`)."""
+
+    url: str
+    exists: bool
+    draft: bool = False
+
+
+def default_resolve_link(target: str) -> Resolved:
+    return Resolved("/search?q=" + quote(target, safe=""), False)
+
+
+# A link the render marked as going to a draft; the class comes from the pipeline (user
+# HTML may claim it too, which only hides that link from readers).
+DRAFT_LINK_RE = re.compile(r'<a\b[^>]*\bclass="wikilink draft"[^>]*>(.*?)</a>', re.S)
+
+
+def hide_draft_links(html: str) -> str:
+    """Stored HTML as a reader who may not see drafts gets it: a link to a draft reads as
+    a link to nothing (its text stays, the draft's address does not)."""
+    if "wikilink draft" not in html:
+        return html
+    return DRAFT_LINK_RE.sub(r'<span class="wikilink missing">\1</span>', html)
 
 
 def default_tag_url(tag: str) -> str:
@@ -81,13 +103,13 @@ def _count_headings(tokens: list[dict[str, Any]]) -> int:
 def render(
     body_md: str,
     *,
-    resolve_link: Callable[[str], tuple[str, bool]] = default_resolve_link,
+    resolve_link: Callable[[str], Resolved] = default_resolve_link,
     tag_url: Callable[[str], str] = default_tag_url,
     embeds: Mapping[str, Callable[[str], str]] | None = None,
 ) -> Rendered:
     """Render a note's markdown to sanitized HTML, collecting links, tags and text.
 
-    `resolve_link(target) -> (url, exists)` places wiki links; `tag_url(tag)` places
+    `resolve_link(target) -> Resolved(url, exists, draft)` places wiki links; `tag_url(tag)` places
     tags; `embeds[name](source)` renders a ```` ```name ```` block to trusted HTML.
     """
     source = _CONTROL_RE.sub("", body_md)

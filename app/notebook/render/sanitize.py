@@ -69,7 +69,8 @@ PYGMENTS_CLASSES = {cls for cls in STANDARD_TYPES.values() if cls}
 # `class` is allowed only through this per-tag list of names (ammonia forbids listing
 # `class` in ATTRIBUTES as well), so user HTML cannot borrow arbitrary page classes.
 ALLOWED_CLASSES = {
-    "a": {"wikilink", "missing", "tag", "headerlink", "footnote-ref", "footnote-backref"},
+    "a": {"wikilink", "missing", "draft", "tag", "headerlink", "footnote-ref",
+          "footnote-backref"},
     "div": {"highlight", "toc", "footnote", "admonition", *ADMONITION_TYPES},
     "p": {"admonition-title"},
     "span": PYGMENTS_CLASSES,

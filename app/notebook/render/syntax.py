@@ -49,7 +49,7 @@ class RenderState:
     """
 
     nonce: str
-    resolve_link: Callable[[str], tuple[str, bool]]
+    resolve_link: Callable[[str], tuple]  # -> pipeline.Resolved
     tag_url: Callable[[str], str]
     embeds: Mapping[str, Callable[[str], str]]
     links: list[tuple[str, str]] = field(default_factory=list)  # (target, text)
@@ -65,7 +65,7 @@ class RenderState:
         # nonce is secret and fresh per render, so user text cannot forge one.
         return f"CPEMBED{self.nonce}I{index}E"
 
-    def resolve(self, target: str) -> tuple[str, bool]:
+    def resolve(self, target: str) -> tuple:
         if target not in self._resolved:
             self._resolved[target] = self.resolve_link(target)
         return self._resolved[target]
@@ -86,9 +86,10 @@ class WikiLinkProcessor(InlineProcessor):
         if not target:
             return None, None, None
         text = " ".join((m.group(2) or "").split()) or target
-        url, exists = self.state.resolve(target)
+        url, exists, *draft = self.state.resolve(target)
         el = etree.Element("a")
-        el.set("class", "wikilink" if exists else "wikilink missing")
+        el.set("class", "wikilink draft" if draft and draft[0] else
+               "wikilink" if exists else "wikilink missing")
         el.set("href", url)
         el.set(MARKER_ATTR, self.state.marker("w", len(self.state.links)))
         # Atomic: the alias is plain text, not markdown (no tags or links inside).

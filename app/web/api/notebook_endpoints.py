@@ -10,7 +10,7 @@ from flask import current_app, jsonify, request
 from app.db import get_session
 from app.errors import Invalid, NotFound, refuse_unknown
 from app.models import Entry, Revision
-from app.notebook import attachments, browse, entries, isoweeks, letters, search
+from app.notebook import attachments, browse, entries, isoweeks, letters, render, search
 from app.web.access import author, can_write, visible, visible_entry
 from app.web.api.blueprint import bp
 from app.web.api.openapi import document
@@ -28,7 +28,8 @@ def entry_json(entry: Entry, *, full: bool = True) -> dict:
     }
     if full:
         data["body"] = entry.body_md
-        data["html"] = entry.body_html
+        data["html"] = entry.body_html if can_write() else render.hide_draft_links(
+            entry.body_html)
     return data
 
 
@@ -186,7 +187,7 @@ def get_week(week: str):
         letters.ensure_this_week(current_app.extensions["db"], timezone)
     session = get_session()
     letter = letters.find_letter(session, week)
-    if letter is None:
+    if letter is None or not visible(letter):
         raise NotFound(f"no letter for {week}")
     items = [e for e in letters.week_entries(session, week) if visible(e)]
     return jsonify(letter=entry_json(letter), entries=[entry_json(e, full=False) for e in items])
@@ -208,7 +209,8 @@ def search_entries():
 
 @bp.get("/tags")
 def list_tags():
-    return jsonify(tags=[{"tag": t, "count": n} for t, n in browse.tag_counts(get_session())])
+    counts = browse.tag_counts(get_session(), include_drafts=can_write())
+    return jsonify(tags=[{"tag": t, "count": n} for t, n in counts])
 
 
 @bp.get("/letter-template")

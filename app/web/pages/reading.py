@@ -101,6 +101,8 @@ def home():
     ensure_current_letter()
     session = get_session()
     letter = letters.find_letter(session, current_week())
+    if letter is not None and not visible(letter):
+        letter = None  # a draft letter is the owner's until it is published
     recent = browse.recent(session, 15, include_drafts=can_write())
     return render_template("notes/home.html", letter=letter, recent=recent,
                            today=today())
@@ -168,7 +170,7 @@ def sitemap():
                      for wk, group in itertools.groupby(rows, lambda e: e.iso_week)]
     return render_template("notes/sitemap.html", years=years, year=year,
                            weeks_of_year=weeks_of_year, count=sum(n for _, n in years),
-                           tags=browse.tag_counts(session))
+                           tags=browse.tag_counts(session, include_drafts=can_write()))
 
 
 TAG_PAGE = 50

@@ -17,7 +17,7 @@ from markupsafe import Markup
 from app.db import get_session
 from app.errors import Conflict, Invalid, NotFound
 from app.models import Entry
-from app.notebook import browse, entries, tasks
+from app.notebook import browse, entries, render, tasks
 from app.web.access import author, can_write
 from app.web.pages.blueprints import notes as bp
 from app.web.pages.editing import Draft, base_revision, merge_page
@@ -36,8 +36,10 @@ def task_boxes(entry: Entry) -> Markup:
     """The entry's stored HTML; for an owner, its task boxes become buttons of the entry's
     tick form (templates/notes/_macros.html `tick_form`). O(page), no rendering."""
     html = entry.body_html
-    if not can_write() or 'data-task="' not in html:
-        return Markup(html)  # sanitized when it was saved
+    if not can_write():
+        return Markup(render.hide_draft_links(html))  # sanitized when it was saved
+    if 'data-task="' not in html:
+        return Markup(html)
 
     def button(m: re.Match[str]) -> str:
         n = int(m[1])

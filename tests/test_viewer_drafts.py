@@ -1,0 +1,58 @@
+"""A draft is the owner's until it is published: no read path shows it to a viewer (or a
+feed reader) — not Home, not the letter through the API, not its tags, and a published
+[[link]] to it reads as a link to nothing. The owner sees all of it, links live."""
+
+from app.notebook import isoweeks
+from tests.helpers import OWNER, VIEWER
+
+
+def setup_notebook(served):
+    owner = served.as_user(OWNER)
+    week = isoweeks.iso_week(isoweeks.today("UTC"))
+    letter = owner("get", f"/api/v1/weeks/{week}").get_json()["letter"]
+    owner("put", f"/api/v1/entries/{letter['id']}",
+          json={"body": "## Notes\n\nletter secrets", "status": "draft",
+                "base_revision": letter["revision"]})
+    owner("post", "/api/v1/entries", json={"title": "Secret plan", "body": "hush",
+                                           "tags": ["onlydraft"], "status": "draft"})
+    public = owner("post", "/api/v1/entries", json={
+        "title": "Public note", "body": "See [[Secret plan]] and [[Nothing yet]].",
+        "tags": ["open"]}).get_json()
+    return week, public
+
+
+def test_viewers_see_no_draft_anywhere(served):
+    week, public = setup_notebook(served)
+    viewer = served.as_user(VIEWER)
+    assert "letter secrets" not in viewer("get", "/").text
+    assert viewer("get", f"/api/v1/weeks/{week}").status_code == 404
+    assert "letter secrets" not in viewer("get", f"/weeks/{week}").text
+    tags = {t["tag"] for t in viewer("get", "/api/v1/tags").get_json()["tags"]}
+    assert "open" in tags and "onlydraft" not in tags
+    assert "onlydraft" not in viewer("get", "/sitemap").text
+    page = viewer("get", public["url"]).text
+    assert "Secret plan" in page  # the words the author wrote stay ...
+    assert "/secret-plan" not in page  # ... but not the draft's address
+    api_html = viewer("get", f"/api/v1/entries/{public['id']}").get_json()["html"]
+    assert 'class="wikilink missing">Secret plan' in api_html and "wikilink draft" not in api_html
+    feed = served.client.get("/feed.atom", headers={"Tailscale-User-Login": VIEWER}).text
+    assert "wikilink draft" not in feed and "letter secrets" not in feed
+
+
+def test_the_owner_sees_drafts_and_links_to_them(served):
+    week, public = setup_notebook(served)
+    owner = served.as_user(OWNER)
+    assert "letter secrets" in owner("get", "/").text
+    assert owner("get", f"/api/v1/weeks/{week}").status_code == 200
+    html = owner("get", f"/api/v1/entries/{public['id']}").get_json()["html"]
+    assert 'class="wikilink draft"' in html and "/entries/" in html
+
+
+def test_publishing_the_draft_makes_its_links_live_for_viewers(served):
+    _, public = setup_notebook(served)
+    owner, viewer = served.as_user(OWNER), served.as_user(VIEWER)
+    secret = owner("get", "/api/v1/search?q=Secret").get_json()["results"][0]
+    owner("put", f"/api/v1/entries/{secret['id']}",
+          json={"status": "published", "base_revision": secret["revision"]})
+    html = viewer("get", f"/api/v1/entries/{public['id']}").get_json()["html"]
+    assert 'class="wikilink"' in html and "wikilink missing\">Secret" not in html
