@@ -8,9 +8,11 @@ group) in teardown, and every wait has a deadline.
 
 from __future__ import annotations
 
+import contextlib
 import json
 import os
 import signal
+import sqlite3
 import subprocess
 import sys
 import time
@@ -122,9 +124,17 @@ class Journal:
 
     def start(self) -> None:
         self.cli("db", "upgrade")
-        web = self.spawn("web", ["web"])
-        wait_for_http(self.base + "/healthz", proc=web)
+        self.start_web()
         self.scheduler = self.spawn("scheduler", ["scheduler"])
+
+    def start_web(self) -> None:
+        self.web = self.spawn("web", ["web"])
+        wait_for_http(self.base + "/healthz", proc=self.web)
+
+    def status_in_db(self, run_id: int) -> str:
+        """A run's status read from the database itself (while the web is down)."""
+        with contextlib.closing(sqlite3.connect(self.data_dir / "commonplace.db")) as db:
+            return db.execute("SELECT status FROM run WHERE id = ?", (run_id,)).fetchone()[0]
 
     def runner(self, name: str, plugin: str | None = None) -> subprocess.Popen:
         token = self.cli("token", "create", name, "--role", "runner").strip()
@@ -232,6 +242,34 @@ def test_killed_runner_is_lost_within_ttl_and_a_new_runner_takes_new_work(journa
     done = journal.wait_status(new_id, ["SUCCEEDED", "FAILED"])
     assert done["status"] == "SUCCEEDED" and done["runner"] == "fresh"
     assert journal.run(run_id)["status"] == "LOST"  # never silently re-run
+
+
+def test_a_web_outage_does_not_lose_a_healthy_run_but_a_dead_runner_is_still_lost(journal):
+    steady = journal.runner("steady", plugin="slow_steps.py")
+    run_id = journal.create("data_parallel", strategies=["dp_naive"], **QUICK)
+    journal.wait_status(run_id, "RUNNING", 60)
+    wait_until("the scheduler to have seen the web up", lambda: "is up" in (
+        journal.data_dir / "scheduler.log").read_text(), 30)
+    stop_process(journal.web)  # gunicorn alone goes down, mid-run, for two lease lifetimes
+    down = time.monotonic()
+    while time.monotonic() - down < 2 * TTL + REAPER:
+        assert journal.status_in_db(run_id) == "RUNNING"  # the reaper waits for the web
+        time.sleep(0.5)
+    journal.start_web()
+    done = journal.wait_status(run_id, ["SUCCEEDED", "FAILED", "LOST"], 120)
+    assert done["status"] == "SUCCEEDED", done["reason"]
+    assert "LOST" not in [e["to"] for e in done["events"]]
+    assert wait_until("the card in the letter",
+                      lambda: journal.run(run_id)["letter_entry_id"], 30)
+    # and with the web up, a runner that really dies is still LOST within TTL + reaper
+    second = journal.create("data_parallel", strategies=["dp_naive"], **QUICK)
+    journal.wait_status(second, "RUNNING", 60)
+    os.kill(steady.pid, signal.SIGKILL)
+    killed = time.monotonic()
+    journal.wait_status(second, ["LOST"], TTL + REAPER + 20)
+    print(f"\n[figure] web down {2 * TTL + REAPER}s mid-run → run SUCCEEDED; runner killed "
+          f"afterwards → LOST after {time.monotonic() - killed:.1f}s (TTL {TTL}s + reaper "
+          f"{REAPER}s)")
 
 
 def test_a_stale_runner_gets_409_and_stops_its_job(journal):

@@ -9,7 +9,8 @@ truth. Its jobs only write rows:
             row changes (the web edits rows, never this process's memory)
   fire      a schedule's cron time came: schedules.fire_due inserts the QUEUED run (or a
             SKIPPED one) under the unique (schedule, fire time) key
-  reap      leases that ran out → LOST; runs queued too long → EXPIRED
+  reap      leases that ran out → LOST; runs queued too long → EXPIRED (not while the web
+            is down: runners renew leases through it, so an outage is no runner's fault)
   cards     finished runs → a card in the Experiments section of their week's letter
   letter    Monday 00:00 (our time zone): this week's letter
   backup    nightly: an online SQLite backup, older ones pruned
@@ -25,6 +26,7 @@ import datetime as dt
 import logging
 import signal
 import time
+import urllib.request
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -41,6 +43,48 @@ SYNC_S = 3
 CARDS_S = 2
 
 
+class WebWatch:
+    """Is the web up? Runners renew their leases through it, so while it is down a lease
+    running out says nothing about the runner: the reaper waits, and when the web answers
+    again every active lease gets one TTL from then (a runner that kept its job going
+    through the outage reports it; one that died is LOST one TTL later).
+
+    The scheduler asks the web's /healthz at COMMONPLACE_BIND. A web it never reached
+    (another host, a unix socket) is "unknown" and leases are reaped as they run out."""
+
+    def __init__(self, bind: str, timeout_s: float = 3.0):
+        self.url = health_url(bind)
+        self.timeout_s = timeout_s
+        self.seen_up = False
+        self.down_since: dt.datetime | None = None
+
+    def state(self) -> str:
+        """"up", "down" (it answered before and does not now) or "unknown"."""
+        if self.url is None:
+            return "unknown"
+        try:
+            with urllib.request.urlopen(self.url, timeout=self.timeout_s) as response:
+                up = response.status == 200
+        except (OSError, ValueError):
+            up = False
+        if up:
+            self.seen_up = True
+            return "up"
+        return "down" if self.seen_up else "unknown"
+
+
+def health_url(bind: str) -> str | None:
+    if not bind or bind.startswith("unix:") or ":" not in bind:
+        return None
+    host, _, port = bind.rpartition(":")
+    host = host.strip("[]")
+    if host in ("", "0.0.0.0"):
+        host = "127.0.0.1"
+    elif host == "::":
+        host = "::1"
+    return f"http://{f'[{host}]' if ':' in host else host}:{port}/healthz"
+
+
 class Scheduler:
     def __init__(self, app):
         self.config = app.config
@@ -51,6 +95,7 @@ class Scheduler:
             # hours (APScheduler's default of 1 s would drop it), and fires coalesce.
             "misfire_grace_time": 6 * 3600, "coalesce": True, "max_instances": 1})
         self.known: dict[int, str] = {}  # schedule id → the version its cron job was made from
+        self.web = WebWatch(app.config["BIND"])
 
     # -- jobs -----------------------------------------------------------------------------
 
@@ -87,6 +132,19 @@ class Scheduler:
                     log.info("schedule %s fired: run %s %s", schedule.id, run.id, run.status)
 
     def reap(self) -> None:
+        state = self.web.state()
+        if state == "down":
+            if self.web.down_since is None:
+                self.web.down_since = utcnow()
+                log.warning("the web (%s) does not answer: leases are not reaped until it "
+                            "does", self.web.url)
+            return
+        if self.web.down_since is not None:
+            outage = (utcnow() - self.web.down_since).total_seconds()
+            self.web.down_since = None
+            self.amnesty()
+            log.warning("the web answers again after %.0fs: every active lease gets one TTL "
+                        "from now", outage)
         with self.db.write() as session:
             lost = runs.reap(session)
             expired = runs.expire_queued(session, self.config["MAX_QUEUE_AGE_S"])
@@ -125,6 +183,8 @@ class Scheduler:
     # -- running --------------------------------------------------------------------------
 
     def start(self) -> None:
+        log.info("the web at %s is %s", self.web.url or "(not reachable from here)",
+                 self.web.state())
         self.amnesty()
         self.letter()
         self.fire()  # catch up on fires missed while we were down (coalesced, within grace)
