@@ -5,9 +5,11 @@ that records console errors and page errors, and the phone/desktop screens."""
 from __future__ import annotations
 
 import contextlib
+import json
 import os
 import shutil
 import signal
+import urllib.request
 
 import pytest
 
@@ -78,3 +80,12 @@ def assert_fits(page) -> None:
     widths = page.evaluate(
         "[document.documentElement.scrollWidth, document.documentElement.clientWidth]")
     assert widths[0] <= widths[1], f"{page.url} scrolls sideways: {widths}"
+
+
+def call(base: str, method: str, path: str, data: dict | None = None) -> dict:
+    """The JSON API of the server under test (dev mode: loopback is the owner)."""
+    request = urllib.request.Request(base + path, method=method,
+                                     data=json.dumps(data).encode() if data else None,
+                                     headers={"Content-Type": "application/json"})
+    with urllib.request.urlopen(request, timeout=20) as response:
+        return json.load(response)

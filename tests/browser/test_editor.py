@@ -6,9 +6,7 @@ lands in the text as markdown, and survives the save."""
 from __future__ import annotations
 
 import base64
-import json
 import re
-import urllib.request
 
 from playwright.sync_api import expect
 
@@ -17,6 +15,7 @@ from tests.browser.harness import (
     DEVICES,
     assert_fits,
     browser_context,
+    call,
     chromium_page,
     hard_timeout,
 )
@@ -26,12 +25,6 @@ pytestmark = BROWSER
 TEST_SECONDS = 120  # a hard limit for one test, browser start included
 
 
-def call(base: str, method: str, path: str, data: dict | None = None) -> dict:
-    request = urllib.request.Request(base + path, method=method,
-                                     data=json.dumps(data).encode() if data else None,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=20) as response:
-        return json.load(response)
 
 
 def test_double_bracket_completes_a_title_into_a_link(live_server):

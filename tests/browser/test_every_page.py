@@ -5,24 +5,16 @@ that ask for eight GPUs so that `up`'s local CPU runner leaves them queued."""
 
 from __future__ import annotations
 
-import json
 import re
-import urllib.request
 
 from app.notebook import isoweeks
-from tests.browser.harness import BROWSER, assert_fits, chromium_page, hard_timeout
+from tests.browser.harness import BROWSER, assert_fits, call, chromium_page, hard_timeout
 
 pytestmark = BROWSER
 TEST_SECONDS = 240  # a hard limit, browser start included: ~25 pages, twice
 GPU_RUN = {"device": "cuda", "world_size": 8, "batch_size": 8}  # no CPU runner takes it
 
 
-def call(base: str, method: str, path: str, data: dict | None = None) -> dict:
-    request = urllib.request.Request(base + path, method=method,
-                                     data=json.dumps(data).encode() if data else None,
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=20) as response:
-        return json.load(response)
 
 
 def fill(base: str) -> dict[str, str]:

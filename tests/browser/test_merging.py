@@ -13,18 +13,13 @@ import urllib.request
 from app import create_app
 from app.journal import posting, runs
 from app.notebook import isoweeks
-from tests.browser.harness import BROWSER, browser_context, chromium_page, hard_timeout
+from tests.browser.harness import BROWSER, browser_context, call, chromium_page, hard_timeout
 from tests.helpers import SMALL
 
 pytestmark = BROWSER
 TEST_SECONDS = 120
 
 
-def call(base: str, method: str, path: str, data: dict) -> dict:
-    request = urllib.request.Request(base + path, method=method, data=json.dumps(data).encode(),
-                                     headers={"Content-Type": "application/json"})
-    with urllib.request.urlopen(request, timeout=20) as response:
-        return json.load(response)
 
 
 def letter(base: str) -> dict:

@@ -121,12 +121,17 @@ def entry(entry_id: int, slug: str | None = None):
                            backlinks=backlinks)
 
 
-@bp.get("/weeks/<week>")
-def week(week: str):
+def week_or_404(week: str) -> str:
     try:
         isoweeks.parse_week(week)
     except ValueError as exc:
         abort(404, description=str(exc))
+    return week
+
+
+@bp.get("/weeks/<week>")
+def week(week: str):
+    week_or_404(week)
     if week == current_week():
         ensure_current_letter()
     session = get_session()
@@ -146,10 +151,7 @@ def week(week: str):
 
 @bp.post("/weeks/<week>/letter")
 def start_letter(week: str):
-    try:
-        isoweeks.parse_week(week)
-    except ValueError as exc:
-        abort(404, description=str(exc))
+    week_or_404(week)
     session = get_session()
     letters.ensure_letter(session, week, author=author())
     session.commit()
