@@ -62,6 +62,14 @@ class Database:
         self.engine = create_engine(url)
         self._write_engine = self.engine.execution_options(sqlite_immediate=True)
 
+    @property
+    def sqlite_path(self) -> Path | None:
+        """The database file, when the database is a SQLite file."""
+        if not self.url.startswith("sqlite"):
+            return None
+        path = sa.make_url(self.url).database
+        return Path(path) if path and path != ":memory:" else None
+
     def session(self, write: bool = False) -> Session:
         session = Session(self._write_engine if write else self.engine, expire_on_commit=False)
         # where app/notebook/mirror.py writes its files after commit

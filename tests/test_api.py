@@ -17,7 +17,9 @@ def post(client, body, **kw):
 
 
 def test_healthz(client):
-    assert client.get("/healthz").get_json() == {"status": "ok"}
+    health = client.get("/healthz").get_json()
+    assert health["status"] == "ok"
+    assert health["backup"]["at"] is None and "no backup yet" in health["backup"]["warning"]
 
 
 def test_create_get_update_delete(client):

@@ -13,7 +13,7 @@ truth. Its jobs only write rows:
             is down: runners renew leases through it, so an outage is no runner's fault)
   cards     finished runs → a card in the Experiments section of their week's letter
   letter    Monday 00:00 (our time zone): this week's letter
-  backup    nightly: an online SQLite backup, older ones pruned
+  backup    nightly: an archive of everything (app/backups.py), older ones pruned
 
 On start it catches up: a fire missed while it was down, within the schedule's grace,
 runs once (coalesced); and leases get one TTL of amnesty, since no runner could renew
@@ -25,14 +25,13 @@ from __future__ import annotations
 import datetime as dt
 import logging
 import signal
-import time
 import urllib.request
 from pathlib import Path
 
 import sqlalchemy as sa
 from apscheduler.schedulers.blocking import BlockingScheduler
 
-from app import db as dbmod
+from app import backups
 from app.errors import Invalid
 from app.journal import posting, runs, schedules
 from app.models import Run, Schedule, utcnow
@@ -163,15 +162,16 @@ class Scheduler:
             log.info("created the letter for %s", week)
 
     def backup(self) -> None:
-        if not self.db.url.startswith("sqlite"):
+        """The nightly archive (app/backups.py: database, attachments, run logs and
+        artifacts, with a manifest), older nightly ones pruned."""
+        if self.db.sqlite_path is None:
             return
-        folder = Path(self.config["DATA_DIR"]) / "backups"
-        path = dbmod.backup(self.db, folder, reason="nightly")
-        cutoff = time.time() - self.config["BACKUP_KEEP_DAYS"] * 86400
-        for old in folder.glob("commonplace-*-nightly.db"):
-            if old.stat().st_mtime < cutoff:
-                old.unlink()
-        log.info("backed up to %s", path)
+        data_dir = Path(self.config["DATA_DIR"])
+        path, manifest = backups.create(self.db.sqlite_path, data_dir, data_dir / "backups",
+                                        reason="nightly")
+        backups.prune(data_dir / "backups", self.config["BACKUP_KEEP_DAYS"])
+        log.info("backed up to %s (%s entries, %s runs, %s files)", path,
+                 manifest.counts.get("entry"), manifest.counts.get("run"), len(manifest.files))
 
     def amnesty(self) -> None:
         """Nobody could renew a lease while we were down: give each one TTL from now."""

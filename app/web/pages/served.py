@@ -7,6 +7,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from flask import Response, abort, current_app, jsonify, redirect, request, send_file
 
+from app import backups
 from app.db import get_session
 from app.models import Attachment
 from app.notebook import atom
@@ -27,7 +28,10 @@ def feed():
 
 @bp.get("/healthz")
 def healthz():
-    return jsonify(status="ok")
+    """Alive, and how old the last backup is (a warning past two days; still 200: the web
+    is up, and a health check that restarts it would not make a backup)."""
+    return jsonify(status="ok",
+                   backup=backups.last_backup(Path(current_app.config["DATA_DIR"]) / "backups"))
 
 
 @bp.get("/attachments/<sha256>/<name>")
