@@ -1,14 +1,19 @@
-"""Parallelism lab benchmark: hand-written strategies against PyTorch's own, measured
-in the same run on the same machine, printed as ratios (absolute times on a shared
-CPU box mean little).
+"""Parallelism lab benchmark: every strategy measured, predicted and counted in the same
+runs, and hand-written strategies against PyTorch's own, printed as ratios (absolute
+times on a shared CPU box mean little).
 
-    .venv/bin/python bench/lab.py [--world-size 2] [--steps 10] [--keep DIR]
+    .venv/bin/python bench/lab.py [--world-size 2] [--steps 10] [--precision fp32_sgd]
+                                  [--keep DIR] [--quick]
 
-1. hand data parallel (naive, bucketed) vs DistributedDataParallel   (target <= 1.15x)
-2. hand 1F1B (and GPipe) vs torch.distributed.pipelining's schedules  (target <= 1.15x)
-3. hand Megatron TP vs DTensor Colwise/RowwiseParallel               (target <= 1.15x)
-4. pipeline bubble: measured idle fraction vs (p-1)/(m+p-1) across m
-5. the instrumentation wrapper's overhead on a raw all_reduce loop    (target < 5%)
+1. predicted / measured step time of every strategy, after the run's calibration
+   (goal: within 1.5x), with the term that dominates and what is left unexplained
+2. hand-written / PyTorch step time, same run                          (goal: <= 1.15x)
+3. bytes counted == bytes predicted, every strategy, PyTorch's included
+4. memory: the peak of live storage (CPU; CUDA: the allocator) against the formula,
+   per strategy and rank, with the formula's largest terms            (goal: within 10%)
+5. the calibration's link fits and their error
+6. pipeline bubble: measured idle fraction vs (p-1)/(m+p-1) across m
+7. the instrumentation wrapper's overhead on a raw all_reduce loop     (goal: < 5%)
 Every run goes through the launcher, so each strategy also passed the correctness gate.
 """
 
@@ -24,73 +29,125 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = {"hidden": 256, "heads": 8, "layers": 8, "seq_len": 64, "vocab": 512,
          "batch_size": 16, "device": "cpu"}
+RUNS = {  # experiment -> strategies, run once each
+    "data_parallel": ["single", "dp_naive", "dp_bucket", "ddp"],
+    "zero": ["zero1", "zero2", "fsdp2"],
+    "tensor_parallel": ["tp_megatron", "tp_dtensor"],
+    "pipeline": ["gpipe", "torch_gpipe", "1f1b", "torch_1f1b"],
+}
+PAIRS = [("dp_bucket", "ddp"), ("dp_naive", "ddp"), ("zero2", "fsdp2"),
+         ("tp_megatron", "tp_dtensor"), ("gpipe", "torch_gpipe"), ("1f1b", "torch_1f1b")]
 
 
 def run(experiment: str, params: dict, out: Path) -> dict:
     proc = subprocess.run([sys.executable, "-m", "jobs.lab", "run", experiment, "--params",
-                           json.dumps(params), "--out", str(out), "--timeout", "600"],
-                          cwd=ROOT, capture_output=True, text=True, timeout=900)
+                           json.dumps(params), "--out", str(out), "--timeout", "900"],
+                          cwd=ROOT, capture_output=True, text=True, timeout=1200)
     if proc.returncode != 0:
         sys.exit(f"{experiment} failed ({proc.returncode}): {proc.stderr.strip()[-500:]}")
     return json.loads((out / "result.json").read_text())
 
 
-def steps_of(result: dict) -> dict[str, dict]:
-    return {s["strategy"]: s for s in result["strategies"]}
+def ms(x: float) -> str:
+    return f"{x * 1e3:8.2f}"
 
 
-def ratio_line(label: str, mine: dict, theirs: dict, target: float = 1.15) -> str:
-    a, b = mine["step_time_s"], theirs["step_time_s"]
-    r = a["median"] / b["median"]
-    verdict = "ok" if r <= target else f"above {target}x"
-    return (f"{label:<34} {r:6.3f}x  ({a['median'] * 1e3:7.2f} ms [p10 {a['p10'] * 1e3:.2f}, "
-            f"p90 {a['p90'] * 1e3:.2f}] vs {b['median'] * 1e3:7.2f} ms [p10 "
-            f"{b['p10'] * 1e3:.2f}, p90 {b['p90'] * 1e3:.2f}])  {verdict}")
+def mb(x: float) -> str:
+    return f"{x / 1e6:7.2f}"
 
 
-def main() -> int:
-    ap = argparse.ArgumentParser()
-    ap.add_argument("--world-size", type=int, default=2)
-    ap.add_argument("--steps", type=int, default=10)
-    ap.add_argument("--keep", type=Path, default=None, help="keep result directories here")
-    args = ap.parse_args()
-    base = args.keep or Path(tempfile.mkdtemp(prefix="bench_lab_"))
-    base.mkdir(parents=True, exist_ok=True)
-    w = args.world_size
-    common = {**MODEL, "world_size": w, "steps": args.steps, "warmup": 3}
+def prediction_table(results: dict[str, dict]) -> None:
+    print("\n== step time: predicted / measured after calibration (goal: within 1.5x)")
+    print(f"{'strategy':<12} {'measured ms':>11} {'predicted':>9} {'meas/pred':>9}  goal  "
+          f"{'dominant':<14} {'unexplained':>11}  terms (ms)")
+    for exp, result in results.items():
+        for s in result["strategies"]:
+            p = s["prediction"]
+            r = s["ratios"]["step_time"]
+            ok = "ok " if 1 / 1.5 <= r <= 1.5 else "OFF"
+            terms = " ".join(f"{k}={v * 1e3:.1f}" for k, v in p["terms_s"].items() if v)
+            print(f"{s['strategy']:<12} {ms(s['step_time_s']['median']):>11} "
+                  f"{ms(p['step_time_s']):>9} {r:9.2f}  {ok}  {p['dominant']:<14} "
+                  f"{p['residual_s'] * 1e3:+9.1f} ms  {terms}  [{exp}]")
 
-    print(f"parallelism lab bench: world_size={w}, gloo on CPU, model {MODEL}, "
-          f"{args.steps} timed steps (median, p10/p90)")
-    print("\n== hand-written / PyTorch step time (lower is better for the hand version)")
-    dp = steps_of(run("data_parallel", {**common, "strategies": ["dp_naive", "dp_bucket", "ddp"],
-                                        "bucket_cap_mb": 1.0}, base / "dp"))
-    print(ratio_line("dp_bucket / ddp", dp["dp_bucket"], dp["ddp"]))
-    print(ratio_line("dp_naive / ddp", dp["dp_naive"], dp["ddp"]))
 
-    pp = steps_of(run("pipeline", {**common, "micro_batches": 4,
-                                   "strategies": ["1f1b", "torch_1f1b", "gpipe", "torch_gpipe"]},
-                      base / "pp"))
-    print(ratio_line("1f1b / torch Schedule1F1B", pp["1f1b"], pp["torch_1f1b"]))
-    print(ratio_line("gpipe / torch ScheduleGPipe", pp["gpipe"], pp["torch_gpipe"]))
+def pairs_table(by_name: dict[str, dict]) -> None:
+    print("\n== hand-written / PyTorch step time, same run (lower is better for the hand "
+          "version; goal <= 1.15x)")
+    for mine, theirs in PAIRS:
+        if mine not in by_name or theirs not in by_name:
+            continue
+        a, b = by_name[mine]["step_time_s"], by_name[theirs]["step_time_s"]
+        r = a["median"] / b["median"]
+        print(f"{mine + ' / ' + theirs:<26} {r:6.3f}x  ({ms(a['median'])} ms [p10 "
+              f"{a['p10'] * 1e3:.2f}, p90 {a['p90'] * 1e3:.2f}] vs {ms(b['median'])} ms "
+              f"[p10 {b['p10'] * 1e3:.2f}, p90 {b['p90'] * 1e3:.2f}])  "
+              f"{'ok' if r <= 1.15 else 'above 1.15x'}")
 
-    tp = steps_of(run("tensor_parallel", {**common, "strategies": ["tp_megatron", "tp_dtensor"]},
-                      base / "tp"))
-    print(ratio_line("tp_megatron / DTensor TP", tp["tp_megatron"], tp["tp_dtensor"]))
 
-    print("\n== pipeline bubble: measured idle fraction vs (p-1)/(m+p-1), p = "
-          f"{w}, same global batch")
+def bytes_table(by_name: dict[str, dict]) -> None:
+    print("\n== bytes per step: counted vs predicted (rank 0; PyTorch's own counted by the "
+          "dispatcher census)")
+    print(f"{'strategy':<12} {'kind':<15} {'counted':>12} {'predicted':>12} {'calls':>11}  "
+          f"exact  source")
+    for name, s in by_name.items():
+        rows = [r for r in s["comm"]["bytes_vs_predicted"] if r["rank"] == 0]
+        for r in rows:
+            calls = f"{r['counted_calls']}/{r['predicted_calls']}"
+            print(f"{name:<12} {r['kind']:<15} {r['counted_bytes']:>12} "
+                  f"{r['predicted_bytes']:>12} {calls:>11}  {str(r['exact']):<5}  "
+                  f"{s['comm']['source'].split(',')[0]}")
+        if not rows:
+            print(f"{name:<12} {'(none)':<15}")
+
+
+def memory_table(by_name: dict[str, dict]) -> None:
+    print("\n== memory per rank: peak measured (live storage) vs formula (goal: within 10%)")
+    print(f"{'strategy':<12} {'rank':>4} {'measured MB':>11} {'formula MB':>10} {'ratio':>6}  "
+          f"peak at               largest terms (MB)")
+    for name, s in by_name.items():
+        for m in s["memory"]:
+            peak, p = m["peak"], m["peak"]["formula"]
+            terms = {**p["held"], **p["transient"]}
+            top = sorted(terms.items(), key=lambda kv: -kv[1])[:5]
+            print(f"{name:<12} {m['rank']:>4} {mb(peak['measured']):>11} "
+                  f"{mb(peak['predicted']):>10} {peak['ratio']:6.3f}  {p['peak_at']:<20}  "
+                  + ", ".join(f"{k} {v / 1e6:.2f}" for k, v in top))
+
+
+def fits_table(results: dict[str, dict]) -> None:
+    print("\n== calibration: alpha-beta fits over a size sweep (time per call in bursts), "
+          "fit error")
+    for exp, result in results.items():
+        cal = result["calibration"]
+        for op, f in cal["links"].items():
+            print(f"{exp:<16} {op:<15} alpha {f['alpha_s'] * 1e6:8.1f} us  W "
+                  f"{f['busbw_Bps'] / 1e9:7.3f} GB/s  rms {f['rms_rel_error']:5.1%}  max "
+                  f"{f['max_rel_error']:5.1%}  ({len(f['samples'])} sizes)")
+        print(f"{exp:<16} compute: {cal['gemm_shapes']} GEMM shapes probed, per-operator "
+              f"overhead {cal['op_s'] * 1e6:.1f} us, copy {cal['bandwidth_Bps'] / 1e9:.1f} GB/s"
+              + (f", DTensor dispatch {cal['dtensor_op_s'] * 1e6:.1f} us"
+                 if cal["dtensor_op_s"] else ""))
+
+
+def bubble_table(common: dict, w: int, base: Path) -> None:
+    print(f"\n== pipeline bubble: measured idle fraction vs (p-1)/(m+p-1), p = {w}, same "
+          "global batch")
     print(f"{'m':>3} {'schedule':<9} {'predicted':>9} {'measured':>9} {'ratio':>7} "
-          f"{'step ms':>8} {'dominant term':>14}")
+          f"{'step ms':>8} {'pred ms':>8} {'dominant term':>14}")
     for m in (1, 2, 4, 8):
         names = ["gpipe"] if m < w else ["gpipe", "1f1b"]
-        res = steps_of(run("pipeline", {**common, "micro_batches": m, "strategies": names},
-                           base / f"bubble_m{m}"))
+        res = {s["strategy"]: s for s in run("pipeline", {**common, "micro_batches": m,
+                                                          "strategies": names},
+                                             base / f"bubble_m{m}")["strategies"]}
         for name in names:
-            b = res[name]["bubble"]
+            b, s = res[name]["bubble"], res[name]
             print(f"{m:>3} {name:<9} {b['predicted']:>9.3f} {b['measured_idle_fraction']:>9.3f} "
-                  f"{b['ratio']:>7.2f} {res[name]['step_time_s']['median'] * 1e3:>8.2f} "
-                  f"{res[name]['dominant_term']:>14}")
+                  f"{b['ratio']:>7.2f} {ms(s['step_time_s']['median']):>8} "
+                  f"{ms(s['prediction']['step_time_s']):>8} {s['dominant_term']:>14}")
 
+
+def overhead_table(w: int, base: Path) -> None:
     print("\n== instrumentation overhead on a raw all_reduce loop (smallest message = worst)")
     for size in (1024, 65536):
         coll = run("collectives", {"world_size": w, "device": "cpu", "ops": ["all_reduce"],
@@ -102,6 +159,37 @@ def main() -> int:
               f"loop overhead {o['overhead'] * 100:+.2f}% "
               f"{'ok' if o['overhead'] < 0.05 else 'above 5%'}; wrapper bookkeeping "
               f"{o['bookkeeping_s'] * 1e6:.2f} us/op = {o['bookkeeping_fraction'] * 100:.2f}%")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--world-size", type=int, default=2)
+    ap.add_argument("--steps", type=int, default=10)
+    ap.add_argument("--precision", default="fp32_sgd", choices=["fp32_sgd", "bf16_adamw"])
+    ap.add_argument("--keep", type=Path, default=None, help="keep result directories here")
+    ap.add_argument("--quick", action="store_true", help="skip the bubble and overhead runs")
+    args = ap.parse_args()
+    base = args.keep or Path(tempfile.mkdtemp(prefix="bench_lab_"))
+    base.mkdir(parents=True, exist_ok=True)
+    w = args.world_size
+    common = {**MODEL, "world_size": w, "steps": args.steps, "warmup": 3,
+              "precision": args.precision}
+    print(f"parallelism lab bench: world_size={w}, gloo on CPU, {args.precision}, model "
+          f"{MODEL}, {args.steps} timed steps (median, p10/p90)")
+    results = {}
+    for exp, names in RUNS.items():
+        extra = {"micro_batches": 4} if exp == "pipeline" else {"bucket_cap_mb": 1.0} \
+            if exp in ("data_parallel", "zero") else {}
+        results[exp] = run(exp, {**common, **extra, "strategies": names}, base / exp)
+    by_name = {s["strategy"]: s for r in results.values() for s in r["strategies"]}
+    prediction_table(results)
+    pairs_table(by_name)
+    bytes_table(by_name)
+    memory_table(by_name)
+    fits_table(results)
+    if not args.quick:
+        bubble_table(common, w, base)
+        overhead_table(w, base)
     print(f"\nresults in {base}")
     return 0
 

@@ -166,6 +166,16 @@ def test_a_card_counts_one_rank_as_one(db):
     assert "2 ranks" in cards.card(load(db, Run, two))
 
 
+def test_a_card_from_before_the_cost_model_grew_still_renders(db):
+    """result.json stays backward compatible: an old result (no residual, memory or
+    peak name) shows dashes where the new columns are."""
+    run_id = queue(db, "data_parallel")
+    finish(db, run_id, 1000.0)
+    html = cards.card(load(db, Run, run_id))
+    assert "unexplained" in html and "memory measured / predicted" in html
+    assert html.count("<td>–</td>") >= 3
+
+
 CODE = ("Set `bucket_cap_mb=5` for #ddp.\n\n```python\n"
         "def bubble_fraction(stages, microbatches):\n    return 1  # p-1\n```\n\n**Done**.")
 

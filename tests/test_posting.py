@@ -22,8 +22,13 @@ def finished_run(db, status="SUCCEEDED"):
                                           "step_time_s": {"median": 0.02, "p10": 0.019,
                                                           "p90": 0.03},
                                           "prediction": {"step_time_s": 0.01,
-                                                         "dominant": "comm"},
+                                                         "dominant": "comm",
+                                                         "residual_s": -0.002,
+                                                         "unmodelled": ["hooks"]},
                                           "ratios": {"step_time": 2.0},
+                                          "memory": [{"rank": 0, "peak": {
+                                              "measured": 950, "predicted": 1000,
+                                              "ratio": 0.95}}],
                                           "tokens_per_s": 1000.0}]}
         return run.id
 
@@ -38,6 +43,8 @@ def test_finished_runs_land_in_the_experiments_section_of_their_week(client, db)
     assert body.index("## Experiments") < body.index(f"id: {run_id}") < body.index("## Reading")
     html = letter.get_json()["letter"]["html"]
     assert 'class="run-card run-succeeded"' in html and "<svg" in html and "DDP" in html
+    # the letter's card keeps the model's residual and the memory against its formula
+    assert "−2 ms" in html and "not modelled: hooks" in html and "r0 950 B / 1 kB" in html
     assert "run-failed" in html
     revs = client.get(f"/api/v1/entries/{letter.get_json()['letter']['id']}/revisions")
     assert revs.get_json()["revisions"][0]["author"] == "scheduler"

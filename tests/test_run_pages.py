@@ -34,10 +34,18 @@ RESULT = {
     "strategies": [
         {"strategy": "ddp", "label": "torch DDP", "tokens_per_s": 20000.0,
          "step_time_s": {"median": 0.010, "p10": 0.009, "p90": 0.011},
-         "prediction": {"step_time_s": 0.004, "dominant": "compute"},
-         "ratios": {"step_time": 2.5}, "mfu": {"value": 0.12},
+         "prediction": {"step_time_s": 0.004, "dominant": "compute", "residual_s": 0.006,
+                        "residual_fraction": 0.6,
+                        "unmodelled": ["gloo's threads taking cores from compute"]},
+         "ratios": {"step_time": 2.5, "memory_peak": 1.02},
+         "mfu": {"value": 0.12, "peak_name": "measured 512^3 float32 GEMM"},
+         "memory": [{"rank": 0, "peak": {"measured": 2_040_000, "predicted": 2_000_000,
+                                         "ratio": 1.02}},
+                    {"rank": 1, "peak": {"measured": 1_980_000, "predicted": 2_000_000,
+                                         "ratio": 0.99}}],
          "correctness": {"passed": True, "reason": None, "max_grad_abs_error": 1e-8,
-                         "loss_abs_error": 1e-7, "max_param_abs_error": 2e-8}},
+                         "loss_abs_error": 1e-7, "max_param_abs_error": 2e-8,
+                         "max_state_abs_error": 3e-8, "steps_checked": 3}},
         {"strategy": "dp_bucket", "label": "bucketed", "tokens_per_s": 15000.0,
          "step_time_s": {"median": 0.013}, "prediction": {"step_time_s": 0.004},
          "correctness": {"passed": False, "reason": "grad:w differs by 0.5",
@@ -201,6 +209,13 @@ def test_the_run_page_shows_status_history_params_result_and_log(app, client, db
     assert re.search(r"<th scope=\"row\">steps</th><td>1 <span class=\"hint\">default 5", text)
     assert "2.5.1" in text  # environment from the result
     assert "grad:w differs by 0.5" in text  # a failed correctness check is visible
+    # the card says what the model leaves unexplained, the memory seen against the
+    # formula per rank, the peak its MFU is a fraction of, and how many steps were gated
+    assert "+6 ms (+60%)" in text and "not modelled: gloo" in text
+    assert "r0 2.04 MB / 2 MB (1.02×)" in text and "r1 1.98 MB / 2 MB (0.99×)" in text
+    assert "12% <small>of measured 512^3 float32 GEMM</small>" in text
+    assert "✓ 3 steps, max err 1.0e-08" in text
+    assert '<td class="num col-extra">3</td>' in text and "3.0e-08" in text  # steps, state
     assert "&lt;script&gt;alert(1)&lt;/script&gt;" in text and "<script>alert" not in text
     assert 'href="/entries/7"' in text
     assert "data-live" not in text and "runs.js" not in text  # finished: nothing to poll
@@ -279,6 +294,7 @@ def test_compare_shows_the_parameter_diff_and_metrics_side_by_side(client, db):
         assert "1 parameter differs" in text or "1 parameter differ" in text
         assert "torch DDP" in text and "20 k" in text and "30 k" in text
         assert '<span class="delta better">+50%</span>' in text
+        assert "unexplained" in text and "memory / predicted" in text and "1.02×" in text
         assert "2.5.1" in text
 
 

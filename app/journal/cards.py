@@ -119,13 +119,17 @@ def _strategies(result: dict) -> str:
             continue
         check = s.get("correctness") or {}
         err = check.get("max_grad_abs_error")
-        check_text = ("✓ " + (f"max err {err:.1e}" if isinstance(err, (int, float)) else "")
+        steps = check.get("steps_checked")
+        check_text = ("✓ " + (f"{steps} steps, " if isinstance(steps, int) else "")
+                      + (f"max err {err:.1e}" if isinstance(err, (int, float)) else "")
                       if check.get("passed") else "✗ " + str(check.get("reason") or "failed"))
         step = s.get("step_time_s") or {}
         pred = s.get("prediction") or {}
         comm = s.get("comm") or {}
         exact = comm.get("all_exact")
-        mfu = (s.get("mfu") or {}).get("value")
+        mfu = s.get("mfu") or {}
+        peak = f" <small>of {escape(str(mfu['peak_name']))}</small>" if mfu.get("peak_name") \
+            else ""
         rows.append(
             "<tr>"
             f"<td>{escape(str(s.get('label') or s.get('strategy')))}</td>"
@@ -135,9 +139,11 @@ def _strategies(result: dict) -> str:
             f"<td>{seconds(pred.get('step_time_s'))}</td>"
             f"<td>{ratio((s.get('ratios') or {}).get('step_time'))}</td>"
             f"<td>{escape(str(pred.get('dominant') or '–'))}</td>"
+            f"<td>{_residual(pred)}</td>"
             f"<td>{si(s.get('tokens_per_s'))}</td>"
-            f"<td>{percent(mfu)}</td>"
+            f"<td>{percent(mfu.get('value'))}{peak}</td>"
             f"<td>{'–' if exact is None else ('exact' if exact else 'differs')}</td>"
+            f"<td>{_memory(s.get('memory'))}</td>"
             "</tr>"
         )
         if step.get("median") is not None:
@@ -145,10 +151,43 @@ def _strategies(result: dict) -> str:
     table = (
         '<table class="run-table"><thead><tr><th>strategy</th><th>correct</th>'
         "<th>step time (p10–p90)</th><th>predicted</th><th>measured/predicted</th>"
-        "<th>dominant term</th><th>tokens/s</th><th>MFU</th><th>comm bytes vs model</th>"
+        "<th>dominant term</th><th>unexplained</th><th>tokens/s</th><th>MFU</th>"
+        "<th>comm bytes vs model</th><th>memory measured / predicted</th>"
         "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
     )
     return table + bar_chart(bars, "step time: measured (solid) vs predicted (outline)")
+
+
+def _residual(pred: dict) -> str:
+    """What the step-time model leaves unexplained, and the terms it knows it lacks."""
+    residual = pred.get("residual_s")
+    if not isinstance(residual, (int, float)):
+        return "–"
+    share = pred.get("residual_fraction")
+    sign = "+" if residual >= 0 else "−"
+    text = f"{sign}{seconds(abs(residual))}"
+    if isinstance(share, (int, float)):
+        text += f" ({share:+.0%})"
+    missing = [str(m) for m in pred.get("unmodelled") or [] if m]
+    return escape(text) + (f" <small>not modelled: {escape('; '.join(missing))}</small>"
+                           if missing else "")
+
+
+def _memory(memory) -> str:
+    """Per rank: the peak seen (live storage, or CUDA's allocator) over the formula's."""
+    if not isinstance(memory, list):
+        return "–"
+    parts = []
+    for m in memory:
+        if not isinstance(m, dict):
+            continue
+        peak = m.get("peak") or {}
+        measured, predicted = peak.get("measured"), peak.get("predicted")
+        if not isinstance(measured, (int, float)) or not isinstance(predicted, (int, float)):
+            continue
+        parts.append(f"r{escape(str(m.get('rank')))} {si(measured, 'B')} / "
+                     f"{si(predicted, 'B')} ({ratio(peak.get('ratio'))})")
+    return "<br>".join(parts) if parts else "–"
 
 
 def _collectives(result: dict) -> str:

@@ -3,15 +3,15 @@ after every step with the single-device full-batch reference. A strategy that fa
 not timed, and the run fails naming the step, the tensor and the error.
 
 After each step: the loss, every gradient, every parameter and the optimizer state
-(SGD's momentum) must match. One step is not enough: after it the momentum *is* the
-gradient, so an optimizer that forgets its state would pass. Tolerances are per
-tensor: |got - ref| <= rtol*|ref| + atol*max|ref|, relative to each element and to the
-tensor's own scale (a fixed absolute atol would be a large fraction of a small
-gradient and nothing for a large one); the worst relative error max|got - ref| /
-max|ref| is reported. Every element of every gradient, parameter and state tensor must
-be held by some rank, and as often as every other element of that tensor (once, or
-once per replica): a shard with a hole or an overlap fails even when another piece of
-the same parameter exists. Replicated tensors must be bit-identical across ranks. A
+(SGD's momentum; AdamW's two moments) must match. One step is not enough: after it
+the momentum *is* the gradient, so an optimizer that forgets its state would pass.
+Tolerances are per tensor: |got - ref| <= rtol*|ref| + atol*max|ref|, relative to
+each element and to the tensor's own scale (a fixed absolute atol would be a large
+fraction of a small gradient and nothing for a large one); the worst relative error
+max|got - ref| / max|ref| is reported. Every element of every gradient, parameter and
+state tensor must be held by some rank, and as often as every other element of that
+tensor (once, or once per replica): a shard with a hole or an overlap fails even when
+another piece of the same parameter exists. Replicated tensors must be bit-identical across ranks. A
 hand-written pipeline must run its schedule's (forward|backward, micro-batch) order,
 read from the events it recorded, which also bounds the micro-batches it holds.
 Everything here is bookkeeping: CPU copies over ctx.cpu_group, except the replica
@@ -27,8 +27,9 @@ import torch
 import torch.distributed as dist
 
 from jobs.lab.model import Batch, ModelConfig, build_model, loss_fn, make_batch
+from jobs.lab.optim import make_optimizer, state_of
 from jobs.lab.runtime import Context
-from jobs.lab.strategies.base import Piece, Strategy, sgd
+from jobs.lab.strategies.base import Piece, Strategy
 
 GATE_STEPS = 3  # >= 3: a wrong momentum shows from the second step on, and compounds
 
@@ -45,7 +46,8 @@ class Tolerance:
 # at FLOOR), ~80x below; a lost all_reduce or a forgotten momentum is O(1). bfloat16 (GPU
 # runs, whose kernels and nccl reduce in other orders): assert_close's bf16 rtol, scaled.
 TOLERANCES = {"float32": Tolerance("float32", 1e-4, 1e-4),
-              "bfloat16": Tolerance("bfloat16", 1.6e-2, 1.6e-2)}
+              "bfloat16": Tolerance("bfloat16", 1.6e-2, 1.6e-2),
+              "bf16_compute": Tolerance("bf16_compute", 0.15, 0.15)}
 KINDS = ("grad", "param", "state")
 FLOOR = 1e-2  # no tensor's scale below this fraction of the largest of its kind
 
@@ -62,9 +64,10 @@ def gate_batches(cfg: ModelConfig, batch_size: int) -> list[Batch]:
     return [make_batch(cfg, batch_size, step=k) for k in range(GATE_STEPS)]
 
 
-def reference_steps(cfg: ModelConfig, batches: list[Batch], device: torch.device) -> list[RefStep]:
+def reference_steps(cfg: ModelConfig, batches: list[Batch], device: torch.device,
+                    precision: str = "fp32_sgd") -> list[RefStep]:
     model = build_model(cfg, device)
-    opt = sgd(list(model.parameters()))
+    opt = make_optimizer(list(model.parameters()), precision)
     named = list(model.named_parameters())
     steps = []
     for batch in batches:
@@ -77,7 +80,8 @@ def reference_steps(cfg: ModelConfig, batches: list[Batch], device: torch.device
             loss.item(),
             {n: p.grad.detach().cpu().clone() for n, p in named},
             {n: p.detach().cpu().clone() for n, p in named},
-            {n: opt.state[p]["momentum_buffer"].detach().cpu().clone() for n, p in named}))
+            {n + suffix: t.detach().cpu().clone() for n, p in named
+             for suffix, t in state_of(opt, p, precision)}))
     return steps
 
 
@@ -109,8 +113,13 @@ def _check_pieces(kind: str, pieces: list[Piece], ref: dict[str, torch.Tensor],
     the reference it holds (counts: one uint8 per reference element, flat). A tensor that
     is zero in exact arithmetic (attention's key bias gets no gradient: softmax ignores a
     shift every key shares) holds rounding noise on both sides, so no tensor's scale is
-    taken below FLOOR of the largest of its kind."""
-    floor = FLOOR * max((t.abs().max().item() for t in ref.values() if t.numel()), default=0.0)
+    taken below FLOOR of the largest of its kind (AdamW's moments: of its moment - the
+    second is the first's square)."""
+    floors: dict[str, float] = {}
+    for name, t in ref.items():
+        if t.numel():
+            family = _family(name)
+            floors[family] = max(floors.get(family, 0.0), FLOOR * t.abs().max().item())
     results = []
     for piece in pieces:
         if piece.name not in ref:
@@ -127,8 +136,14 @@ def _check_pieces(kind: str, pieces: list[Piece], ref: dict[str, torch.Tensor],
             want, index = piece.select(want), piece.select(index)
         held = offsets[piece.name] + index.reshape(-1)
         counts.index_put_((held,), torch.ones(held.numel(), dtype=torch.uint8), accumulate=True)
-        results.append(compare(f"{kind}:{piece.name}", piece.tensor, want, tol, floor))
+        results.append(compare(f"{kind}:{piece.name}", piece.tensor, want, tol,
+                               floors.get(_family(piece.name), 0.0)))
     return results
+
+
+def _family(name: str) -> str:
+    """Tensors judged against one floor: an AdamW moment's, or every other."""
+    return next((k for k in (".exp_avg_sq", ".exp_avg") if name.endswith(k)), "")
 
 
 def _coverage(counts: torch.Tensor, ref: dict[str, torch.Tensor],
@@ -189,17 +204,18 @@ def _step(ctx: Context, strategy: Strategy, active: bool, batch: Batch, ref: Ref
     out = strategy.train_step(batch) if active else None
     expected = strategy.expected_order() if active else None
     schedule = _schedule(ctx.timeline.events[first_event:], expected) if expected else None
-    offsets, total = {}, 0
-    for name, t in ref.grad.items():
-        offsets[name], total = total, total + t.numel()
     checks: list[dict] = []
     faults: dict[str, list[str]] = {}
     for kind in KINDS:
+        want = getattr(ref, kind)  # state has one tensor per parameter and moment
+        offsets, total = {}, 0
+        for name, t in want.items():
+            offsets[name], total = total, total + t.numel()
         counts = torch.zeros(total, dtype=torch.uint8)
         if active:
             pieces = getattr(strategy, f"{kind}_pieces")()
-            checks += _check_pieces(kind, pieces, getattr(ref, kind), offsets, counts, tol)
-        faults[kind] = _coverage(ctx.sum_cpu(counts), getattr(ref, kind), offsets)
+            checks += _check_pieces(kind, pieces, want, offsets, counts, tol)
+        faults[kind] = _coverage(ctx.sum_cpu(counts), want, offsets)
     differing = _replicas_differing(ctx, strategy.replicated()) if active else []
     reports = ctx.gather({"share": float(out.loss) * out.weight if out else 0.0,
                           "checks": checks, "differing": differing, "schedule": schedule})

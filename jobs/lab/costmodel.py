@@ -1,14 +1,26 @@
-"""Analytical cost model: bytes, FLOPs, memory, bubble and step time - plain arithmetic.
+"""Analytical cost model: bytes, FLOPs, bubble and step time - plain arithmetic.
 
-No torch here: the formulas are checked against what the instrumentation counted
-and printed beside every measurement. Notation (docs/EXPERIMENTS.md): P parameters,
-h hidden, L layers, s sequence, b micro-batch sequences, m micro-batches, p stages,
-t tensor-parallel degree, d data-parallel degree, e bytes per element, n ranks in
-a collective. Collective sizes S follow nccl-tests: the whole buffer (for
-all_gather the gathered output, for reduce_scatter the unscattered input).
+No torch here: the formulas are checked against what the instrumentation counted and
+printed beside every measurement (memory is jobs/lab/memorymodel.py). Notation
+(docs/EXPERIMENTS.md): P parameters, h hidden, L layers, s sequence, b micro-batch
+sequences, m micro-batches, p stages, t tensor-parallel degree, d data-parallel degree,
+e bytes per element, n ranks in a collective. Collective sizes S follow nccl-tests: the
+whole buffer (for all_gather the gathered output, for reduce_scatter the unscattered
+input).
 
-Step times use a calibrated link model per operation, t(S) = alpha + f(n)*S/W
-(f = nccl-tests bus-bandwidth factor), and a calibrated compute rate C (FLOP/s).
+A step's time is priced from what it runs (jobs/lab/census.py counts it once, untimed)
+with what the calibration measured on this host, in the same run:
+
+    compute = sum over matrix multiplies of the probed time of that shape
+            + sum over attention kernels of the probed time of that shape
+            + operators x the per-operator overhead (dispatch, Python, autograd)
+            + DTensor-level operators x DTensor's own dispatch overhead
+            + bytes the other operators read and write / copy bandwidth
+    comm    = per collective kind: count x t(S / count), t read off the calibration's
+              expected time per message size (the fit t = alpha + f(n) x S / W is
+              reported, with its error, and extends t past the largest size measured)
+
+and the strategy composes them (exposed communication, the pipeline's fill and drain).
 """
 
 from __future__ import annotations
@@ -16,9 +28,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-# bytes per parameter with fp32 SGD+momentum, the optimizer every gated strategy uses:
-# weights, gradients, momentum (Adam in mixed precision would be 2 + 2 + 12)
-E_PARAM, E_GRAD, K_OPT = 4, 4, 4
+COMPUTE_TERMS = ("gemm", "attention", "op_overhead", "memory_traffic")
 
 
 def busbw_factor(op: str, n: int) -> float:
@@ -67,19 +77,14 @@ def bubble_fraction(p: int, m: int) -> float:
     return (p - 1) / (m + p - 1)
 
 
-def activation_bytes_per_layer(s: int, b: int, h: int, e: int = 4) -> int:
-    """Korthikanti et al. 2022 without the attention-score term (flash/SDPA attention
-    keeps no s*s matrix): 34*s*b*h bytes at 2 bytes per element, scaled to e."""
-    return 34 * s * b * h * e // 2
-
-
 # ---------------------------------------------------------------- bucket plans
 
 
 def plan_buckets(numels: list[int], cap_elems: int, pad_to: int = 1) -> list[dict]:
     """Group parameters (given in model order) into buckets in *reverse* order, the order
-    their gradients appear in backward. Each bucket is padded to a multiple of pad_to
-    (the data-parallel degree for ZeRO, so every rank owns an equal slice)."""
+    their gradients appear in backward, closing a bucket once it reaches the cap (as DDP's
+    compute_bucket_assignment_by_size does). Each bucket is padded to a multiple of
+    pad_to (the data-parallel degree for ZeRO, so every rank owns an equal slice)."""
     buckets: list[dict] = []
     current: list[int] = []
     size = 0
@@ -101,14 +106,11 @@ def plan_buckets(numels: list[int], cap_elems: int, pad_to: int = 1) -> list[dic
 
 def dp_comm(numels: list[int], e: int, strategy: str, cap_elems: int) -> dict:
     """Data parallel: one all_reduce of every gradient byte per optimizer step
-    (S = P*e), whatever the micro-batch count, thanks to no_sync."""
+    (S = P*e), whatever the micro-batch count, thanks to no_sync. Calls: one per tensor
+    (naive), one per bucket (bucketed; DDP, whose buckets - rebuilt after its first step
+    in the order gradients arrive - close at the same cap)."""
     total = sum(numels) * e
-    if strategy == "dp_naive":
-        count = len(numels)
-    elif strategy == "dp_bucket":
-        count = len(plan_buckets(numels, cap_elems))
-    else:
-        count = None  # DDP picks its own buckets
+    count = len(numels) if strategy == "dp_naive" else len(plan_buckets(numels, cap_elems))
     return {"all_reduce": {"bytes": total, "count": count}}
 
 
@@ -121,15 +123,30 @@ def zero_comm(numels: list[int], e: int, d: int, cap_elems: int) -> dict:
             "all_gather": {"bytes": total, "count": len(buckets)}}
 
 
-def fsdp_comm(P: int, e: int, units: int) -> dict:
-    """ZeRO-3: all_gather forward + all_gather backward + reduce_scatter: 3*P*e."""
-    return {"all_gather": {"bytes": 2 * P * e, "count": 2 * units},
-            "reduce_scatter": {"bytes": P * e, "count": units}}
+def fsdp_padded(shapes: list[tuple[int, ...]], d: int) -> int:
+    """Elements of one FSDP2 unit's all-gather output: each parameter is cut into d
+    chunks along dim 0, each padded to the largest (ceil(dim0/d) rows)."""
+    return sum(math.ceil(s[0] / d) * d * math.prod(s[1:]) for s in shapes)
 
 
-def tp_comm(L: int, b: int, s: int, h: int, e: int) -> dict:
-    """Megatron TP: per layer 2 forward (g) + 2 backward (f) all_reduces of b*s*h*e."""
-    return {"all_reduce": {"bytes": 4 * L * b * s * h * e, "count": 4 * L}}
+def fsdp_comm(units: list[list[tuple[int, ...]]], d: int, e_param: int, e_reduce: int,
+              regathered: list[bool]) -> dict:
+    """ZeRO-3 (FSDP2): each unit all-gathers its padded parameters before forward, and
+    again before backward if it resharded after forward (not the root: torch keeps it
+    unsharded for backward), and reduce-scatters its gradients once: about 3*P*e."""
+    sizes = [fsdp_padded(u, d) for u in units]
+    gathers = [1 + int(again) for again in regathered]
+    return {"all_gather": {"bytes": sum(g * n * e_param for g, n in zip(gathers, sizes,
+                                                                        strict=True)),
+                           "count": sum(gathers)},
+            "reduce_scatter": {"bytes": sum(sizes) * e_reduce, "count": len(units)}}
+
+
+def tp_comm(L: int, b: int, s: int, h: int, e: int, per_layer: int = 4) -> dict:
+    """Megatron TP: per layer 2 forward (g) + 2 backward (f) all_reduces of b*s*h*e.
+    DTensor's plan has 6: its column-parallel q, k and v each all-reduce their input's
+    gradient (no shared f in front of them)."""
+    return {"all_reduce": {"bytes": per_layer * L * b * s * h * e, "count": per_layer * L}}
 
 
 def pp_comm(rank: int, p: int, m: int, mb_bytes: int) -> dict:
@@ -149,41 +166,43 @@ def pp_comm(rank: int, p: int, m: int, mb_bytes: int) -> dict:
     return out
 
 
-# ---------------------------------------------------------------- memory per rank
-
-
-def memory_per_rank(strategy: str, P: int, *, d: int = 1, P_local: int | None = None) -> dict:
-    """Model-state bytes per rank (fp32 SGD+momentum: 4+4+4 bytes/param).
-    DP: 12P. ZeRO-1: 8P + 4P/d. ZeRO-2: 4P + 8P/d. ZeRO-3: 12P/d.
-    TP and PP pass P_local (their own slice of the model)."""
-    local = P if P_local is None else P_local
-    if strategy == "zero1":
-        parts = (E_PARAM * local, E_GRAD * local, K_OPT * local / d)
-    elif strategy == "zero2":
-        parts = (E_PARAM * local, (E_GRAD * local) / d, K_OPT * local / d)
-    elif strategy in ("fsdp2", "zero3"):
-        parts = (E_PARAM * local / d, E_GRAD * local / d, K_OPT * local / d)
-    else:
-        parts = (E_PARAM * local, E_GRAD * local, K_OPT * local)
-    return {"params": parts[0], "grads": parts[1], "optimizer": parts[2],
-            "total": sum(parts)}
-
-
-# ---------------------------------------------------------------- calibrated timing
+# ---------------------------------------------------------------- calibration
 
 
 @dataclass
 class LinkFit:
     alpha: float  # seconds
     bandwidth: float  # bytes/s of bus bandwidth
+    rms_rel_error: float = 0.0  # of the fit against its own samples
+    max_rel_error: float = 0.0
+    samples: list[tuple[float, float]] = field(default_factory=list)  # (S, expected t)
 
     def time(self, op: str, S: float, n: int) -> float:
         return self.alpha + busbw_factor(op, n) * S / self.bandwidth
 
+    def per_call(self, op: str, S: float, n: int) -> float:
+        """Seconds of one call of S bytes: read off the calibration's own samples
+        (log-log between the two sizes around S; the smallest's below them), and past
+        the largest along the fit's slope. A gloo link is not a straight line (its small
+        messages can cost more than its middling ones): the fit says alpha and W and how
+        far from a line it is; the prediction uses what was measured."""
+        pts = sorted(self.samples)
+        if not pts:
+            return self.time(op, S, n)
+        if S <= pts[0][0]:
+            return pts[0][1]
+        for (s0, t0), (s1, t1) in zip(pts, pts[1:], strict=False):
+            if S <= s1:
+                w = math.log(S / s0) / math.log(s1 / s0)
+                return math.exp((1 - w) * math.log(t0) + w * math.log(t1))
+        s_top, t_top = pts[-1]
+        return t_top + busbw_factor(op, n) * (S - s_top) / self.bandwidth
+
 
 def fit_link(op: str, n: int, samples: list[tuple[float, float]]) -> LinkFit:
     """Fit t = alpha + f*S/W over (S, t) samples by least squares on the *relative*
-    error (weights 1/t^2), so that sizes spanning decades all count."""
+    error (weights 1/t^2), so that sizes spanning decades all count; report how far the
+    fitted line is from each sample (rms and worst relative error)."""
     xs = [busbw_factor(op, n) * S for S, _ in samples]
     ts = [t for _, t in samples]
     ws = [1.0 / (t * t) for t in ts]
@@ -198,73 +217,104 @@ def fit_link(op: str, n: int, samples: list[tuple[float, float]]) -> LinkFit:
         x_big, t_big = max(zip(xs, ts, strict=True))
         alpha = min(ts)
         slope = max(t_big - alpha, t_big * 1e-3) / x_big if x_big else 1e-12
-    return LinkFit(alpha=alpha, bandwidth=1.0 / slope)
+    errs = [(alpha + slope * x) / t - 1 for x, t in zip(xs, ts, strict=True)]
+    return LinkFit(alpha=alpha, bandwidth=1.0 / slope,
+                   rms_rel_error=math.sqrt(sum(e * e for e in errs) / len(errs)),
+                   max_rel_error=max(abs(e) for e in errs), samples=list(samples))
 
 
 @dataclass
 class Calibration:
     flops: float  # FLOP/s of one rank while all ranks compute (GEMM of the model's shape)
-    peak_flops: float  # best GEMM FLOP/s measured: the training runs' MFU denominator
+    peak_flops: float  # the MFU denominator (measured GEMM, or a datasheet peak on GPU)
     links: dict[str, LinkFit] = field(default_factory=dict)
     n: int = 1
     peak_name: str = ""  # what peak_flops is, e.g. "measured 4096^3 float32 GEMM"
+    gemm_s: dict[tuple, float] = field(default_factory=dict)  # seconds per call, by shape
+    attention_s: dict[tuple, float] = field(default_factory=dict)
+    op_s: float = 0.0  # per operator: dispatch, Python, autograd bookkeeping
+    dtensor_op_s: float = 0.0  # per DTensor-level operator: its own dispatch
+    bandwidth: float = float("inf")  # bytes/s read+written by the other operators
 
     def coll(self, op: str, S: float, count: int = 1) -> float:
+        """count calls moving S bytes in all (each S/count)."""
         if S <= 0 or count == 0 or self.n == 1:
             return 0.0  # one rank moves nothing (and no link was calibrated)
-        fit = self.links[op]
-        return count * fit.alpha + busbw_factor(op, self.n) * S / fit.bandwidth
+        return count * self.links[op].per_call(op, S / count, self.n)
+
+    def comm(self, comm: dict) -> float:
+        """Seconds of a {kind: {bytes, count}} table (send and recv ride one link)."""
+        total = 0.0
+        for kind, c in comm.items():
+            op = "send_recv" if kind in ("send", "recv") else kind
+            total += self.coll(op, c["bytes"], c["count"] or 1)
+        return total
+
+    def compute(self, phases: dict, only: tuple[str, ...] | None = None) -> dict[str, float]:
+        """Seconds per compute term of a census's phases (all, or those named)."""
+        out = dict.fromkeys(COMPUTE_TERMS, 0.0)
+        for name, ph in phases.items():
+            if only is not None and name not in only:
+                continue
+            out["gemm"] += sum(k * self.gemm_s[key] for key, k in ph["gemm"].items())
+            out["attention"] += sum(k * self.attention_s[key]
+                                    for key, k in ph["attention"].items())
+            out["op_overhead"] += ((ph["ops"] + ph["views"]) * self.op_s
+                                   + ph["dtensor_ops"] * self.dtensor_op_s)
+            out["memory_traffic"] += ph["bytes"] / self.bandwidth
+        return out
 
     def as_dict(self) -> dict:
         return {"flops": self.flops, "peak_flops": self.peak_flops, "n": self.n,
-                "peak_name": self.peak_name,
-                "links": {k: {"alpha_s": v.alpha, "busbw_Bps": v.bandwidth}
+                "peak_name": self.peak_name, "op_s": self.op_s,
+                "dtensor_op_s": self.dtensor_op_s, "bandwidth_Bps": self.bandwidth,
+                "gemm_shapes": len(self.gemm_s), "attention_shapes": len(self.attention_s),
+                "links": {k: {"alpha_s": v.alpha, "busbw_Bps": v.bandwidth,
+                              "rms_rel_error": v.rms_rel_error,
+                              "max_rel_error": v.max_rel_error,
+                              "samples": [{"bytes": S, "time_s": t} for S, t in v.samples]}
                           for k, v in self.links.items()}}
 
 
-def _prediction(terms: dict[str, float], formula: str, **extra) -> dict:
+# ---------------------------------------------------------------- step time
+
+
+def prediction(terms: dict[str, float], formula: str, **extra) -> dict:
     total = sum(terms.values())
     dominant = max(terms, key=lambda k: terms[k]) if terms else None
     return {"step_time_s": total, "terms_s": terms, "dominant": dominant,
             "formula": formula, **extra}
 
 
-def predict_single(flops: float, cal: Calibration) -> dict:
-    return _prediction({"compute": flops / cal.flops}, "T = FLOPs/C")
+def predict_flat(compute: list[dict], comm_s: float, overlap_s: float = 0.0,
+                 formula: str = "") -> dict:
+    """Every rank computes its share and communicates; the slowest rank paces the step.
+    `compute` holds each rank's compute terms; communication beyond `overlap_s` (what
+    hides behind backward on a GPU) is exposed."""
+    critical = max(range(len(compute)), key=lambda r: sum(compute[r].values()))
+    terms = {**compute[critical], "comm": max(0.0, comm_s - overlap_s)}
+    return prediction(terms, formula or "T = compute(critical rank) + exposed comm",
+                      critical_rank=critical, overlap_s=overlap_s, comm_total_s=comm_s)
 
 
-def predict_dp(flops_local: float, comm: dict, cal: Calibration, overlap_s: float = 0.0) -> dict:
-    ar = comm["all_reduce"]
-    t_comm = cal.coll("all_reduce", ar["bytes"], ar["count"] or 1)
-    exposed = max(0.0, t_comm - overlap_s)
-    return _prediction({"compute": flops_local / cal.flops, "comm": exposed},
-                       "T = 6*N*tokens/d / C + [count*alpha + 2(d-1)/d * P*e / W] - overlap")
-
-
-def predict_zero(flops_local: float, comm: dict, cal: Calibration) -> dict:
-    t_comm = sum(cal.coll(op, c["bytes"], c["count"] or 1) for op, c in comm.items())
-    return _prediction({"compute": flops_local / cal.flops, "comm": t_comm},
-                       "T = 6*N*tokens/d / C + T_RS(P*e) + T_AG(P*e) [+ T_AG(P*e) for ZeRO-3]")
-
-
-def predict_tp(flops_local: float, comm: dict, cal: Calibration) -> dict:
-    ar = comm["all_reduce"]
-    per = ar["bytes"] / ar["count"]
-    t_comm = ar["count"] * cal.coll("all_reduce", per)
-    return _prediction({"compute": flops_local / cal.flops, "comm": t_comm},
-                       "T = (6*N_split/t + 6*N_rep)*tokens / C + 4*L*T_AR(b*s*h*e)")
-
-
-def predict_pp(stage_flops_mb: list[float], p: int, m: int, mb_bytes: int,
-               cal: Calibration) -> dict:
-    """T = (m + p - 1) * (t_f + t_b + 2*t_p2p), slowest stage setting the pace."""
-    t_fb = max(stage_flops_mb) / cal.flops
-    t_p2p = cal.coll("send_recv", mb_bytes) if p > 1 else 0.0
-    slot = t_fb + 2 * t_p2p
-    return _prediction(
-        {"compute": m * t_fb, "comm": m * 2 * t_p2p, "bubble": (p - 1) * slot},
-        "T = (m+p-1)*(t_f+t_b+2*t_p2p); bubble = (p-1)/(m+p-1)",
-        bubble_fraction=bubble_fraction(p, m))
+def predict_pipeline(fb: list[dict], opt: list[dict], m: int, t_p2p: float) -> dict:
+    """Stage r spends fb[r]/m per micro-batch (forward + backward) and sends two
+    messages (t_p2p each): a slot. The first micro-batch crosses every stage, the other
+    m-1 follow at the pace of the slowest: T = sum_r slot_r + (m-1) max_r slot_r, plus
+    the optimizer; for equal stages (m+p-1) * (t_f + t_b + 2 t_p2p)."""
+    p = len(fb)
+    slot = [sum(f.values()) / m + 2 * t_p2p for f in fb]
+    pipe = sum(slot) + (m - 1) * max(slot)
+    worst = max(range(p), key=lambda r: slot[r])
+    own = {k: fb[worst][k] + opt[worst][k] for k in COMPUTE_TERMS}
+    comm = 2 * m * t_p2p
+    terms = {**own, "comm": comm,
+             "bubble": max(0.0, pipe + sum(opt[worst].values()) - sum(own.values()) - comm)}
+    idle = [1 - (sum(fb[r].values())) / pipe for r in range(p)] if pipe else [0.0] * p
+    return prediction(terms, "T = sum_r slot_r + (m-1) max_r slot_r + optimizer, "
+                             "slot_r = (t_f + t_b)_r + 2 t_p2p; bubble = (p-1)/(m+p-1)",
+                      critical_rank=worst, bubble_fraction=bubble_fraction(p, m),
+                      predicted_idle_per_stage=idle)
 
 
 # ---------------------------------------------------------------- pipeline stages
@@ -288,12 +338,3 @@ def stage_params(kind: str, L: int, h: int, s: int, v: int, p: int, rank: int) -
         total += (h * h + h) if rank == 0 else 0
         total += (h * h + h) if rank == p - 1 else 0
     return total
-
-
-def stage_flops_per_token(kind: str, L: int, h: int, s: int, v: int, p: int, rank: int) -> int:
-    """6 * (matmul parameters of the stage) + the attention term of its blocks."""
-    n = len(stage_layers(L, p, rank))
-    if kind == "gpt":
-        matmul = n * (12 * h * h + 13 * h) + ((2 * h + h * v) if rank == p - 1 else 0)
-        return 6 * matmul + 12 * n * h * s
-    return 6 * stage_params(kind, L, h, s, v, p, rank)

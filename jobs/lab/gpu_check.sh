@@ -1,7 +1,8 @@
 #!/usr/bin/env bash
 # One short GPU check (at most about 4 minutes on 1-8 H100/H200), every experiment on nccl
 # with W = every visible GPU:
-#   1. the correctness gate (bf16 tolerances) and timing of every strategy that fits W,
+#   1. the correctness gate (bf16 tolerances) and timing of every strategy that fits W
+#      (zero as people train: bf16 compute, fp32 master weights, AdamW),
 #   2. the collective benchmark (nccl busbw up to 1 GiB), when there are at least two GPUs,
 #   3. a bf16 GEMM roofline, and the single-GPU throughput and MFU of GPT-2 124M (tied
 #      head) in bf16 against the dense bf16 datasheet peak (goal: >= 45%),
@@ -54,7 +55,7 @@ lab() {  # lab NAME EXPERIMENT PARAMS
 B=$(( 8 * W ))
 lab dp data_parallel "{\"world_size\":$W,$GATED,\"batch_size\":$B,\"micro_batches\":2,\"bucket_cap_mb\":25,$MODEL}"
 lab tp tensor_parallel "{\"world_size\":$W,$GATED,\"batch_size\":$B,$MODEL}"
-lab zero zero "{\"world_size\":$W,$GATED,\"batch_size\":$B,\"bucket_cap_mb\":25,$MODEL}"
+lab zero zero "{\"world_size\":$W,$GATED,\"precision\":\"bf16_adamw\",\"batch_size\":$B,\"bucket_cap_mb\":25,$MODEL}"
 if [ "$W" -ge 2 ]; then
   lab pp pipeline "{\"world_size\":$W,$GATED,\"batch_size\":$B,\"micro_batches\":$(( 2 * W )),$MODEL,\"strategies\":[\"single\",\"naive_mp\",\"gpipe\",\"1f1b\",\"torch_gpipe\",\"torch_1f1b\"]}"
   lab coll collectives "{\"world_size\":$W,\"device\":\"cuda\",\"min_bytes\":1024,\"max_bytes\":1073741824,\"iters\":10,\"warmup\":3}"

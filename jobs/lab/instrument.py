@@ -7,6 +7,12 @@ timeline event, without ever blocking (no device synchronize in timed code). Che
 and bookkeeping go around it (the context's CPU group) so they never pollute the
 counts. Times are seconds since a common origin taken right after a
 barrier, so events of different ranks share one clock.
+
+On CUDA a span's host clock would measure kernel launches, not their execution: every
+span and every collective also records two CUDA events on the current stream, and
+``Timeline.resolve()`` - called after the step's own synchronize - replaces the host
+times by the events' times, placed on the common clock through an anchor event recorded
+while the device was idle (right after the step's opening synchronize).
 """
 
 from __future__ import annotations
@@ -23,26 +29,74 @@ import torch.distributed as dist
 
 
 class Timeline:
-    def __init__(self, rank: int, origin: float | None = None) -> None:
+    def __init__(self, rank: int, origin: float | None = None,
+                 device: torch.device | None = None) -> None:
         self.rank = rank
         self.origin = time.perf_counter() if origin is None else origin
         self.events: list[dict[str, Any]] = []
         self.tags: dict[str, Any] = {}  # strategy / step, stamped on every event
+        self.open: list[str] = []  # kinds of the spans open now, innermost last
+        self.device = device
+        self.cuda = device is not None and device.type == "cuda"
+        self._unread: list[tuple[dict, Any, Any]] = []  # (event, start, end): CUDA, unread
+        self._anchor: tuple[Any, float] | None = None
 
     def now(self) -> float:
         return time.perf_counter() - self.origin
 
-    def add(self, kind: str, t0: float, t1: float, **fields: Any) -> None:
-        self.events.append({"rank": self.rank, **self.tags, "kind": kind,
-                            "t0": round(t0, 7), "t1": round(t1, 7), **fields})
+    def phase(self) -> str:
+        """The innermost open span (forward, backward, optimizer ...): what runs now."""
+        return self.open[-1] if self.open else "step"
+
+    def add(self, kind: str, t0: float, t1: float, **fields: Any) -> dict[str, Any]:
+        event = {"rank": self.rank, **self.tags, "kind": kind,
+                 "t0": round(t0, 7), "t1": round(t1, 7), **fields}
+        self.events.append(event)
+        return event
+
+    # -- device clock (CUDA): events now, times after the step's synchronize
+    def mark(self) -> Any:
+        """A CUDA event on this device's current stream, whichever thread asks (DDP's
+        callback, the autograd engine's); None on CPU, where the host clock is the truth."""
+        if not self.cuda:
+            return None
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(torch.cuda.current_stream(self.device))
+        return event
+
+    def anchor(self) -> None:
+        """Call right after a device synchronize: the device is idle, so an event recorded
+        now runs now, and ties the device clock to the host's."""
+        if self.cuda:
+            self._anchor = (self.mark(), self.now())
+
+    def on_device(self, event: dict[str, Any], start: Any, end: Any) -> None:
+        """Give `event` the execution times of (start, end) once they can be read."""
+        if start is not None:
+            self._unread.append((event, start, end))
+
+    def resolve(self) -> None:
+        """Read the CUDA events of the step (after its synchronize: nothing waits)."""
+        for event, start, end in self._unread:
+            end.synchronize()
+            if self._anchor is not None:
+                base, at = self._anchor
+                t0 = at + base.elapsed_time(start) / 1e3
+            else:  # no anchor (the gate's steps): launch time, execution length
+                t0 = event["t0"]
+            event.update(t0=round(t0, 7), t1=round(t0 + start.elapsed_time(end) / 1e3, 7),
+                         clock="cuda_event")
+        self._unread = []
 
     @contextmanager
     def span(self, kind: str, **fields: Any) -> Iterator[None]:
-        t0 = self.now()
+        self.open.append(kind)
+        start, t0 = self.mark(), self.now()
         try:
             yield
         finally:
-            self.add(kind, t0, self.now(), **fields)
+            self.open.pop()
+            self.on_device(self.add(kind, t0, self.now(), **fields), start, self.mark())
 
     def write(self, path: str) -> None:
         with open(path, "w") as fh:
@@ -69,7 +123,7 @@ class _Pending:
     def wait(self) -> None:
         for work in self.works:
             work.wait()
-        end = self.comm._mark()
+        end = self.comm.timeline.mark()
         for record in self.records:
             self.comm._time(*record, end)
         self.works, self.records = [], []
@@ -90,45 +144,35 @@ class Comm:
         self.timeline, self.group, self.device = timeline, group, device
         self.cuda = device is not None and device.type == "cuda"
         self.counters: dict[str, dict[str, float]] = {}
-        self._unread: list[tuple] = []  # CUDA-timed calls whose events are not read yet
+        self._unread: list[tuple[str, dict]] = []  # CUDA-timed calls: (kind, event)
 
     def reset(self) -> dict[str, dict[str, float]]:
-        for kind, nbytes, start, host_t0, fields, end in self._unread:
-            end.synchronize()  # after the step: nothing timed waits for this
-            self._add_time(kind, nbytes, host_t0, host_t0 + start.elapsed_time(end) / 1e3,
-                           {**fields, "clock": "cuda_event"})
+        self.timeline.resolve()  # after the step's synchronize: nothing timed waits
+        for kind, event in self._unread:
+            self._counter(kind)["time_s"] += event["t1"] - event["t0"]
         self._unread = []
         old, self.counters = self.counters, {}
         return old
 
-    def _mark(self) -> Any:
-        if self.cuda:  # this device's current stream, whichever thread asks (DDP's callback)
-            event = torch.cuda.Event(enable_timing=True)
-            event.record(torch.cuda.current_stream(self.device))
-            return event
-        return self.timeline.now()
+    def _counter(self, kind: str) -> dict[str, float]:
+        return self.counters.setdefault(kind, {"count": 0, "bytes": 0, "time_s": 0.0})
 
-    def _count(self, kind: str, nbytes: int) -> None:
-        c = self.counters.setdefault(kind, {"count": 0, "bytes": 0, "time_s": 0.0})
+    def _launch(self, kind: str, nbytes: int, fields: dict) -> tuple:
+        c = self._counter(kind)
         c["count"] += 1
         c["bytes"] += nbytes
+        return kind, nbytes, self.timeline.mark(), self.timeline.now(), fields
 
     def _time(self, kind: str, nbytes: int, start: Any, host_t0: float, fields: dict,
               end: Any) -> None:
+        """The call has ended: on CPU now; on CUDA when `end` (an event recorded where
+        its result is waited for) runs."""
+        event = self.timeline.add(kind, host_t0, self.timeline.now(), bytes=nbytes, **fields)
         if self.cuda:
-            self._unread.append((kind, nbytes, start, host_t0, fields, end))
+            self.timeline.on_device(event, start, end)
+            self._unread.append((kind, event))
         else:
-            self._add_time(kind, nbytes, start, end, fields)
-
-    def _add_time(self, kind: str, nbytes: int, t0: float, t1: float, fields: dict) -> None:
-        c = self.counters.setdefault(kind, {"count": 0, "bytes": 0, "time_s": 0.0})
-        c["time_s"] += t1 - t0
-        self.timeline.add(kind, t0, t1, bytes=nbytes, **fields)
-
-    def _launch(self, kind: str, nbytes: int, fields: dict) -> tuple:
-        self._count(kind, nbytes)
-        host_t0 = self.timeline.now()
-        return kind, nbytes, self._mark(), host_t0, fields
+            self._counter(kind)["time_s"] += event["t1"] - event["t0"]
 
     def _run(self, kind: str, nbytes: int, fn: Callable[[], Any], async_op: bool,
              fields: dict) -> _Pending | None:
@@ -160,7 +204,7 @@ class Comm:
         fut = dist.all_reduce(t, group=self._g(group), async_op=True).get_future()
 
         def done(f: torch.futures.Future) -> torch.Tensor:
-            self._time(*record, self._mark())
+            self._time(*record, self.timeline.mark())
             value = f.value()
             return value[0] if isinstance(value, list) else value
 

@@ -59,8 +59,12 @@ _COMMON: dict[str, dict[str, Any]] = {
                 choices=["float32", "bfloat16"]),
     "gate_tolerance": _p("str", "float32", "Tolerances of the correctness gate: float32's, "
                          "or bfloat16's looser ones (GPU runs, whose kernels and nccl "
-                         "reduce in other orders than the reference).",
-                         choices=["float32", "bfloat16"]),
+                         "reduce in other orders than the reference; bf16_adamw always "
+                         "uses these).", choices=["float32", "bfloat16"]),
+    "precision": _p("str", "fp32_sgd", "Training recipe: fp32 weights with SGD + momentum "
+                    "(12 bytes/parameter), or bf16 compute with fp32 master weights and "
+                    "AdamW (2 + 2 + 12 bytes/parameter), as large models are trained.",
+                    choices=["fp32_sgd", "bf16_adamw"]),
 }
 
 
@@ -73,10 +77,12 @@ def _params(*names: str, **overrides: dict[str, Any]) -> dict[str, dict[str, Any
 
 
 _RESULT_TRAINING = (
-    "Per strategy: correctness (loss and max gradient/parameter error against the "
-    "single-device reference, invariants), step time median/p10/p90, tokens/s, "
-    "communication counted per collective kind, memory per rank, MFU, and the cost "
-    "model's prediction with measured/predicted ratios and the dominant term."
+    "Per strategy: correctness (loss and max gradient/parameter/optimizer-state error "
+    "against the single-device reference, invariants), step time median/p10/p90, "
+    "tokens/s, communication counted per collective kind (PyTorch's own strategies' "
+    "too), memory per rank from the allocator against the formula with its buffers "
+    "named, MFU, and the cost model's prediction after calibration, with measured/"
+    "predicted ratios, the dominant term and the residual the model leaves unexplained."
 )
 
 EXPERIMENTS: dict[str, dict[str, Any]] = {
@@ -140,7 +146,7 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
         ),
         "params": _params(
             "world_size", "steps", "warmup", "batch_size", "seq_len", "hidden", "layers",
-            "heads", "vocab", "model", "device", "seed", "gate_tolerance",
+            "heads", "vocab", "model", "device", "seed", "gate_tolerance", "precision",
             micro_batches=_p("int", 1, "Gradient-accumulation micro-batches per rank per "
                              "step (all-reduce only on the last).", min=1, max=64),
             bucket_cap_mb=_p("float", 0.25, "Bucket size for the bucketed strategy and DDP "
@@ -163,7 +169,7 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
         ),
         "params": _params(
             "world_size", "steps", "warmup", "batch_size", "seq_len", "hidden", "heads",
-            "vocab", "micro_batches", "model", "device", "seed", "gate_tolerance",
+            "vocab", "micro_batches", "model", "device", "seed", "gate_tolerance", "precision",
             layers=_p("int", 4, "Blocks L, split evenly-ish over the stages.", min=1, max=128),
             strategies=_p("str_list", ["naive_mp", "gpipe", "1f1b", "torch_gpipe",
                                        "torch_1f1b"],
@@ -186,7 +192,7 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
         ),
         "params": _params(
             "world_size", "steps", "warmup", "batch_size", "seq_len", "hidden", "layers",
-            "heads", "vocab", "device", "seed", "gate_tolerance",
+            "heads", "vocab", "device", "seed", "gate_tolerance", "precision",
             strategies=_p("str_list", ["single", "tp_megatron", "tp_dtensor"],
                           "Strategies to check and time.",
                           choices=["single", "tp_megatron", "tp_dtensor"]),
@@ -204,7 +210,7 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
         ),
         "params": _params(
             "world_size", "steps", "warmup", "batch_size", "seq_len", "hidden", "layers",
-            "heads", "vocab", "model", "device", "seed", "gate_tolerance",
+            "heads", "vocab", "model", "device", "seed", "gate_tolerance", "precision",
             bucket_cap_mb=_p("float", 0.25, "Bucket size for the hand-written stages (MB).",
                              min=0.001, max=1024.0),
             strategies=_p("str_list", ["ddp", "zero1", "zero2", "fsdp2"],

@@ -1,7 +1,8 @@
 """One plain-text table from result.json files (used by gpu_check.sh and the CLI):
 experiment, strategy, measured, predicted, their ratio, MFU with the peak it is a
-fraction of, and bus bandwidth (a collective's best; for a training strategy, the
-calibrated link its prediction used)."""
+fraction of, bus bandwidth (a collective's best; for a training strategy, the
+calibrated link its prediction used), and a note: bytes exact or not, the peak memory
+against its formula, what the step-time model left unexplained."""
 
 from __future__ import annotations
 
@@ -51,11 +52,17 @@ def _training_rows(exp: str, result: dict) -> list[list[str]]:
         pred = (s.get("prediction") or {}).get("step_time_s")
         mfu = s.get("mfu") or {}
         exact = (s.get("comm") or {}).get("all_exact")
+        note = [{True: "bytes exact", False: "bytes MISMATCH", None: "-"}[exact]]
+        memory = (s.get("ratios") or {}).get("memory_peak")
+        if memory is not None:
+            note.append(f"mem {memory:.2f}x")
+        residual = (s.get("prediction") or {}).get("residual_s")
+        if residual is not None:
+            note.append(f"unexplained {residual * 1e3:+.3g} ms")
         rows.append([exp, s["strategy"], result.get("status", "?"), check, _fmt(step, " s"),
                      _fmt(pred, " s"), _ratio(step, pred),
                      _mfu(mfu.get("value"), mfu.get("peak_name")),
-                     _link_busbw(s, result),
-                     {True: "bytes exact", False: "bytes MISMATCH", None: "-"}[exact]])
+                     _link_busbw(s, result), ", ".join(note)])
     return rows
 
 

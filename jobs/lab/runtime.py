@@ -160,7 +160,8 @@ def init(device_name: str) -> Context:
 
     group, cpu_group = group_for(device.type), group_for("cpu")
     dist.barrier(group=cpu_group)
-    timeline = Timeline(rank)  # origin taken just after a barrier: one clock for all ranks
+    # origin taken just after a barrier: one clock for all ranks
+    timeline = Timeline(rank, device=device)
     ctx = Context(rank, world, device, backend, timeline, Comm(timeline, group, device),
                   out_dir="", group=group, cpu_group=cpu_group)
     return ctx

@@ -34,6 +34,8 @@ def test_collective_sweep_reports_nccl_tests_bandwidths(coll):
         assert row["predicted_s"] > 0 and row["measured_over_predicted"] > 0
     for op in ops:
         assert r["fits"][op]["alpha_s"] >= 0 and r["fits"][op]["busbw_Bps"] > 0
+        # the fit says how far from a straight line the link is
+        assert 0 <= r["fits"][op]["rms_rel_error"] <= r["fits"][op]["max_rel_error"]
     over = r["wrapper_overhead"]
     assert over["raw_s"] > 0 and over["wrapped_s"] > 0
     lines = [ln for ln in coll.stdout.splitlines() if ln.startswith("progress ")]

@@ -5,7 +5,8 @@ from __future__ import annotations
 import pytest
 import torch
 
-from jobs.lab import costmodel
+from jobs.lab import costmodel, memorymodel
+from jobs.lab.census import OpCensus
 from jobs.lab.instrument import SavedActivations
 from jobs.lab.model import ModelConfig, build_model, make_batch
 from jobs.lab.strategies.pipeline_parallel import Stage
@@ -35,8 +36,7 @@ def test_one_rank_communicates_for_free():
     # world_size=1 has no link to calibrate: its collectives are predicted to cost nothing
     cal = costmodel.Calibration(flops=1e9, peak_flops=1e9, n=1)
     assert cal.coll("all_reduce", 1 << 20, 10) == 0.0
-    assert costmodel.predict_dp(1e9, {"all_reduce": {"bytes": 1 << 20, "count": 3}},
-                                cal)["terms_s"]["comm"] == 0.0
+    assert cal.comm({"all_reduce": {"bytes": 1 << 20, "count": 3}}) == 0.0
 
 
 @pytest.mark.parametrize("kind", ["gpt", "mlp"])
@@ -81,13 +81,17 @@ def test_busbw_factors_follow_nccl_tests():
     assert costmodel.busbw_factor("send_recv", 2) == 1.0
 
 
-def test_fit_link_recovers_alpha_and_bandwidth():
+def test_fit_link_recovers_alpha_and_bandwidth_and_reports_its_error():
     alpha, W, n = 2e-4, 1.5e9, 4
     samples = [(S, alpha + costmodel.busbw_factor("all_reduce", n) * S / W)
                for S in (1 << 10, 1 << 14, 1 << 18, 1 << 22)]
     fit = costmodel.fit_link("all_reduce", n, samples)
     assert fit.alpha == pytest.approx(alpha, rel=1e-6)
     assert fit.bandwidth == pytest.approx(W, rel=1e-6)
+    assert fit.rms_rel_error < 1e-9 and fit.samples == samples
+    noisy = [(S, t * (1.2 if i % 2 else 0.8)) for i, (S, t) in enumerate(samples)]
+    rough = costmodel.fit_link("all_reduce", n, noisy)
+    assert 0.1 < rough.rms_rel_error <= rough.max_rel_error < 0.5
 
 
 @pytest.mark.parametrize("cap,pad", [(10, 1), (100, 4), (10**9, 2), (1, 3)])
@@ -103,18 +107,26 @@ def test_bucket_plan_covers_every_param_once_and_pads(cap, pad):
     assert plan[0]["params"][0] == len(numels) - 1
 
 
-def test_memory_formulas_shrink_with_stage():
+@pytest.mark.parametrize("precision,expected", [
+    # ZeRO paper, K = 12: DP (2+2+12)P, ZeRO-1 (2+2+12/d)P, ZeRO-2 (2+(2+12)/d)P, 16P/d
+    ("bf16_adamw", lambda P, d: (16 * P, (4 + 12 / d) * P, (2 + 14 / d) * P, 16 * P / d)),
+    ("fp32_sgd", lambda P, d: (12 * P, (8 + 4 / d) * P, (4 + 8 / d) * P, 12 * P / d)),
+])
+def test_model_state_follows_the_zero_paper(precision, expected):
     P, d = 1000, 4
-    dp = costmodel.memory_per_rank("dp", P, d=d)["total"]
-    z1 = costmodel.memory_per_rank("zero1", P, d=d)["total"]
-    z2 = costmodel.memory_per_rank("zero2", P, d=d)["total"]
-    z3 = costmodel.memory_per_rank("fsdp2", P, d=d)["total"]
-    assert (dp, z1, z2, z3) == (12 * P, 8 * P + P, 4 * P + 2 * P, 3 * P)
+    got = tuple(memorymodel.model_state(precision, P, stage=k, d=d)["total"] for k in range(4))
+    assert got == pytest.approx(expected(P, d))
 
 
 def test_comm_formulas():
     assert costmodel.tp_comm(3, 2, 8, 16, 4)["all_reduce"] == {"bytes": 4 * 3 * 2 * 8 * 16 * 4,
                                                                "count": 12}
+    assert costmodel.tp_comm(3, 2, 8, 16, 2, 6)["all_reduce"]["count"] == 18  # DTensor's plan
+    # FSDP2: each parameter padded to ceil(dim0/d) rows; the root gathered once
+    assert costmodel.fsdp_padded([(5, 3), (4,)], 2) == 6 * 3 + 4
+    f = costmodel.fsdp_comm([[(5, 3)], [(4,)]], 2, 2, 4, regathered=[True, False])
+    assert f == {"all_gather": {"bytes": (2 * 18 + 4) * 2, "count": 3},
+                 "reduce_scatter": {"bytes": (18 + 4) * 4, "count": 2}}
     assert costmodel.pp_comm(0, 2, 4, 100) == {"send": {"bytes": 400, "count": 4},
                                                "recv": {"bytes": 400, "count": 4}}
     assert costmodel.pp_comm(1, 3, 4, 100)["send"]["bytes"] == 800
@@ -139,3 +151,32 @@ def test_saved_activation_meter_counts_storages_once_and_frees():
     # (the same input tensor twice would be counted once: it is one storage)
     assert meter.peak == 2 * held
     (a + b).backward()
+
+
+def test_the_census_sees_shapes_bytes_and_views_and_prices_them():
+    lin = torch.nn.Linear(8, 4)
+    x = torch.randn(3, 8, requires_grad=True)
+    census = OpCensus()
+    with census:
+        lin(x).sum().backward()
+    phase = census.profile()["phases"]["step"]
+    # forward addmm (3x8 @ 8x4, the weight transposed); backward: dX and dW mm's
+    assert phase["gemm"][("addmm", (3, 8), "n", (8, 4), "t", "float32")] == 1
+    assert sum(phase["gemm"].values()) == 3
+    assert phase["views"] > 0 and phase["ops"] > 0 and phase["bytes"] > 0
+    assert census.profile()["collectives"] == {}
+    cal = costmodel.Calibration(flops=1, peak_flops=1, op_s=1e-6, bandwidth=1e9,
+                                gemm_s=dict.fromkeys(phase["gemm"], 1e-3))
+    t = cal.compute({"step": phase})
+    assert t["gemm"] == pytest.approx(3e-3)
+    assert t["op_overhead"] == pytest.approx((phase["ops"] + phase["views"]) * 1e-6)
+    assert t["memory_traffic"] == pytest.approx(phase["bytes"] / 1e9)
+
+
+def test_the_pipeline_formula_for_equal_stages_is_m_plus_p_minus_1_slots():
+    fb = [dict.fromkeys(costmodel.COMPUTE_TERMS, 0.0) | {"gemm": 0.4}] * 4  # 0.1 per mb
+    opt = [dict.fromkeys(costmodel.COMPUTE_TERMS, 0.0)] * 4
+    pred = costmodel.predict_pipeline(fb, opt, m=4, t_p2p=0.01)
+    assert pred["step_time_s"] == pytest.approx((4 + 4 - 1) * (0.1 + 0.02))
+    assert sum(pred["terms_s"].values()) == pytest.approx(pred["step_time_s"])
+    assert pred["bubble_fraction"] == pytest.approx(3 / 7)

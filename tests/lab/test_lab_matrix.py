@@ -2,7 +2,10 @@
 with the default process group restricted the way nccl is: its backend string maps only
 ``cuda`` to gloo, so a CPU tensor sent without naming a group fails - the gate's,
 gather's and the probes' bookkeeping as much as the strategies' own traffic. This is
-how a GPU host fails ("No backend type associated with device type cpu"), on CPU."""
+how a GPU host fails ("No backend type associated with device type cpu"), on CPU.
+The training experiments run the mixed-precision recipe (bf16 compute, fp32 master
+weights, AdamW) at world size 2, the fp32 one elsewhere: every strategy's bytes are
+exact and its memory within 10% of the formula in both."""
 
 from __future__ import annotations
 
@@ -20,7 +23,9 @@ QUICK = {**TINY, "steps": 1, "warmup": 0}
 PARAMS = {
     "data_parallel": QUICK,
     "tensor_parallel": QUICK,
-    "zero": QUICK,
+    # several buckets: gloo may hold one bucket's staging a thread switch past its
+    # collective, which the formula counts as a bound - a small fraction of many buckets
+    "zero": {**QUICK, "bucket_cap_mb": 0.02},
     "pipeline": {**QUICK, "layers": 4, "micro_batches": 4},
     "collectives": {"device": "cpu", "min_bytes": 1024, "max_bytes": 4096, "iters": 2,
                     "warmup": 1, "measure_overhead": False},
@@ -44,6 +49,9 @@ def test_every_experiment_at_every_world_size_under_nccls_device_restriction(
     params = {**PARAMS[experiment]}
     if registry.EXPERIMENTS[experiment]["params"]["world_size"].get("max") != 1:
         params["world_size"] = world
+    mixed = "precision" in registry.EXPERIMENTS[experiment]["params"] and world == 2
+    if mixed:
+        params["precision"] = "bf16_adamw"
     run = launch(experiment, params, tmp_path, env=NCCL_LIKE)
     assert run.rc == 0, (run.stderr[-3000:], run.stdout[-2000:])
     r = run.result
@@ -53,14 +61,21 @@ def test_every_experiment_at_every_world_size_under_nccls_device_restriction(
         c = s["correctness"]
         assert c["passed"], (s["strategy"], c["reason"])
         assert c["steps_checked"] == GATE_STEPS and c["coverage_exact"]
-        assert c["max_rel_error"] < 1e-4 and c["tolerance"] == "float32"
+        if mixed:  # bf16 rounding: measured <= 0.05 of a tensor's scale; a bug is >= 0.6
+            assert c["max_rel_error"] < 0.15 and c["tolerance"] == "bf16_compute"
+            assert s["mfu"]["dtype"] == "bfloat16"
+        else:
+            assert c["max_rel_error"] < 1e-4 and c["tolerance"] == "float32"
         if c["schedule"]:
             assert c["schedule"]["order_ok"]
             assert c["schedule"]["max_in_flight"] == c["schedule"]["bound"]
         assert s["step_time_s"]["median"] > 0 and s["ratios"]["step_time"] > 0
         assert s["mfu"]["peak_name"].startswith("measured")
-        if s["comm"]["instrumented"]:
-            assert s["comm"]["all_exact"] in (True, None)
+        # every strategy's bytes, PyTorch's own included (None: nothing sent or predicted)
+        assert s["comm"]["all_exact"] in ((True, None) if s["ranks"] == 1 else (True,)), \
+            s["comm"]["bytes_vs_predicted"]
+        for m in s["memory"]:
+            assert 0.9 <= m["peak"]["ratio"] <= 1.1, (s["strategy"], m["rank"], m["peak"])
     if "calibration" in r:
         assert r["calibration"]["n"] == world
 

@@ -15,7 +15,7 @@ from jobs.lab.registry import ParamError, validate
 
 
 def test_registry_imports_without_torch():
-    code = ("import sys, jobs.lab.registry, jobs.lab.costmodel, jobs.lab; "
+    code = ("import sys, jobs.lab.registry, jobs.lab.costmodel, jobs.lab.memorymodel, jobs.lab; "
             "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 
@@ -69,6 +69,8 @@ def test_shared_names_mean_the_same():
     ("data_parallel", {"batch_size": 6, "world_size": 4}, "batch_size"),
     ("data_parallel", {"typo_param": 1}, "typo_param"),
     ("data_parallel", {"model": "resnet"}, "model"),
+    ("zero", {"precision": "fp16_adam"}, "precision"),
+    ("gpt_mfu", {"precision": "bf16_adamw"}, "precision"),  # a training recipe only
     ("zero", {"world_size": 3, "batch_size": 8}, "batch_size"),
     ("collectives", {"min_bytes": 4096, "max_bytes": 1024}, "min_bytes"),
     ("collectives", {"world_size": 1}, "world_size"),
@@ -81,6 +83,13 @@ def test_invalid_params_name_the_parameter(experiment, params, param):
     assert err.value.param == param
     assert err.value.message
     assert param in str(err.value)
+
+
+def test_every_training_experiment_offers_both_recipes_fp32_sgd_by_default():
+    for name in ("data_parallel", "pipeline", "tensor_parallel", "zero"):
+        spec = registry.EXPERIMENTS[name]["params"]["precision"]
+        assert spec["default"] == "fp32_sgd" and spec["choices"] == ["fp32_sgd", "bf16_adamw"]
+        assert validate(name, {"precision": "bf16_adamw"})["precision"] == "bf16_adamw"
 
 
 def test_one_f_one_b_rule_only_applies_to_one_f_one_b():

@@ -81,12 +81,17 @@ def headline(run: Run) -> dict[str, list[Metric]]:
             check = s.get("correctness") or {}
             mfu = _num((s.get("mfu") or {}).get("value"))
             ratio = _num((s.get("ratios") or {}).get("step_time"))
+            memory = _num((s.get("ratios") or {}).get("memory_peak"))
+            residual = _num(pred.get("residual_s"))
             groups[str(s.get("label") or s.get("strategy"))] = [
                 Metric("step time (median)", _num(step.get("median")),
                        cards.seconds(_num(step.get("median"))), "lower"),
                 Metric("predicted", _num(pred.get("step_time_s")),
                        cards.seconds(_num(pred.get("step_time_s")))),
                 Metric("measured / predicted", ratio, cards.ratio(ratio)),
+                Metric("unexplained", residual, cards.seconds(residual) if residual is None
+                       or residual >= 0 else "−" + cards.seconds(-residual)),
+                Metric("memory / predicted", memory, cards.ratio(memory)),
                 Metric("tokens/s", _num(s.get("tokens_per_s")),
                        cards.si(_num(s.get("tokens_per_s"))), "higher"),
                 Metric("MFU", mfu, cards.percent(mfu), "higher"),
@@ -143,9 +148,11 @@ def checks(run: Run) -> list[dict]:
             "strategy": str(s.get("label") or s.get("strategy")),
             "passed": bool(c.get("passed")),
             "reason": c.get("reason") or "",
+            "steps": c.get("steps_checked") if isinstance(c.get("steps_checked"), int) else None,
             "loss_error": _num(c.get("loss_abs_error")),
             "grad_error": _num(c.get("max_grad_abs_error")),
             "param_error": _num(c.get("max_param_abs_error")),
+            "state_error": _num(c.get("max_state_abs_error")),
         })
     return sorted(rows, key=lambda r: r["passed"])
 

@@ -48,12 +48,12 @@ def wrapper_overhead(ctx: Context, nbytes: int, pairs: int = 200) -> dict:
     r, w = slowest_median(ctx, times["raw"]), slowest_median(ctx, times["wrapped"])
     # what the wrapper adds per call (count, marks, timeline event; on CUDA two events),
     # timed without the collective's noise around it
-    scratch = Comm(Timeline(ctx.rank), ctx.group, ctx.device)
+    scratch = Comm(Timeline(ctx.rank, device=ctx.device), ctx.group, ctx.device)
     n = 20000
     t0 = time.perf_counter()
     for _ in range(n):
         launched = scratch._launch("all_reduce", nbytes, {})
-        scratch._time(*launched, scratch._mark())
+        scratch._time(*launched, scratch.timeline.mark())
     bookkeeping = (time.perf_counter() - t0) / n
     scratch.reset()  # (CUDA events are read after the loop, as after a step)
     return {"bytes": nbytes, "pairs": pairs, "raw_s": r, "wrapped_s": w, "overhead": w / r - 1,
@@ -85,6 +85,7 @@ def run(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
                          busbw_GBps=row["busbw_Bps"] / 1e9)
         fit = costmodel.fit_link(op, n, samples)
         fits[op] = {"alpha_s": fit.alpha, "busbw_Bps": fit.bandwidth,
+                    "rms_rel_error": fit.rms_rel_error, "max_rel_error": fit.max_rel_error,
                     "formula": "t = alpha + factor(op, n) * S / W"}
         for row in table:
             if row["op"] == op:

@@ -14,25 +14,10 @@ from typing import Any
 
 import torch
 
-from jobs.lab.experiments.probes import gemm_flops
+from jobs.lab.experiments.probes import peak_for
 from jobs.lab.model import ModelConfig, build_model, loss_fn, make_batch
+from jobs.lab.optim import sgd
 from jobs.lab.runtime import Context
-from jobs.lab.strategies.base import sgd
-
-DENSE_BF16_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
-
-
-def peak_for(ctx: Context, params: dict[str, Any]) -> tuple[float, str]:
-    if params["peak_tflops"] > 0:
-        return params["peak_tflops"] * 1e12, "given"
-    if ctx.is_cuda and params["dtype"] == "bfloat16":
-        name = torch.cuda.get_device_name(ctx.device)
-        for key, value in DENSE_BF16_PEAKS.items():
-            if key in name:
-                return value, f"{key} dense bf16 datasheet"
-    edge = 4096 if ctx.is_cuda else 512
-    rate, _ = gemm_flops(ctx, edge, edge, edge, dtype=getattr(torch, params["dtype"]))
-    return rate, f"measured {edge}^3 {params['dtype']} GEMM"
 
 
 def run(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
@@ -46,7 +31,7 @@ def run(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
     loss_of = loss_fn("gpt")
     tokens = params["batch_size"] * cfg.seq_len
     fpt = cfg.flops_per_token()
-    peak, peak_source = peak_for(ctx, params)
+    peak, peak_source = peak_for(ctx, params["dtype"], params["peak_tflops"])
     if ctx.is_cuda:
         torch.cuda.reset_peak_memory_stats(ctx.device)
     times, losses = [], []

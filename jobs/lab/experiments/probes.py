@@ -1,8 +1,13 @@
-"""Timed probes shared by the benchmarks and by every experiment's calibration:
-one collective of S bytes, one GEMM, one copy. Medians over iterations, each
-iteration fenced by a barrier and a device synchronize. The collectives run on
-the device's group (ctx.group); fences and timings travel as bookkeeping
-(ctx.barrier, ctx.gather: CPU, gloo)."""
+"""Timed probes shared by the benchmarks and by every experiment's calibration: a
+collective of S bytes, a GEMM of a given shape and layout, an attention kernel, a copy,
+and the per-operator overhead of a small step. Medians over iterations, each iteration
+ended by a device synchronize (collectives: also fenced by a barrier). The collectives
+run on the device's group (ctx.group); fences and timings travel as bookkeeping
+(ctx.barrier, ctx.gather: CPU, gloo). Every rank probes at once, as every rank computes
+at once in a step (on CPU they share the cores), and the slowest rank's figure is kept.
+
+``calibrate`` measures what the cost model prices a step with - see costmodel.py - for
+exactly the shapes and message sizes the run's strategies use (their census)."""
 
 from __future__ import annotations
 
@@ -12,11 +17,18 @@ from collections.abc import Callable
 
 import torch
 import torch.distributed as dist
+import torch.nn.functional as F
+from torch.distributed.tensor import Replicate, distribute_tensor
 
 from jobs.lab import costmodel
+from jobs.lab.census import OpCensus
 from jobs.lab.instrument import Comm
+from jobs.lab.memorymodel import RECIPES
+from jobs.lab.model import ModelConfig, build_model, loss_fn, make_batch
+from jobs.lab.optim import make_optimizer
 from jobs.lab.runtime import Context
 
+DENSE_BF16_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all")
 
 
@@ -76,6 +88,15 @@ def time_fn(ctx: Context, fn: Callable[[], None], iters: int, warmup: int,
     return times
 
 
+def expected(times: list[float]) -> float:
+    """What one call costs in a step that makes many: their mean - a step adds up every
+    call, its stalls included (a collective's median per call can be half its mean on a
+    shared machine) - less the single slowest sample, so that one preemption of a short
+    probe does not stand for many."""
+    kept = sorted(times)[:-1] if len(times) >= 4 else times
+    return statistics.fmean(kept)
+
+
 def slowest_median(ctx: Context, times: list[float]) -> float:
     """The collective finishes when its slowest rank does."""
     return max(ctx.gather(statistics.median(times)))
@@ -90,35 +111,181 @@ def gemm_flops(ctx: Context, M: int, N: int, K: int, dtype: torch.dtype = torch.
 
 
 def copy_bandwidth(ctx: Context, nbytes: int = 64 << 20, iters: int = 5) -> float:
-    """Read+write bytes per second of a large device copy."""
-    src = torch.ones(nbytes // 4, device=ctx.device)
+    """Read+write bytes per second of a device copy of nbytes."""
+    src = torch.ones(max(1, nbytes // 4), device=ctx.device)
     dst = torch.empty_like(src)
     times = time_fn(ctx, lambda: dst.copy_(src), iters, warmup=1, fence=False)
-    return 2 * nbytes / statistics.median(times)
+    return 2 * src.numel() * 4 / statistics.median(times)
 
 
-def calibrate(ctx: Context, ops: list[str], gemm_shape: tuple[int, int, int],
-              sizes: tuple[int, int] = (4096, 1 << 20), iters: int = 5) -> costmodel.Calibration:
-    """Quick in-run calibration: alpha and W for each op from two sizes, the compute
-    rate C from a GEMM of the model's shape run on all ranks at once, and the peak
-    (the better of that and a 512^3 GEMM) as the CPU MFU denominator."""
+def peak_for(ctx: Context, dtype: str, given_tflops: float = 0.0) -> tuple[float, str]:
+    """The MFU denominator: given; for bf16 on H100/H200/A100 the dense bf16 datasheet
+    peak; otherwise the measured GEMM peak of the dtype."""
+    if given_tflops > 0:
+        return given_tflops * 1e12, "given"
+    if ctx.is_cuda and dtype == "bfloat16":
+        name = torch.cuda.get_device_name(ctx.device)
+        for key, value in DENSE_BF16_PEAKS.items():
+            if key in name:
+                return value, f"{key} dense bf16 datasheet"
+    edge = 4096 if ctx.is_cuda else 512
+    rate, _ = gemm_flops(ctx, edge, edge, edge, dtype=getattr(torch, dtype))
+    return rate, f"measured {edge}^3 {dtype} GEMM"
+
+
+def _matrix(ctx: Context, shape: tuple, layout: str, dtype: torch.dtype) -> torch.Tensor:
+    """A random tensor of `shape`, row-major ('n') or the transpose of one ('t')."""
+    if layout == "n":
+        return torch.randn(shape, device=ctx.device, dtype=dtype)
+    flipped = (*shape[:-2], shape[-1], shape[-2])
+    return torch.randn(flipped, device=ctx.device, dtype=dtype).transpose(-1, -2)
+
+
+def gemm_time(ctx: Context, key: tuple, iters: int = 7) -> float:
+    """Seconds of one call of the census's matrix multiply `key` (census.gemm_key):
+    expected, as a step that makes many of them pays."""
+    op, a_shape, a_layout, b_shape, b_layout, dtype = key
+    dt = getattr(torch, dtype)
+    a, b = _matrix(ctx, a_shape, a_layout, dt), _matrix(ctx, b_shape, b_layout, dt)
+    bias = torch.zeros(b_shape[-1], device=ctx.device, dtype=dt)
+    fn = {"mm": lambda: torch.mm(a, b), "bmm": lambda: torch.bmm(a, b),
+          "addmm": lambda: torch.addmm(bias, a, b),
+          "baddbmm": lambda: torch.baddbmm(bias, a, b)}[op]
+    return expected(time_fn(ctx, fn, iters, warmup=2, fence=False))
+
+
+def attention_times(ctx: Context, shape: tuple, dtype: str, iters: int = 5) -> dict[str, float]:
+    """Seconds of causal SDPA's forward, and of its backward, at q's shape (B, a, T, hd)."""
+    q, k, v = (torch.randn(shape, device=ctx.device, dtype=getattr(torch, dtype),
+                           requires_grad=True) for _ in range(3))
+
+    def forward() -> torch.Tensor:
+        return F.scaled_dot_product_attention(q, k, v, is_causal=True)
+
+    out = forward()
+    grad = torch.ones_like(out)
+    t_f = expected(time_fn(ctx, forward, iters, warmup=2, fence=False))
+    t_fb = expected(time_fn(ctx, lambda: forward().backward(grad), iters, warmup=2,
+                            fence=False))
+    return {"forward": t_f, "backward": max(t_fb - t_f, 0.0)}
+
+
+def tiny_step(ctx: Context, kind: str, precision: str) -> tuple[Callable[[], None], dict]:
+    """A step of a very small model of the run's kind and recipe - its operators cost
+    their overhead, not their arithmetic - and its census."""
+    cfg = ModelConfig(kind=kind, layers=2, hidden=8, heads=2, seq_len=4, vocab=16,
+                      dtype=RECIPES[precision]["dtype"])
+    model = build_model(cfg, ctx.device)
+    opt = make_optimizer(list(model.parameters()), precision)
+    batch = make_batch(cfg, 2).to(ctx.device)
+
+    def step() -> None:
+        opt.zero_grad(set_to_none=True)
+        loss_fn(kind)(model(batch.inputs), batch.targets).backward()
+        opt.step()
+
+    step()  # the optimizer's state exists, as in the steps it stands for
+    census = OpCensus()
+    with census:
+        step()
+    return step, census.profile()["phases"]["step"]
+
+
+def dtensor_overhead(ctx: Context, iters: int = 50) -> float:
+    """What a DTensor-level operator costs beyond the local one it runs."""
+    local = torch.ones(8, device=ctx.device)
+    dt = distribute_tensor(local.clone(), ctx.mesh(), [Replicate()])
+    dt.mul_(1.0)  # sharding propagation cached, as in every step but the first
+    t_d = expected(time_fn(ctx, lambda: dt.mul_(1.0), iters, warmup=3, fence=False))
+    t_l = expected(time_fn(ctx, lambda: local.mul_(1.0), iters, warmup=3, fence=False))
+    return max(t_d - t_l, 0.0)
+
+
+def link_sizes(largest: int, world: int) -> list[int]:
+    """Message sizes for a fit: from 1 KiB by fours to the largest needed, and at least
+    to 256 KiB - far enough from alpha for the slope to be W, not noise."""
+    top = max(largest, 256 << 10)
+    sizes, size = [], max(1024, 4 * world)
+    while size < top:
+        sizes.append(size)
+        size *= 4
+    return sizes + [top]
+
+
+def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
+               burst: int = 4) -> costmodel.LinkFit:
+    """alpha and W of `op`, fitted to the time per call of bursts of `burst` calls in a
+    row on as many different buffers - as a step issues them: one after another, not each
+    after a barrier, and each on its own tensor (gloo costs about twice as much per call
+    on a fresh buffer as on the one it just reduced) - at every size, sizes visited
+    round-robin `repeats` times, in turn up and down the sizes, so that the machine's
+    drift and whatever a burst leaves behind hit them alike; with the fit's error
+    against the expected times (``expected``)."""
+    fns = {S: [collective(ctx, op, S) for _ in range(burst)] for S in sizes}
+    times: dict[int, list[float]] = {S: [] for S in sizes}
+
+    def run(S: int) -> Callable[[], None]:
+        def calls() -> None:
+            for fn in fns[S]:
+                fn()
+        return calls
+
+    for r in range(repeats):
+        for S in (sizes if r % 2 == 0 else sizes[::-1]):
+            times[S] += [t / burst for t in time_fn(ctx, run(S), 2, warmup=1)]
+    means = ctx.gather([expected(times[S]) for S in sizes])
+    samples = [(message_bytes(op, S, ctx.world), max(m[i] for m in means))
+               for i, S in enumerate(sizes)]
+    return costmodel.fit_link(op, ctx.world, samples)
+
+
+def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
+              precision: str = "fp32_sgd") -> costmodel.Calibration:
+    """What this run's step times are priced with, measured for what its strategies run
+    (``needs``: the same on every rank - links {op: largest message}, gemm and attention
+    keys from the census, the model kind, whether DTensor is used, the mean bytes of an
+    operator): a link fit per collective, a time per GEMM and attention shape, the
+    per-operator overhead from a tiny step of the same kind of model (its measured time,
+    less what its GEMMs, attention and bytes cost, per operator), and the copy bandwidth
+    at the size of an operator's tensors."""
     links = {}
     if ctx.world > 1:
-        for op in ops:
-            samples = []
-            for S in sizes:
-                fn = collective(ctx, op, S)
-                med = slowest_median(ctx, time_fn(ctx, fn, iters, warmup=1))
-                samples.append((message_bytes(op, S, ctx.world), med))
-            links[op] = costmodel.fit_link(op, ctx.world, samples)
-    M, N, K = gemm_shape
+        for op, largest in sorted(needs["links"].items()):
+            links[op] = sweep_link(ctx, op, link_sizes(largest, ctx.world))
+    tiny, tiny_phase = tiny_step(ctx, needs["kind"], precision)
+    gemms = sorted(set(needs["gemm"]) | set(tiny_phase["gemm"]))
+    attns = sorted({(k[1], k[2]) for k in set(needs["attention"]) | set(tiny_phase["attention"])})
     ctx.barrier()
-    rate, _ = gemm_flops(ctx, M, N, K)
-    edge = 4096 if ctx.is_cuda else 512
-    big, _ = gemm_flops(ctx, edge, edge, edge)  # fp32, the dtype the gated models train in
-    both = ctx.gather((rate, big))
-    # the slowest rank paces a synchronous step
-    flops = min(b[0] for b in both)
-    peak = min(b[1] for b in both)
-    return costmodel.Calibration(flops=flops, peak_flops=max(peak, flops), links=links,
-                                 n=ctx.world, peak_name=f"measured {edge}^3 float32 GEMM")
+    mine = {"gemm": [gemm_time(ctx, k) for k in gemms],
+            "attention": [attention_times(ctx, shape, dt) for shape, dt in attns],
+            "bandwidth": copy_bandwidth(ctx, max(4096, int(needs["op_bytes"]) // 2), iters=9),
+            "tiny": expected(time_fn(ctx, tiny, 15, warmup=3, fence=False)),
+            "dtensor": dtensor_overhead(ctx) if needs["dtensor"] else 0.0}
+    everyone = ctx.gather(mine)  # the slowest rank paces a synchronous step
+    gemm_s = {k: max(r["gemm"][i] for r in everyone) for i, k in enumerate(gemms)}
+    attention_s = {}
+    for i, (shape, dt) in enumerate(attns):
+        for way in ("forward", "backward"):
+            attention_s[(way, shape, dt)] = max(r["attention"][i][way] for r in everyone)
+    bandwidth = min(r["bandwidth"] for r in everyone)
+    priced = costmodel.Calibration(flops=0.0, peak_flops=0.0, gemm_s=gemm_s,
+                                   attention_s=attention_s, bandwidth=bandwidth)
+    t = priced.compute({"step": tiny_phase})
+    tiny_s = max(r["tiny"] for r in everyone)
+    op_s = max(tiny_s - t["gemm"] - t["attention"] - t["memory_traffic"], 0.0) / max(
+        1, tiny_phase["ops"] + tiny_phase["views"])
+    big = max(gemms, key=lambda k: gemm_s[k], default=None)
+    rate = 2 * _mnk(big) / gemm_s[big] if big else 0.0
+    peak, name = peak_for(ctx, dtype)
+    peak = min(p for p in ctx.gather(peak))
+    return costmodel.Calibration(
+        flops=rate, peak_flops=max(peak, rate) if name.startswith("measured") else peak,
+        links=links, n=ctx.world, peak_name=name, gemm_s=gemm_s, attention_s=attention_s,
+        op_s=op_s, dtensor_op_s=max(r["dtensor"] for r in everyone), bandwidth=bandwidth)
+
+
+def _mnk(key: tuple) -> int:
+    """M*N*K of a census GEMM key (batched: times the batch)."""
+    _, a, _, b, _, _ = key
+    batch = a[0] if len(a) == 3 else 1
+    return batch * a[-2] * a[-1] * b[-1]

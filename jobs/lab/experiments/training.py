@@ -1,50 +1,47 @@
 """The loop shared by the training experiments (data_parallel, pipeline,
-tensor_parallel, zero): for each strategy, gate it against the single-device
-reference, then - only if it passed - time it, measure its memory, and set the
-cost model's prediction beside the measurement.
+tensor_parallel, zero), for every strategy:
 
-Strategies are timed round-robin (all resident at once), but memory is measured on
-each alone: every timed instance and the reference are freed first, then each
-strategy is built again, takes one step (so its optimizer state exists) and is
-measured over a second; on CUDA the allocator's peak is reset in between."""
+1. the gate against the single-device reference; only a strategy that passed goes on;
+2. one untimed step under the census (jobs/lab/census.py): the operators and shapes it
+   runs, the collectives it issues - PyTorch's own strategies' too;
+3. the calibration, for exactly those shapes and messages (probes.calibrate);
+4. timed steps, round-robin over the strategies (all resident at once);
+5. the prediction (the census priced by the calibration, composed by the strategy);
+6. memory, each strategy alone: the timed instances and the reference are freed, the
+   strategy is built again, takes one step (its optimizer state exists) and a second,
+   measured one - the allocator's records on CPU, max_memory_allocated on CUDA (the
+   peak reset in between) - beside its formula.
+"""
 
 from __future__ import annotations
 
+import contextlib
 import gc
 import statistics
 from typing import Any
 
 import torch
 
-from jobs.lab import costmodel, strategies
+from jobs.lab import strategies
+from jobs.lab.census import LiveStorage, OpCensus
 from jobs.lab.correctness import TOLERANCES, gate, gate_batches, reference_steps
 from jobs.lab.experiments.probes import calibrate
+from jobs.lab.experiments.summary import counted_kinds, summarise
 from jobs.lab.instrument import SavedActivations
+from jobs.lab.memorymodel import RECIPES
 from jobs.lab.model import ModelConfig, make_batch
 from jobs.lab.runtime import Context
 from jobs.lab.strategies.base import Strategy, TrainSpec
 
-CALIBRATE_OPS = {
-    "data_parallel": ["all_reduce"],
-    "tensor_parallel": ["all_reduce"],
-    "pipeline": ["send_recv"],
-    "zero": ["all_reduce", "reduce_scatter", "all_gather"],
-}
-
 
 def spec_from(params: dict[str, Any]) -> TrainSpec:
+    precision = params.get("precision", "fp32_sgd")
     cfg = ModelConfig(kind=params.get("model", "gpt"), layers=params["layers"],
                       hidden=params["hidden"], heads=params["heads"],
-                      seq_len=params["seq_len"], vocab=params["vocab"], seed=params["seed"])
+                      seq_len=params["seq_len"], vocab=params["vocab"], seed=params["seed"],
+                      dtype=RECIPES[precision]["dtype"])
     return TrainSpec(cfg, params["batch_size"], params.get("micro_batches", 1),
-                     params.get("bucket_cap_mb", 0.25))
-
-
-def _pct(values: list[float], q: float) -> float:
-    s = sorted(values)
-    k = (len(s) - 1) * q
-    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
-    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+                     params.get("bucket_cap_mb", 0.25), precision)
 
 
 def _idle_fraction(ctx: Context, name: str, steps: range) -> float | None:
@@ -78,6 +75,46 @@ def prepare(ctx: Context, name: str, spec: TrainSpec, batches, ref, tol,
             "times": [], "comm_steps": []}
 
 
+def census_step(ctx: Context, state: dict, batch) -> None:
+    """One untimed step under the census; the wrapper counts the same step."""
+    tl = ctx.timeline
+    tl.tags = {"strategy": state["name"], "step": "census"}
+    census = OpCensus(tl.phase)
+    ctx.barrier()
+    if state["active"]:
+        with census:
+            state["strategy"].train_step(batch)
+    ctx.sync()
+    state["census"] = census.profile()
+    state["census_wrapper"] = counted_kinds(ctx.comm.reset())
+
+
+def needs_of(ctx: Context, states: list[dict]) -> dict:
+    """What the calibration must measure for these strategies, the same on every rank."""
+    mine: dict[str, Any] = {"links": {}, "gemm": set(), "attention": set(), "ops": 0,
+                            "bytes": 0, "dtensor": False}
+    for st in states:
+        census = st["census"]
+        for phase in census["phases"].values():
+            mine["gemm"] |= set(phase["gemm"])
+            mine["attention"] |= set(phase["attention"])
+            mine["ops"] += phase["ops"]
+            mine["bytes"] += phase["bytes"]
+            mine["dtensor"] |= phase["dtensor_ops"] > 0
+        for kind, c in census["collectives"].items():
+            op = "send_recv" if kind in ("send", "recv") else kind
+            mine["links"][op] = max(mine["links"].get(op, 0), c["largest"])
+    every = ctx.gather(mine)
+    links: dict[str, int] = {}
+    for r in every:
+        for op, largest in r["links"].items():
+            links[op] = max(links.get(op, 0), largest)
+    return {"links": links, "gemm": set().union(*(r["gemm"] for r in every)),
+            "attention": set().union(*(r["attention"] for r in every)),
+            "dtensor": any(r["dtensor"] for r in every),
+            "op_bytes": sum(r["bytes"] for r in every) / max(1, sum(r["ops"] for r in every))}
+
+
 def time_step(ctx: Context, state: dict, i: int, warmup: int, spec: TrainSpec, batch,
               progress) -> None:
     """One fenced, synchronized step; warm-up steps (i < warmup) are not kept."""
@@ -86,12 +123,13 @@ def time_step(ctx: Context, state: dict, i: int, warmup: int, spec: TrainSpec, b
     ctx.barrier()
     ctx.sync()
     t0 = tl.now()
+    tl.anchor()  # the device is idle: its clock meets the host's here
     if state["active"]:
         state["strategy"].train_step(batch)
     ctx.sync()
     t1 = tl.now()
     tl.add("step", t0, t1)
-    counted = ctx.comm.reset()
+    counted = ctx.comm.reset()  # also reads the step's CUDA events
     if i >= warmup:
         state["times"].append(t1 - t0)
         state["comm_steps"].append(counted)
@@ -100,32 +138,32 @@ def time_step(ctx: Context, state: dict, i: int, warmup: int, spec: TrainSpec, b
              tokens_per_s=spec.tokens / (t1 - t0) if state["active"] else None)
 
 
-def timed_report(ctx: Context, state: dict, cal: costmodel.Calibration, params: dict) -> None:
+def timed_report(ctx: Context, state: dict, cal, params: dict) -> None:
     """What this rank measured while timing, and what the cost model says (asked while
-    the instance still exists)."""
+    the instance still exists): every rank prices its own census, rank 0 composes."""
     tl, name, strat = ctx.timeline, state["name"], state["strategy"]
     times, comm_steps, active = state["times"], state["comm_steps"], state["active"]
-
-    def kinds(counts: dict) -> dict:
-        return {k: {"bytes": int(v["bytes"]), "count": int(v["count"])}
-                for k, v in counts.items()}
-
+    mine = {ph: cal.compute({ph: v}) for ph, v in state["census"]["phases"].items()}
+    compute = [c for c in ctx.gather(mine if active else None) if c is not None]
     state["report"] = {
         "rank": ctx.rank,
         "active": active,
         "step_times_s": times,
-        "comm_per_step": {k: {**kinds(comm_steps[-1]).get(k, {}),
+        "comm_per_step": {k: {**counted_kinds(comm_steps[-1]).get(k, {}),
                               "time_s": statistics.median(c.get(k, {}).get("time_s", 0.0)
                                                           for c in comm_steps)}
                           for k in (comm_steps[-1] if comm_steps else {})},
-        "comm_constant_across_steps": all(kinds(c) == kinds(comm_steps[0]) for c in comm_steps),
-        "comm_gate_steps": kinds(state["gate_comm"]),
+        "comm_constant_across_steps": all(counted_kinds(c) == counted_kinds(comm_steps[0])
+                                          for c in comm_steps),
+        "comm_gate_steps": counted_kinds(state["gate_comm"]),
+        "census": state["census"],
+        "census_wrapper": state["census_wrapper"],
+        "compute": mine,
         "predicted_comm": strat.predicted_comm() if active else None,
-        "predicted_model_state_bytes": strat.predicted_memory() if active else None,
         "idle_fraction": _idle_fraction(ctx, name, range(params["steps"])) if active else None,
         "timeline": {k: v for k, v in tl.summary(strategy=name).items()},
     }
-    state["prediction"] = strat.predict(cal) if ctx.rank == 0 else None
+    state["prediction"] = strat.predict(cal, compute) if ctx.rank == 0 else None
 
 
 def release(ctx: Context) -> None:
@@ -137,31 +175,46 @@ def release(ctx: Context) -> None:
 
 
 def memory_report(ctx: Context, name: str, spec: TrainSpec, batch) -> dict:
-    """The strategy alone on the device: built again, one step for its optimizer state,
-    then one step under the saved-activation meter with the allocator's peak reset."""
+    """The strategy alone on the device: built, one step for its optimizer state, then a
+    measured step - on CPU every tensor storage followed from before the build on, on
+    CUDA the caching allocator's peak, reset before the step - and under the
+    saved-activation meter."""
     tl = ctx.timeline
     tl.tags = {"strategy": name, "step": "memory"}
-    baseline = torch.cuda.memory_allocated(ctx.device) if ctx.is_cuda else None
-    strat: Strategy = strategies.get(name)(ctx, spec)
-    active = strat.ranks_active == "all" or ctx.rank == 0
-    if active:
-        strat.train_step(batch)
-    ctx.sync()
-    if ctx.is_cuda:
-        torch.cuda.reset_peak_memory_stats(ctx.device)
-    ctx.barrier()
-    meter = SavedActivations(strat.parameters() if active else [])
-    if active:
-        with meter:
+    baseline = torch.cuda.memory_allocated(ctx.device) if ctx.is_cuda else 0
+    alloc = LiveStorage()
+    with alloc if not ctx.is_cuda else contextlib.nullcontext():
+        strat: Strategy = strategies.get(name)(ctx, spec)
+        active = strat.ranks_active == "all" or ctx.rank == 0
+        if active:
             strat.train_step(batch)
-    ctx.sync()
+        ctx.sync()
+        if ctx.is_cuda:
+            torch.cuda.reset_peak_memory_stats(ctx.device)
+        ctx.barrier()
+        meter = SavedActivations(strat.parameters() if active else [])
+        alloc.mark()
+        start = torch.cuda.memory_allocated(ctx.device) if ctx.is_cuda else None
+        if active:
+            with meter:
+                strat.train_step(batch)
+        ctx.sync()
     ctx.comm.reset()
+    if ctx.is_cuda:
+        peak = torch.cuda.max_memory_allocated(ctx.device) - baseline
+        start = start - baseline
+        source = "cuda caching allocator: max_memory_allocated, the strategy alone"
+    else:
+        peak, start = alloc.peak_bytes, alloc.start_bytes
+        source = "live tensor storage (dispatch mode, weak references), from the build on"
     report = {
+        "allocator": {"peak": peak, "step_start": start, "source": source},
         "model_state_bytes": strat.model_state() if active else None,
+        "predicted_memory": strat.predicted_memory() if active else None,
         "saved_activation_peak_bytes": meter.peak if active else None,
         "cuda_max_memory_allocated": torch.cuda.max_memory_allocated(ctx.device)
         if ctx.is_cuda else None,
-        "cuda_allocated_before_build": baseline,
+        "cuda_allocated_before_build": baseline if ctx.is_cuda else None,
         "extra": strat.extra() if active else {},
     }
     del strat, meter
@@ -180,88 +233,17 @@ def finish(ctx: Context, state: dict, spec: TrainSpec, cal) -> dict:
     reports = ctx.gather(state["report"])
     if ctx.rank != 0:
         return entry
-    return _summarise(entry, reports, state["prediction"], spec, cal, ctx)
-
-
-def _summarise(entry: dict, reports: list[dict], prediction: dict, spec: TrainSpec,
-               cal: costmodel.Calibration, ctx: Context) -> dict:
-    act = [r for r in reports if r["active"]]
-    medians = [statistics.median(r["step_times_s"]) for r in act]
-    slowest = max(act, key=lambda r: statistics.median(r["step_times_s"]))
-    step = max(medians)
-    world_used = len(act)
-    flops_step = spec.flops()
-    instrumented = bool(strategies.get(entry["strategy"]).instrumented)
-    comm_match = []
-    for r in act:
-        counted_kinds = set(r["comm_per_step"]) if instrumented else set()
-        for kind in sorted(set(r["predicted_comm"] or {}) | counted_kinds):
-            pred = (r["predicted_comm"] or {}).get(kind, {"bytes": 0, "count": 0})
-            got = r["comm_per_step"].get(kind, {}) if instrumented else None
-            comm_match.append({
-                "rank": r["rank"], "kind": kind, "predicted_bytes": pred["bytes"],
-                "predicted_calls": pred.get("count"),
-                # PyTorch's own strategies issue collectives the wrapper cannot see
-                "counted_bytes": got.get("bytes", 0) if got is not None else None,
-                "counted_calls": got.get("count", 0) if got is not None else None,
-                "exact": got.get("bytes", 0) == pred["bytes"] if got is not None else None,
-            })
-    mem = [{"rank": r["rank"], "measured": r["model_state_bytes"],
-            "predicted": r["predicted_model_state_bytes"],
-            "ratio": r["model_state_bytes"]["total"] / r["predicted_model_state_bytes"]["total"],
-            "saved_activation_peak_bytes": r["saved_activation_peak_bytes"],
-            "cuda_max_memory_allocated": r["cuda_max_memory_allocated"],
-            "cuda_allocated_before_build": r["cuda_allocated_before_build"]} for r in act]
-    peak = cal.peak_flops * world_used
-    entry.update({
-        "ranks": world_used,
-        "step_time_s": {"median": step, "p10": _pct(slowest["step_times_s"], 0.1),
-                        "p90": _pct(slowest["step_times_s"], 0.9),
-                        "per_rank_median": medians},
-        "tokens_per_s": spec.tokens / step,
-        "mfu": {"value": flops_step / step / peak, "flops_per_step": flops_step,
-                "peak_flops_per_rank": cal.peak_flops, "peak_name": cal.peak_name,
-                "dtype": spec.cfg.dtype,
-                "basis": "fraction of measured GEMM peak" if not ctx.is_cuda else
-                         "fraction of measured fp32 GEMM peak"},
-        "comm": {"instrumented": instrumented,
-                 "per_rank": [{"rank": r["rank"], "per_step": r["comm_per_step"],
-                               "constant_across_steps": r["comm_constant_across_steps"]}
-                              for r in act],
-                 "bytes_vs_predicted": comm_match,
-                 "all_exact": all(c["exact"] for c in comm_match)
-                 if comm_match and instrumented else None},
-        "memory": mem,
-        "timeline": [{"rank": r["rank"], "by_kind": r["timeline"]} for r in act],
-        "extra": [{"rank": r["rank"], **r["extra"]} for r in act if r["extra"]],
-        "prediction": prediction,
-        "ratios": {"step_time": step / prediction["step_time_s"],
-                   "memory": max(m["ratio"] for m in mem)},
-        "dominant_term": prediction["dominant"],
-    })
-    idles = [r["idle_fraction"] for r in act if r["idle_fraction"] is not None]
-    if "bubble_fraction" in prediction:
-        measured = statistics.mean(idles) if idles else None
-        entry["bubble"] = {"measured_idle_fraction": measured,
-                           "per_rank": idles,
-                           "predicted": prediction["bubble_fraction"],
-                           "ratio": measured / prediction["bubble_fraction"]
-                           if measured is not None and prediction["bubble_fraction"] else None}
-    return entry
+    return summarise(entry, reports, state["prediction"], spec, cal, ctx.is_cuda)
 
 
 def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]:
     spec = spec_from(params)
-    tol = TOLERANCES[params.get("gate_tolerance", "float32")]
+    # bf16 compute differs from the reference by bf16 rounding, whatever the device
+    tol = TOLERANCES["bf16_compute" if spec.precision == "bf16_adamw"
+                     else params.get("gate_tolerance", "float32")]
     batch = make_batch(spec.cfg, spec.batch_size)
     batches = gate_batches(spec.cfg, spec.batch_size)
-    ref = reference_steps(spec.cfg, batches, ctx.device)
-    mb_tokens = spec.tokens // max(ctx.world, spec.micro_batches)
-    cal = calibrate(ctx, CALIBRATE_OPS[experiment],
-                    (max(mb_tokens, 1), spec.cfg.hidden, 4 * spec.cfg.hidden))
-    ctx.log(f"calibrated: C={cal.flops / 1e9:.2f} GFLOP/s per rank, "
-            + ", ".join(f"{op}: alpha={f.alpha * 1e3:.3f} ms W={f.bandwidth / 1e9:.3f} GB/s"
-                        for op, f in cal.links.items()))
+    ref = reference_steps(spec.cfg, batches, ctx.device, spec.precision)
     names = params["strategies"]
     warmup, steps = params["warmup"], params["steps"]
     total = len(names) * (1 + warmup + steps)
@@ -275,6 +257,14 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
     del ref, batches
     timed = [st for st in states if st["verdict"]["passed"]]
     counter[0] += (len(states) - len(timed)) * (warmup + steps)
+    for st in timed:
+        census_step(ctx, st, batch)
+    cal = calibrate(ctx, {**needs_of(ctx, timed), "kind": spec.cfg.kind}, spec.cfg.dtype,
+                    spec.precision)
+    ctx.log(f"calibrated: {len(cal.gemm_s)} GEMM shapes, per-operator overhead "
+            f"{cal.op_s * 1e6:.1f} us, copy {cal.bandwidth / 1e9:.1f} GB/s; "
+            + ", ".join(f"{op}: alpha={f.alpha * 1e3:.3f} ms W={f.bandwidth / 1e9:.3f} GB/s "
+                        f"(fit rms {f.rms_rel_error:.0%})" for op, f in cal.links.items()))
     # round-robin: step i of every strategy before step i+1 of any, so that a noisy
     # machine slows all of them alike and their ratios stay meaningful
     for i in range(warmup + steps):
@@ -291,7 +281,7 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
     c = spec.cfg
     return {
         "model": {**c.as_dict(), "params": c.param_count(),
-                  "flops_per_token": c.flops_per_token()},
+                  "flops_per_token": c.flops_per_token(), "precision": spec.precision},
         "tokens_per_step": spec.tokens,
         "calibration": cal.as_dict(),
         "strategies": entries,

@@ -1,7 +1,8 @@
 """What every strategy offers the experiment loop: a training step, the pieces of
 gradient, parameter and optimizer state it holds (for the correctness gate), the
-order its schedule must run in (pipelines), its model-state bytes and its cost-model
-prediction.
+order its schedule must run in (pipelines), and its cost-model predictions: the
+bytes it communicates, its step time (priced from the census of its own step) and
+its memory at the step's peak, with the buffers it holds named.
 
 A strategy keeps the module this rank trains in ``self.model`` and its optimizer in
 ``self.opt``; the defaults below read those, so a strategy overrides a piece or the
@@ -18,11 +19,10 @@ import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from jobs.lab import costmodel
+from jobs.lab import costmodel, memorymodel
 from jobs.lab.model import Batch, ModelConfig
+from jobs.lab.optim import make_optimizer, state_of
 from jobs.lab.runtime import Context
-
-LR, MOMENTUM = 0.05, 0.9
 
 
 @dataclass(frozen=True)
@@ -31,10 +31,17 @@ class TrainSpec:
     batch_size: int  # global sequences per optimizer step
     micro_batches: int = 1
     bucket_cap_mb: float = 0.25
+    precision: str = "fp32_sgd"  # jobs/lab/optim.py
+
+    @property
+    def e(self) -> int:
+        """Bytes per element of weights, gradients and activations."""
+        return memorymodel.element_bytes(self.precision)
 
     @property
     def cap_elems(self) -> int:
-        return max(1, int(self.bucket_cap_mb * 2**20) // 4)
+        """The bucket cap in elements (DDP's cap is in bytes: the same buckets)."""
+        return max(1, int(self.bucket_cap_mb * 2**20) // self.e)
 
     @property
     def tokens(self) -> int:
@@ -62,30 +69,31 @@ class StepOut:
     weight: float
 
 
-def sgd(params: list[nn.Parameter]) -> torch.optim.Optimizer:
-    return torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
-
-
-def piece_of(p: nn.Parameter, what: str, opt: torch.optim.Optimizer | None) -> torch.Tensor | None:
-    """A parameter's gradient, value or optimizer state ("grad", "param", "state": SGD's
-    momentum buffer). A DTensor (FSDP2, DTensor TP) is gathered whole, which is a
-    collective, so every rank asks in the same order."""
-    if what == "grad":
-        t = p.grad
-    elif what == "param":
-        t = p.data
-    else:
-        t = (opt.state.get(p) or {}).get("momentum_buffer") if opt is not None else None
+def _full(t: torch.Tensor | None) -> torch.Tensor | None:
+    """A DTensor (FSDP2, DTensor TP) gathered whole - a collective, so every rank asks in
+    the same order."""
     return t.full_tensor() if isinstance(t, DTensor) else t
 
 
-def local_pieces(model: nn.Module, what: str, prefix: str = "",
-                 opt: torch.optim.Optimizer | None = None) -> list[Piece]:
+def pieces_of(p: nn.Parameter, name: str, what: str, opt: Any, precision: str,
+              select: Callable | None = None) -> list[Piece]:
+    """A parameter's gradient, value or optimizer state ("grad", "param", "state": SGD's
+    momentum, named like the parameter; AdamW's moments, named <parameter>.exp_avg and
+    <parameter>.exp_avg_sq)."""
+    if what == "grad":
+        return [Piece(name, _full(p.grad), select)]
+    if what == "param":
+        return [Piece(name, _full(p.data), select)]
+    return [Piece(name + suffix, _full(t), select) for suffix, t in state_of(opt, p, precision)]
+
+
+def local_pieces(model: nn.Module, what: str, prefix: str = "", opt: Any = None,
+                 precision: str = "fp32_sgd") -> list[Piece]:
     """Every parameter's gradient, value or optimizer state as the reference sees it."""
     out = []
     for name, p in model.named_parameters():
         name = name[len(prefix):] if prefix and name.startswith(prefix) else name
-        out.append(Piece(name, piece_of(p, what, opt)))
+        out += pieces_of(p, name, what, opt, precision)
     return out
 
 
@@ -120,11 +128,18 @@ class Strategy:
     # what a wrapper adds to parameter names ("module." for DDP), stripped so that they
     # are the reference's names
     name_prefix: ClassVar[str] = ""
+    # what the step-time model knows it leaves out (the card shows it beside the residual)
+    unmodelled: ClassVar[tuple[str, ...]] = (
+        "Python between the operators beyond the probe's average (hooks, the step's code)",)
     model: nn.Module
     opt: torch.optim.Optimizer | None
 
     def __init__(self, ctx: Context, spec: TrainSpec) -> None:
         self.ctx, self.spec = ctx, spec
+        self.precision = spec.precision
+
+    def optimizer(self, params: list[nn.Parameter]) -> Any:
+        return make_optimizer(params, self.precision)
 
     # -- training
     def train_step(self, batch: Batch) -> StepOut:
@@ -138,9 +153,9 @@ class Strategy:
         return local_pieces(self.model, "param", self.name_prefix)
 
     def state_pieces(self) -> list[Piece]:
-        """The optimizer state (momentum) this rank holds: after several steps it is what
-        tells an optimizer that keeps its state from one that forgets it."""
-        return local_pieces(self.model, "state", self.name_prefix, self.opt)
+        """The optimizer state this rank holds (momentum; Adam's moments): after several
+        steps it is what tells an optimizer that keeps its state from one that forgets it."""
+        return local_pieces(self.model, "state", self.name_prefix, self.opt, self.precision)
 
     def replicated(self) -> list[tuple[Any, list[tuple[str, torch.Tensor]]]]:
         """(process group, named tensors) that must be bit-identical across that group
@@ -163,11 +178,106 @@ class Strategy:
         """Bytes (and calls) per optimizer step on this rank, by collective kind."""
         return {}
 
-    def predict(self, cal: costmodel.Calibration) -> dict[str, Any]:
+    def overlap_s(self, cal: costmodel.Calibration, compute: list[dict]) -> float:
+        """Communication hidden behind computation (none unless a strategy says so)."""
+        return 0.0
+
+    def backward_overlap(self, compute: list[dict], comm_s: float, last_s: float) -> float:
+        """What bucketed gradient communication hides on a GPU: it runs beside the last
+        micro-batch's backward only (the others skip the sync), and the last bucket -
+        ready when backward ends - never hides. On CPU gloo's threads compete with the
+        compute for the same cores, so nothing is assumed hidden."""
+        if not self.ctx.is_cuda:
+            return 0.0
+        window = max(sum(c.get("backward", {}).values()) for c in compute)
+        return max(0.0, min(window / self.micro_batches(), comm_s - last_s))
+
+    def predict(self, cal: costmodel.Calibration, compute: list[dict]) -> dict[str, Any]:
+        """Step time from every rank's census, priced (compute[r]: phase -> terms)."""
+        totals = [{k: sum(ph[k] for ph in c.values()) for k in costmodel.COMPUTE_TERMS}
+                  for c in compute]
+        return costmodel.predict_flat(totals, cal.comm(self.predicted_comm() or {}),
+                                      self.overlap_s(cal, compute))
+
+    def predicted_memory(self) -> dict[str, Any]:
+        """The step's peak on this rank: memorymodel.peak(held, moments), and the model
+        state formula (``model_state``)."""
         raise NotImplementedError
 
-    def predicted_memory(self) -> dict[str, float]:
-        raise NotImplementedError
+    # -- what every full-model replica holds (DP, ZeRO, FSDP2 and the reference)
+    def micro_batches(self) -> int:
+        return self.spec.micro_batches
+
+    def local_tokens(self) -> int:
+        """Tokens one micro-batch of this rank runs."""
+        return self.spec.tokens // (self.ctx.world * self.micro_batches())
+
+    def peak_memory(self, *, stage: int = 0, P: float | None = None, t: int = 1,
+                    in_flight: int = 1, first: bool = True, last: bool = True,
+                    buffers: dict[str, float] | None = None,
+                    start: dict[str, float] | None = None,
+                    later: dict[str, float] | None = None,
+                    end: dict[str, float] | None = None,
+                    optimizer: dict[str, float] | None = None,
+                    grads_held: bool = False) -> dict[str, Any]:
+        """The step's peak on this rank, holding P parameters (the whole model unless
+        given; ZeRO `stage` sharding over the ranks) and its blocks split t ways: the
+        state held throughout, plus the largest moment of backward (memorymodel's doc) -
+        the first micro-batch's, with `in_flight` micro-batches of local_tokens() held
+        (first/last: with the embedding's, the head's and the loss's activations) and
+        `start`'s buffers; a later micro-batch's (m > 1), with the gradients and the
+        micro-batches still held - `in_flight` if more follow, else one fewer - and
+        `later`'s buffers; the end, with the gradients and `end`'s buffers; the
+        optimizer's step, with `optimizer`'s buffers (and, for AdamW, one update's fp32
+        gradient and denominator: 8 bytes an element of largest_update()).
+        Gradients that live in a persistent buffer (ZeRO-2's shards) are held instead."""
+        c, e, d, m = self.spec.cfg, self.spec.e, self.ctx.world, self.micro_batches()
+        P = c.param_count() if P is None else P
+        n, k, h = self.local_tokens(), in_flight, c.hidden
+        state = memorymodel.model_state(self.precision, P, stage=stage, d=d)
+        held = {"params": state["params"], "optimizer": state["optimizer"], **(buffers or {})}
+        grads = {"grads": state["grads"]}
+        if grads_held:
+            held.update(grads)
+            grads = {}
+        # on CPU the batch moves to the "device" without a copy: the embedding saves the
+        # caller's tensor, which is not the strategy's memory (on CUDA it is a copy)
+        one = memorymodel.activations(c.kind, len(self.local_layers()), n, h, c.heads,
+                                      c.vocab, e, t=t, first=first, last=last,
+                                      inputs=self.ctx.is_cuda)
+        work = memorymodel.backward_working_set(n, h, e, t)
+        moments = {"backward end": {**grads, **(end or {})}}
+        adamw = {"AdamW temporaries": 8 * self.largest_update()} \
+            if self.precision == "bf16_adamw" else {}
+        if optimizer or adamw:
+            moments["optimizer step"] = {**({} if stage == 1 else grads), **(optimizer or {}),
+                                         **adamw}
+        if last:
+            head = memorymodel.finish_activations(c.kind, n, h, c.vocab, e, self.ctx.is_cuda)
+            moments["loss backward"] = {
+                "activations": k * one, **(start or {}),
+                "loss gradient": memorymodel.loss_gradient(c.kind, n, h, c.vocab, e)}
+            moments["first block backward"] = {
+                "activations": k * one - head, **(start or {}), "working set": work,
+                "head gradients": memorymodel.finish_params(c.kind, h, c.vocab)
+                * memorymodel.RECIPES[self.precision]["grad"]}
+        else:
+            moments["first block backward"] = {"activations": k * one, **(start or {}),
+                                               "working set": work}
+        if m > 1:
+            again = k if m > k else m - 1
+            moments["later backward"] = {**grads, "activations": again * one,
+                                         **(later or {}), "working set": work}
+        return {**memorymodel.peak(held, moments), "model_state": state,
+                "activations": k * one, "one_micro_batch_activations": one}
+
+    def local_layers(self) -> range:
+        return range(self.spec.cfg.layers)
+
+    def largest_update(self) -> int:
+        """Elements of the largest tensor the optimizer updates at once."""
+        return max((getattr(p, "_local_tensor", p).numel() for p in self.parameters()),
+                   default=0)
 
     def extra(self) -> dict[str, Any]:
         """Strategy-specific measurements (in-flight micro-batches, buckets ...)."""

@@ -14,7 +14,7 @@ import torch
 
 from jobs.lab import costmodel
 from jobs.lab.model import Batch, build_model, loss_fn
-from jobs.lab.strategies.base import StepOut, Strategy, sgd
+from jobs.lab.strategies.base import StepOut, Strategy
 
 
 class DataParallelNaive(Strategy):
@@ -24,7 +24,7 @@ class DataParallelNaive(Strategy):
     def __init__(self, ctx, spec) -> None:
         super().__init__(ctx, spec)
         self.model = build_model(spec.cfg, ctx.device)
-        self.opt = sgd(list(self.model.parameters()))
+        self.opt = self.optimizer(list(self.model.parameters()))
         self.require_backward_grad_sync = True
 
     def sync_gradients(self) -> None:
@@ -55,21 +55,21 @@ class DataParallelNaive(Strategy):
         return [(None, list(self.model.named_parameters()))]
 
     # -- measurement and prediction
-    def predicted_memory(self) -> dict[str, float]:
-        return costmodel.memory_per_rank("dp", self.spec.cfg.param_count())
+    def predicted_memory(self) -> dict:
+        return self.peak_memory()
+
+    def numels(self) -> list[int]:
+        return [p.numel() for p in self.model.parameters()]
 
     def predicted_comm(self):
-        numels = [p.numel() for p in self.model.parameters()]
-        return costmodel.dp_comm(numels, 4, self.name, self.spec.cap_elems)
+        return costmodel.dp_comm(self.numels(), self.spec.e, self.name, self.spec.cap_elems)
 
-    def predict(self, cal: costmodel.Calibration) -> dict:
-        flops = self.spec.flops(self.spec.tokens // self.ctx.world)
-        overlap = 0.0
-        if self.name != "dp_naive" and self.ctx.is_cuda:
-            # buckets overlap with backward (~2/3 of compute); on CPU gloo's threads
-            # compete with compute for the cores, so no overlap is assumed there
-            overlap = (2 / 3) * flops / cal.flops
-        return costmodel.predict_dp(flops, self.predicted_comm(), cal, overlap)
+    def overlap_s(self, cal: costmodel.Calibration, compute: list[dict]) -> float:
+        if self.name == "dp_naive":
+            return 0.0  # every all-reduce starts after backward
+        last = costmodel.plan_buckets(self.numels(), self.spec.cap_elems)[-1]
+        return self.backward_overlap(compute, cal.comm(self.predicted_comm()),
+                                     cal.coll("all_reduce", last["numel"] * self.spec.e))
 
 
 class DataParallelBucket(DataParallelNaive):
@@ -113,8 +113,13 @@ class DataParallelBucket(DataParallelNaive):
 
     def model_state(self) -> dict[str, int]:
         state = super().model_state()
-        state["comm_buffers"] = sum(b["flat"].numel() * 4 for b in self.buckets)
+        state["comm_buffers"] = sum(b["flat"].numel() * b["flat"].element_size()
+                                    for b in self.buckets)
         return state
+
+    def predicted_memory(self) -> dict:
+        P = self.spec.cfg.param_count()
+        return self.peak_memory(buffers={"bucket buffers": P * self.spec.e})
 
     def extra(self) -> dict:
         return {"buckets": len(self.buckets)}

@@ -9,7 +9,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from jobs.lab import costmodel
 from jobs.lab.model import Batch, build_model, loss_fn
-from jobs.lab.strategies.base import StepOut, Strategy, sgd
+from jobs.lab.strategies.base import StepOut, Strategy
 
 
 class TorchDDP(Strategy):
@@ -24,7 +24,7 @@ class TorchDDP(Strategy):
         self.model = DDP(model, device_ids=[ctx.device] if ctx.is_cuda else None,
                          bucket_cap_mb=spec.bucket_cap_mb, process_group=ctx.group)
         self.model.register_comm_hook(None, self._allreduce_hook)
-        self.opt = sgd(list(self.model.parameters()))
+        self.opt = self.optimizer(list(self.model.parameters()))
 
     def _allreduce_hook(self, _state, bucket):
         # (no annotations: DDP compares them with dist.GradBucket and Future, and
@@ -53,15 +53,18 @@ class TorchDDP(Strategy):
     def replicated(self):
         return [(None, list(self.model.module.named_parameters()))]
 
-    def predicted_memory(self) -> dict[str, float]:
-        return costmodel.memory_per_rank("ddp", self.spec.cfg.param_count())
+    def predicted_memory(self) -> dict:
+        # the reducer's flat buckets: a second copy of every gradient
+        P = self.spec.cfg.param_count()
+        return self.peak_memory(buffers={"DDP buckets": P * self.spec.e})
+
+    def numels(self) -> list[int]:
+        return [p.numel() for p in self.model.parameters()]
 
     def predicted_comm(self):
-        numels = [p.numel() for p in self.model.parameters()]
-        return costmodel.dp_comm(numels, 4, self.name, self.spec.cap_elems)
+        return costmodel.dp_comm(self.numels(), self.spec.e, self.name, self.spec.cap_elems)
 
-    def predict(self, cal: costmodel.Calibration) -> dict:
-        flops = self.spec.flops(self.spec.tokens // self.ctx.world)
-        overlap = (2 / 3) * flops / cal.flops if self.ctx.is_cuda else 0.0
-        return costmodel.predict_dp(flops, self.predicted_comm(), cal, overlap)
-
+    def overlap_s(self, cal: costmodel.Calibration, compute: list[dict]) -> float:
+        last = costmodel.plan_buckets(self.numels(), self.spec.cap_elems)[-1]
+        return self.backward_overlap(compute, cal.comm(self.predicted_comm()),
+                                     cal.coll("all_reduce", last["numel"] * self.spec.e))

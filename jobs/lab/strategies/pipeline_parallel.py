@@ -14,10 +14,10 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from jobs.lab import costmodel
+from jobs.lab import costmodel, memorymodel
 from jobs.lab.instrument import SavedActivations
 from jobs.lab.model import Batch, build_model, loss_fn
-from jobs.lab.strategies.base import StepOut, Strategy, sgd
+from jobs.lab.strategies.base import StepOut, Strategy
 from jobs.lab.strategies.pp_communications import StageComm
 
 
@@ -49,6 +49,8 @@ class Stage(nn.Module):
 
 class PipelineBase(Strategy):
     schedule = "gpipe"
+    unmodelled = Strategy.unmodelled + (
+        "waits on a neighbouring stage beyond the pipeline formula (p2p latency jitter)",)
     name_prefix = "model."  # self.model is this rank's Stage
 
     def __init__(self, ctx, spec) -> None:
@@ -57,7 +59,7 @@ class PipelineBase(Strategy):
         self.p, self.rank = ctx.world, ctx.rank
         self.m = self.micro_batches()
         self.model = Stage(build_model(cfg, ctx.device), self.rank, self.p)
-        self.opt = sgd(list(self.model.parameters()))
+        self.opt = self.optimizer(list(self.model.parameters()))
         self.mb_rows = spec.batch_size // self.m
         self.io = StageComm(ctx, (self.mb_rows, cfg.seq_len, cfg.hidden), cfg.torch_dtype)
         self.loss = loss_fn(cfg.kind)
@@ -116,35 +118,57 @@ class PipelineBase(Strategy):
         c = self.spec.cfg
         return c.kind, c.layers, c.hidden, c.seq_len, c.vocab
 
-    def predicted_memory(self) -> dict[str, float]:
-        local = costmodel.stage_params(*self._dims(), self.p, self.rank)
-        return costmodel.memory_per_rank("pp", 0, P_local=local)
+    def local_layers(self) -> range:
+        return costmodel.stage_layers(self.spec.cfg.layers, self.p, self.rank)
+
+    def local_tokens(self) -> int:
+        return self.mb_rows * self.spec.cfg.seq_len
+
+    def predicted_memory(self) -> dict:
+        """The stage's state and, at each backward, the activations of the micro-batches
+        it holds and the messages it sent (StageComm keeps every send until the step's
+        flush): k forward sends at the first; at a later one a forward more and a
+        backward; at the end all 2m."""
+        first, last = self.rank == 0, self.rank == self.p - 1
+        k, m, mb = self.expected_in_flight(), self.m, self.mb_bytes()
+        fwd, bwd = (0 if last else mb), (0 if first else mb)
+        again = k if m > k else m - 1
+        return self.peak_memory(
+            P=costmodel.stage_params(*self._dims(), self.p, self.rank), in_flight=k,
+            first=first, last=last, start={"sends held": k * fwd},
+            later={"sends held": min(m, again + 1) * fwd + bwd},
+            end={"sends held": m * (fwd + bwd)})
 
     def mb_bytes(self) -> int:
         c = self.spec.cfg
-        return self.mb_rows * c.seq_len * c.hidden * 4
+        return self.mb_rows * c.seq_len * c.hidden * self.spec.e
 
     def predicted_comm(self):
         return costmodel.pp_comm(self.rank, self.p, self.m, self.mb_bytes())
 
-    def predict(self, cal: costmodel.Calibration) -> dict:
-        tokens_mb = self.mb_rows * self.spec.cfg.seq_len
-        stage_flops = [costmodel.stage_flops_per_token(*self._dims(), self.p, r) * tokens_mb
-                       for r in range(self.p)]
-        return costmodel.predict_pp(stage_flops, self.p, self.m, self.mb_bytes(), cal)
+    def predict(self, cal: costmodel.Calibration, compute: list[dict]) -> dict:
+        """Per stage: forward+backward (spans "forward", "backward"; PyTorch's schedules:
+        "schedule") per micro-batch, the rest once per step; composed by the pipeline
+        formula with one send/recv of a micro-batch's activation per boundary crossing."""
+        def terms(c: dict, per_mb: bool) -> dict:
+            names = [k for k in c if (k in ("forward", "backward", "schedule")) == per_mb]
+            return {t: sum(c[k][t] for k in names) for t in costmodel.COMPUTE_TERMS}
+
+        t_p2p = cal.coll("send_recv", self.mb_bytes()) if self.p > 1 else 0.0
+        return costmodel.predict_pipeline([terms(c, True) for c in compute],
+                                          [terms(c, False) for c in compute], self.m, t_p2p)
 
     def extra(self) -> dict:
         c = self.spec.cfg
-        n_layers = len(costmodel.stage_layers(c.layers, self.p, self.rank))
-        return {"stage": self.rank, "layers": list(costmodel.stage_layers(c.layers, self.p,
-                                                                          self.rank)),
+        n_layers = len(self.local_layers())
+        return {"stage": self.rank, "layers": list(self.local_layers()),
                 "micro_batches": self.m,
                 "max_in_flight": self.max_in_flight,
                 "expected_max_in_flight": self.expected_in_flight(),
                 "one_micro_batch_saved_bytes": self.first_mb_saved_bytes,
                 "predicted_one_micro_batch_block_bytes":
-                    n_layers * costmodel.activation_bytes_per_layer(
-                        c.seq_len, self.mb_rows, c.hidden)}
+                    n_layers * memorymodel.block_activations(
+                        c.kind, self.local_tokens(), c.hidden, c.heads, self.spec.e)}
 
     def expected_in_flight(self) -> int:
         return self.m

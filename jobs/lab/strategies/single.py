@@ -6,9 +6,8 @@ other strategy's speed is compared with (and the gate's reference is the same co
 
 from __future__ import annotations
 
-from jobs.lab import costmodel
 from jobs.lab.model import Batch, build_model, loss_fn
-from jobs.lab.strategies.base import StepOut, Strategy, sgd
+from jobs.lab.strategies.base import StepOut, Strategy
 
 
 class SingleDevice(Strategy):
@@ -19,7 +18,7 @@ class SingleDevice(Strategy):
     def __init__(self, ctx, spec) -> None:
         super().__init__(ctx, spec)
         self.model = build_model(spec.cfg, ctx.device)
-        self.opt = sgd(list(self.model.parameters()))
+        self.opt = self.optimizer(list(self.model.parameters()))
 
     def train_step(self, batch: Batch) -> StepOut:
         b = batch.to(self.ctx.device)
@@ -33,8 +32,11 @@ class SingleDevice(Strategy):
             self.opt.step()
         return StepOut(loss.detach(), 1.0)
 
-    def predicted_memory(self) -> dict[str, float]:
-        return costmodel.memory_per_rank("single", self.spec.cfg.param_count())
+    def micro_batches(self) -> int:
+        return 1  # the whole batch at once
 
-    def predict(self, cal: costmodel.Calibration) -> dict:
-        return costmodel.predict_single(self.spec.flops(), cal)
+    def local_tokens(self) -> int:
+        return self.spec.tokens
+
+    def predicted_memory(self) -> dict:
+        return self.peak_memory()

@@ -17,7 +17,7 @@ from torch import nn
 from jobs.lab import costmodel
 from jobs.lab.instrument import Comm
 from jobs.lab.model import Attention, Batch, build_model, loss_fn
-from jobs.lab.strategies.base import Piece, StepOut, Strategy, piece_of, sgd
+from jobs.lab.strategies.base import Piece, StepOut, Strategy, pieces_of
 from jobs.lab.strategies.tp_communications import f, g
 
 
@@ -96,7 +96,7 @@ class MegatronTP(Strategy):
         super().__init__(ctx, spec)
         model = build_model(spec.cfg, ctx.device)
         self.model = apply_tensor_parallel(model, ctx.rank, ctx.world, ctx.comm)
-        self.opt = sgd(list(self.model.parameters()))
+        self.opt = self.optimizer(list(self.model.parameters()))
 
     def train_step(self, batch: Batch) -> StepOut:
         b, tl = batch.to(self.ctx.device), self.ctx.timeline
@@ -118,8 +118,8 @@ class MegatronTP(Strategy):
                     shards[f"{mod_name}.bias"] = (0,) + mod.shard[1:]
         out = []
         for name, p in self.model.named_parameters():
-            out.append(Piece(name, piece_of(p, what, self.opt),
-                             _slicer(shards[name]) if name in shards else None))
+            out += pieces_of(p, name, what, self.opt, self.precision,
+                             _slicer(shards[name]) if name in shards else None)
         return out
 
     def grad_pieces(self) -> list[Piece]:
@@ -142,17 +142,16 @@ class MegatronTP(Strategy):
         c = self.spec.cfg
         return costmodel.tp_split_params(c.layers, c.hidden, c.seq_len, c.vocab)
 
-    def predicted_memory(self) -> dict[str, float]:
+    def local_tokens(self) -> int:
+        return self.spec.tokens  # every rank runs the whole batch, on its slice of the model
+
+    def predicted_memory(self) -> dict:
         split, rep = self._split()
-        return costmodel.memory_per_rank("tp", 0, P_local=rep + split // self.ctx.world)
+        return self.peak_memory(P=rep + split // self.ctx.world, t=self.ctx.world)
+
+    all_reduces_per_layer = 4  # f and g, twice each
 
     def predicted_comm(self):
         c = self.spec.cfg
-        return costmodel.tp_comm(c.layers, self.spec.batch_size, c.seq_len, c.hidden, 4)
-
-    def predict(self, cal: costmodel.Calibration) -> dict:
-        c, t = self.spec.cfg, self.ctx.world
-        split, _ = self._split()
-        matmul = costmodel.matmul_params(c.kind, c.layers, c.hidden, c.seq_len, c.vocab)
-        per_token = 6 * (matmul - split + split / t) + 12 * c.layers * c.hidden * c.seq_len / t
-        return costmodel.predict_tp(per_token * self.spec.tokens, self.predicted_comm(), cal)
+        return costmodel.tp_comm(c.layers, self.spec.batch_size, c.seq_len, c.hidden,
+                                 self.spec.e, self.all_reduces_per_layer)

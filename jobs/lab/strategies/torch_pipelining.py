@@ -3,7 +3,7 @@ as the hand-written schedules. Schedules divide gradients by the number of
 micro-batches (scale_grads), which with a per-micro-batch mean loss gives the
 full-batch mean; the first step would infer shapes; we pass them statically (shape inference pickles
 through numpy), and the gate's step is never timed anyway.
-Its send/recv calls are PyTorch's own: the counting wrapper does not see them."""
+Its send/recv calls are PyTorch's own: the census counts them from the dispatcher."""
 
 from __future__ import annotations
 
@@ -11,8 +11,8 @@ import torch
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
 from jobs.lab.model import Batch, build_model, loss_fn, make_batch
-from jobs.lab.strategies.base import StepOut, sgd
-from jobs.lab.strategies.pipeline_parallel import PipelineBase, Stage
+from jobs.lab.strategies.base import StepOut, Strategy
+from jobs.lab.strategies.pipeline_parallel import OneFOneB, PipelineBase, Stage
 
 
 class TorchPipelineBase(PipelineBase):
@@ -21,12 +21,12 @@ class TorchPipelineBase(PipelineBase):
     schedule_cls = ScheduleGPipe
 
     def __init__(self, ctx, spec) -> None:
-        self.ctx, self.spec = ctx, spec
+        Strategy.__init__(self, ctx, spec)  # not PipelineBase's: the schedule talks itself
         cfg = spec.cfg
         self.p, self.rank, self.m = ctx.world, ctx.rank, spec.micro_batches
         self.mb_rows = spec.batch_size // self.m
         self.model = Stage(build_model(cfg, ctx.device), self.rank, self.p)
-        self.opt = sgd(list(self.model.parameters()))
+        self.opt = self.optimizer(list(self.model.parameters()))
         self.first, self.last = self.rank == 0, self.rank == self.p - 1
         # static shapes: no metadata inference round (which pickles through numpy)
         T, h = cfg.seq_len, cfg.hidden
@@ -63,6 +63,18 @@ class TorchPipelineBase(PipelineBase):
         loss = sum(v.detach() for v in losses) / self.m if self.last else 0.0
         return StepOut(loss, 1.0 if self.last else 0.0)
 
+    def predicted_memory(self) -> dict:
+        """The hand-written stage's, and what PipelineStage keeps between steps: a receive
+        buffer per micro-batch and direction, and (last stage) every micro-batch's output,
+        for the schedule to merge."""
+        mem = super().predicted_memory()
+        c, n, e = self.spec.cfg, self.local_tokens(), self.spec.e
+        kept = {"receive buffers": self.m * self.mb_bytes() * ((not self.first) + (not self.last)),
+                "outputs kept": self.m * n * (c.vocab if c.kind == "gpt" else c.hidden) * e
+                if self.last else 0}
+        held = {**mem["held"], **kept}
+        return {**mem, "held": held, "total": mem["total"] + sum(kept.values())}
+
     def extra(self) -> dict:
         return {"stage": self.rank, "micro_batches": self.m}
 
@@ -80,3 +92,4 @@ class Torch1F1B(TorchPipelineBase):
     name = "torch_1f1b"
     label = "torch.distributed.pipelining Schedule1F1B"
     schedule_cls = Schedule1F1B
+    expected_in_flight = OneFOneB.expected_in_flight

@@ -4,10 +4,15 @@ Parameters live in flat, padded buckets (the DP bucket plan, each bucket a
 multiple of d long) and rank r owns slice r of every bucket. After backward the
 gradients are reduce-scattered, so each rank holds only the averaged gradient of
 its slice; it updates that slice with its slice of the optimizer state (SGD
-momentum) and the slices are all-gathered back into every replica.
-ZeRO-1 keeps full gradients during backward and reduce-scatters at the end;
+momentum, or the fp32 master and AdamW moments) and the slices are all-gathered
+back into every replica.
+ZeRO-1 keeps full gradients during backward and reduce-scatters at the end (then
+drops them);
 ZeRO-2 reduce-scatters each bucket from a hook as soon as its gradients exist and
-drops the full gradients, so gradients too cost 1/d per rank.
+drops the full gradients, so gradients too cost 1/d per rank - and so does the
+staging they are copied into: at most one reduce-scatter is in flight (the next
+bucket's hook waits for it, then frees its staging), as DeepSpeed keeps a fixed pair
+of reduction buckets.
 Bytes per step: reduce_scatter P*e + all_gather P*e - the same as DP's all_reduce.
 A ZeRO-2 bucket whose hook did not fire is an error: its gradient slice would still
 hold the previous step's, and the step would silently apply it again.
@@ -19,7 +24,8 @@ import torch
 
 from jobs.lab import costmodel
 from jobs.lab.model import Batch, build_model, loss_fn
-from jobs.lab.strategies.base import LR, MOMENTUM, Piece, StepOut, Strategy, model_state
+from jobs.lab.optim import STATE_KEYS, update_shard
+from jobs.lab.strategies.base import Piece, StepOut, Strategy, model_state
 
 
 class Zero1(Strategy):
@@ -48,11 +54,13 @@ class Zero1(Strategy):
             per = b["padded"] // d
             bucket = {"flat": flat, "layout": layout, "lo": r * per, "hi": (r + 1) * per,
                       "grad": torch.zeros(per, device=dev, dtype=flat.dtype),
-                      "momentum": None, "ready": 0, "work": None, "staging": None}
+                      "state": {}, "ready": 0, "work": None, "staging": None}
             self.buckets.append(bucket)
             if self.stage == 2:
                 for p in members:
                     p.register_post_accumulate_grad_hook(self._make_hook(index))
+        self.steps = 0
+        self.in_flight: list[dict] = []  # ZeRO-2: the bucket whose reduce-scatter runs
 
     # -- stage 2: reduce-scatter a bucket the moment its last gradient lands
     def _make_hook(self, index: int):
@@ -60,10 +68,19 @@ class Zero1(Strategy):
             bucket = self.buckets[index]
             bucket["ready"] += 1
             if bucket["ready"] == len(bucket["layout"]):
+                self._retire()
                 self._reduce_scatter(bucket, index, async_op=True)
+                self.in_flight.append(bucket)
                 for p, _, _ in bucket["layout"]:
                     p.grad = None  # the full gradient is no longer needed here
         return hook
+
+    def _retire(self) -> None:
+        """Wait for the reduce-scatters in flight and free their staging."""
+        for bucket in self.in_flight:
+            bucket["work"].wait()
+            bucket["staging"] = None
+        self.in_flight = []
 
     def _reduce_scatter(self, bucket: dict, index: int, async_op: bool) -> None:
         staging = torch.zeros_like(bucket["flat"])
@@ -78,6 +95,7 @@ class Zero1(Strategy):
         local = batch.split(ctx.world)[ctx.rank].to(ctx.device)
         for p in self.model.parameters():
             p.grad = None
+        self.steps += 1
         with tl.span("forward", mb=0):
             loss = loss_fn(self.spec.cfg.kind)(self.model(local.inputs), local.targets)
         with tl.span("backward", mb=0):
@@ -94,59 +112,81 @@ class Zero1(Strategy):
                 bucket["work"].wait()
             bucket["grad"].div_(ctx.world)
             bucket["ready"], bucket["work"], bucket["staging"] = 0, None, None
+            for p, _, _ in bucket["layout"]:
+                p.grad = None  # reduce-scattered: the full gradient has served (ZeRO-1)
+        self.in_flight = []
         with tl.span("optimizer"):
             for index, bucket in enumerate(self.buckets):
-                g = bucket["grad"]
-                if bucket["momentum"] is None:  # torch.optim.SGD's first step: buf = grad
-                    bucket["momentum"] = g.clone()
-                else:
-                    bucket["momentum"].mul_(MOMENTUM).add_(g)
                 shard = bucket["flat"][bucket["lo"]:bucket["hi"]]
-                shard.add_(bucket["momentum"], alpha=-LR)
+                update_shard(self.precision, bucket["state"], shard, bucket["grad"], self.steps)
                 ctx.comm.all_gather(bucket["flat"], shard.clone(), bucket=index)
         return StepOut(loss.detach(), 1.0 / ctx.world)
 
-    # -- gate: each rank owns slices of gradients and momentum; parameters are whole again
-    def _slices(self, key: str) -> list[Piece]:
+    # -- gate: each rank owns slices of gradients and optimizer state; parameters are whole
+    def _slices(self, of) -> list[Piece]:
+        """of(bucket) -> [(name suffix, this rank's flat slice or None)]."""
         pieces = []
         for bucket in self.buckets:
             lo, hi = bucket["lo"], bucket["hi"]
             for p, off, n in bucket["layout"]:
                 a, b = max(off, lo), min(off + n, hi)
                 if a < b:
-                    mine = bucket[key][a - lo:b - lo] if bucket[key] is not None else None
-                    pieces.append(Piece(self.names[id(p)], mine,
-                                        lambda full, s=a - off, e=b - off: full.reshape(-1)[s:e]))
+                    for suffix, flat in of(bucket):
+                        mine = flat[a - lo:b - lo] if flat is not None else None
+                        pieces.append(Piece(self.names[id(p)] + suffix, mine,
+                                            lambda full, s=a - off, e=b - off:
+                                            full.reshape(-1)[s:e]))
         return pieces
 
     def grad_pieces(self) -> list[Piece]:
-        return self._slices("grad")
+        return self._slices(lambda bucket: [("", bucket["grad"])])
 
     def state_pieces(self) -> list[Piece]:
-        return self._slices("momentum")
+        keys = STATE_KEYS[self.precision]
+        return self._slices(lambda bucket: [("" if len(keys) == 1 else f".{k}",
+                                             bucket["state"].get(k)) for k in keys])
 
     def replicated(self):
         return [(None, list(self.model.named_parameters()))]
 
     def model_state(self) -> dict[str, int]:
         shards = sum(b["grad"].numel() * b["grad"].element_size() for b in self.buckets)
+        if self.stage == 1:  # its full gradients live through backward, until scattered
+            shards += sum(p.numel() * p.element_size() for p in self.parameters())
         state = model_state(self.parameters(), None, extra_grad_bytes=shards)
-        state["optimizer"] = sum(b["momentum"].numel() * b["momentum"].element_size()
-                                 for b in self.buckets if b["momentum"] is not None)
+        state["optimizer"] = sum(t.numel() * t.element_size() for b in self.buckets
+                                 for t in b["state"].values())
         state["total"] = state["params"] + state["grads"] + state["optimizer"]
         return state
 
-    def predicted_memory(self) -> dict[str, float]:
-        return costmodel.memory_per_rank(self.name, self.spec.cfg.param_count(),
-                                         d=self.ctx.world)
+    def largest_update(self) -> int:
+        return max(b["padded"] for b in self.plan) // self.ctx.world  # a slice
+
+    def predicted_memory(self) -> dict:
+        e, d = self.spec.e, self.ctx.world
+        biggest = max(b["padded"] for b in self.plan) * e
+        shards = sum(b["padded"] for b in self.plan) // d * e
+        # gloo reduce-scatters by all-reducing a copy of the whole bucket and keeping its
+        # slice; the copy lives as long as the collective's work (nccl makes none). gloo's
+        # worker drops the work a thread switch after it completes, so the last bucket's
+        # staging and copy may still be alive when the optimizer starts: counted there
+        gloo = {"gloo's reduced copy": biggest} if "nccl" not in self.ctx.backend else {}
+        late = {"last bucket's staging": biggest, **gloo}
+        if self.stage == 1:  # full gradients, then one bucket staged at a time
+            return self.peak_memory(stage=1, buffers={"grad shards": shards},
+                                    end={"staging": biggest, **gloo}, optimizer=late)
+        # ZeRO-2: the shards are the gradients; a bucket's gradients are copied into its
+        # staging (then dropped: gloo's copy comes later, in their place) while the
+        # previous bucket's reduce-scatter may still be in flight
+        flying = min(2, len(self.plan))
+        return self.peak_memory(stage=2, grads_held=True,
+                                end={"staging": flying * biggest,
+                                     "a bucket's gradients (or gloo's copy)": biggest},
+                                optimizer=late)
 
     def predicted_comm(self):
         numels = [p.numel() for p in self.model.parameters()]
-        return costmodel.zero_comm(numels, 4, self.ctx.world, self.spec.cap_elems)
-
-    def predict(self, cal: costmodel.Calibration) -> dict:
-        flops = self.spec.flops(self.spec.tokens // self.ctx.world)
-        return costmodel.predict_zero(flops, self.predicted_comm(), cal)
+        return costmodel.zero_comm(numels, self.spec.e, self.ctx.world, self.spec.cap_elems)
 
     def extra(self) -> dict:
         return {"buckets": len(self.buckets)}

@@ -9,7 +9,7 @@ from jobs.lab.strategies.zero import Zero1, Zero2
 class ForgetfulZero1(Zero1):
     def train_step(self, batch):
         for bucket in self.buckets:
-            bucket["momentum"] = None  # so every step starts SGD's momentum afresh
+            bucket["state"] = {}  # so every step starts SGD's momentum afresh
         return super().train_step(batch)
 
 

@@ -1,0 +1,221 @@
+"""What one step does, seen from below: the operators it runs and the collectives it
+issues (from the dispatcher), and the memory it holds (from the allocator).
+
+:class:`OpCensus` is a TorchDispatchMode, active for one untimed step of each strategy
+right after its gate. It sees every operator after autograd - in backward too, since the
+engine carries the mode into its threads - and records, per phase of the step (the
+innermost open timeline span: forward, backward, optimizer, schedule):
+
+- matrix multiplies by shape and layout (mm, addmm, bmm, baddbmm): the probes time each,
+- attention (scaled_dot_product_* kernels) by shape and direction, timed the same way,
+- every other operator, with the bytes it reads and writes (views move none),
+- DTensor dispatches: DTensor is let through (NotImplemented, as PyTorch's CommDebugMode
+  does) so that the mode sees the local operators and functional collectives it turns
+  into; each DTensor-level call is counted, since it costs Python of its own,
+- collectives, whoever issued them - the counting wrapper, DDP's reducer, FSDP2,
+  DTensor, torch.distributed.pipelining - with nccl-tests sizes S (all_gather: the
+  gathered output; reduce_scatter: the unscattered input; the others: the tensor).
+
+Fake tensors (DTensor's sharding propagation) run without being counted. The census is
+plain data (``profile()``): the cost model prices it with the calibration's probes.
+
+:class:`LiveStorage` follows every tensor storage alive over a strategy's whole life on
+CPU - built, one step, one measured step - and reports the bytes alive at the measured
+step's start and at its peak: the memory measured independently of any formula. On CUDA
+the caching allocator's ``max_memory_allocated`` says the same, and is used instead.
+"""
+
+from __future__ import annotations
+
+import gc
+import threading
+import weakref
+from collections import defaultdict
+from collections.abc import Callable
+from typing import Any
+
+import torch
+from torch.distributed.tensor import DTensor
+from torch.utils._python_dispatch import TorchDispatchMode
+from torch.utils._pytree import tree_leaves
+
+aten = torch.ops.aten
+GEMMS = {aten.mm.default: "mm", aten.addmm.default: "addmm", aten.bmm.default: "bmm",
+         aten.baddbmm.default: "baddbmm"}
+# collective operator -> kind: PyTorch's c10d operators (what torch.distributed calls) and
+# the functional ones (what DTensor calls); their waits and wrappers are not collectives
+COLLECTIVES = {
+    "c10d.allreduce_": "all_reduce", "c10d.allreduce_coalesced_": "all_reduce",
+    "c10d._allgather_base_": "all_gather", "c10d.allgather_": "all_gather",
+    "c10d.allgather_into_tensor_coalesced_": "all_gather",
+    "c10d._reduce_scatter_base_": "reduce_scatter", "c10d.reduce_scatter_": "reduce_scatter",
+    "c10d.reduce_scatter_tensor_coalesced_": "reduce_scatter",
+    "c10d.broadcast_": "broadcast", "c10d.alltoall_base_": "all_to_all",
+    "c10d.send": "send", "c10d.recv_": "recv",
+    "_c10d_functional.all_reduce": "all_reduce", "_c10d_functional.all_reduce_": "all_reduce",
+    "_c10d_functional.all_gather_into_tensor": "all_gather",
+    "_c10d_functional.reduce_scatter_tensor": "reduce_scatter",
+    "_c10d_functional.all_to_all_single": "all_to_all",
+    "_c10d_functional.broadcast": "broadcast",
+}
+
+
+def _tensors(x: Any) -> list[torch.Tensor]:
+    return [t for t in tree_leaves(x) if isinstance(t, torch.Tensor)]
+
+
+def _bytes(x: Any) -> int:
+    return sum(t.numel() * t.element_size() for t in _tensors(x))
+
+
+def _layout(t: torch.Tensor) -> str:
+    """'n' row-major, 't' a transposed row-major matrix (what backward's t() hands mm)."""
+    return "t" if t.dim() >= 2 and t.stride(-2) == 1 and t.stride(-1) != 1 else "n"
+
+
+def gemm_key(name: str, a: torch.Tensor, b: torch.Tensor) -> tuple:
+    """(op, a shape, a layout, b shape, b layout, dtype): what a probe needs to redo it."""
+    return (name, tuple(a.shape), _layout(a), tuple(b.shape), _layout(b),
+            str(a.dtype).removeprefix("torch."))
+
+
+def attention_key(name: str, q: torch.Tensor) -> tuple:
+    """(forward|backward, q shape (B, heads, T, head dim), dtype)."""
+    return ("backward" if "backward" in name else "forward", tuple(q.shape),
+            str(q.dtype).removeprefix("torch."))
+
+
+def _phase() -> dict[str, Any]:
+    return {"gemm": defaultdict(int), "attention": defaultdict(int), "ops": 0, "views": 0,
+            "bytes": 0, "dtensor_ops": 0}
+
+
+class OpCensus(TorchDispatchMode):
+    def __init__(self, phase_of: Callable[[], str] = lambda: "step") -> None:
+        super().__init__()
+        self.phase_of = phase_of
+        self.phases: dict[str, dict[str, Any]] = defaultdict(_phase)
+        self.collectives: dict[str, dict[str, int]] = {}
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        kwargs = kwargs or {}
+        if any(issubclass(t, DTensor) for t in types):
+            self.phases[self.phase_of()]["dtensor_ops"] += 1
+            return NotImplemented  # DTensor desugars, and the mode sees what it runs
+        out = func(*args, **kwargs)
+        if any(t is not torch.Tensor and not issubclass(t, torch.nn.Parameter)
+               for t in types):
+            return out  # fake tensors: sharding propagation, nothing runs
+        self._record(func, args, kwargs, out)
+        return out
+
+    def _record(self, func, args: tuple, kwargs: dict, out: Any) -> None:
+        name = f"{func.namespace}.{func._schema.name.split('::')[-1]}"
+        if name in COLLECTIVES:
+            # S is the largest side: the output of an all_gather, the input of a
+            # reduce_scatter, the tensor itself for the others
+            first = args[0] if args else None
+            second = args[1] if len(args) > 1 else None
+            size = max(_bytes(first), _bytes(second), _bytes(out))
+            c = self.collectives.setdefault(COLLECTIVES[name],
+                                            {"bytes": 0, "count": 0, "largest": 0})
+            c["bytes"] += size
+            c["count"] += 1
+            c["largest"] = max(c["largest"], size)
+            return
+        if func.namespace in ("c10d", "_c10d_functional"):
+            return  # waits, barriers, autograd wrappers: no data of their own
+        phase = self.phases[self.phase_of()]
+        if func in GEMMS:
+            a, b = (args[1], args[2]) if func in (aten.addmm.default,
+                                                  aten.baddbmm.default) else args[:2]
+            phase["gemm"][gemm_key(GEMMS[func], a, b)] += 1
+        elif "scaled_dot_product" in name:
+            phase["attention"][attention_key(name, args[0])] += 1
+        elif func.is_view:
+            phase["views"] += 1
+        else:
+            phase["ops"] += 1
+            phase["bytes"] += _bytes((args, kwargs)) + _bytes(out)
+
+    def profile(self) -> dict[str, Any]:
+        """Plain data (picklable, gathered to rank 0)."""
+        return {"phases": {k: {**v, "gemm": dict(v["gemm"]), "attention": dict(v["attention"])}
+                           for k, v in self.phases.items()},
+                "collectives": {k: dict(v) for k, v in self.collectives.items()}}
+
+
+class LiveStorage(TorchDispatchMode):
+    """Bytes of tensor storage alive on CPU, and their peak, over a window: every storage
+    an operator hands out is followed until it dies - through a weak reference, so that
+    a storage freed by another thread counts too (gloo's workers drop what their
+    collectives held; a profiler's allocator records, kept per thread, miss those frees).
+    FSDP2 frees and re-allocates its unsharded parameters by resizing their storage in
+    place, which no operator (and so no dispatch mode) sees: for the window,
+    UntypedStorage.resize_ reports to the meter too. Storage that was alive before the
+    window (the batch, the calibration's tensors) is left out even when an operator
+    hands out a view of it. ``mark()`` starts the measured part: ``start_bytes`` is what
+    was alive then, ``peak_bytes`` the most alive after. Allocations inside one kernel
+    (its workspace) are not operators' outputs: not seen."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self._lock = threading.Lock()
+        self._live: dict[int, tuple[Any, int]] = {}  # id(storage) -> (weak ref, bytes)
+        self.current = self.peak_bytes = 0
+        self.start_bytes: int | None = None
+        self._resize = None
+        self._before: dict[int, Any] = {}  # id(storage) -> weak ref: alive before the window
+
+    def __torch_dispatch__(self, func, types, args=(), kwargs=None):
+        if any(issubclass(t, DTensor) for t in types):
+            return NotImplemented  # the local tensors it runs on are what is allocated
+        out = func(*args, **(kwargs or {}))
+        for t in _tensors(out):
+            if type(t) is torch.Tensor or isinstance(t, torch.nn.Parameter):
+                self.track(t.untyped_storage())
+        return out
+
+    def track(self, st: torch.UntypedStorage) -> None:
+        before = self._before.get(id(st))
+        if st.device.type == "meta" or (before is not None and before() is st):
+            return
+        key, size = id(st), st.nbytes()
+        with self._lock:
+            known = self._live.get(key)
+            if known is None:
+                self._live[key] = (weakref.ref(st, lambda _ref, k=key: self._gone(k)), size)
+                self.current += size
+            elif known[1] != size:  # resized in place
+                self._live[key] = (known[0], size)
+                self.current += size - known[1]
+            self.peak_bytes = max(self.peak_bytes, self.current)
+
+    def _gone(self, key: int) -> None:
+        with self._lock:
+            _, size = self._live.pop(key, (None, 0))
+            self.current -= size
+
+    def mark(self) -> None:
+        with self._lock:
+            self.start_bytes = self.peak_bytes = self.current
+
+    def __enter__(self) -> LiveStorage:
+        for obj in gc.get_objects():
+            if type(obj) in (torch.Tensor, torch.nn.Parameter):
+                st = obj.untyped_storage()
+                self._before[id(st)] = weakref.ref(st)
+        original = torch.UntypedStorage.resize_
+        meter = self
+
+        def resize_(st: torch.UntypedStorage, size: int) -> torch.UntypedStorage:
+            out = original(st, size)
+            meter.track(st)
+            return out
+
+        self._resize, torch.UntypedStorage.resize_ = original, resize_
+        return super().__enter__()
+
+    def __exit__(self, *exc: Any) -> None:
+        super().__exit__(*exc)
+        torch.UntypedStorage.resize_ = self._resize

@@ -1,0 +1,123 @@
+"""One strategy's entry in result.json, from every rank's report (rank 0 writes it):
+step time, throughput and MFU; the bytes counted beside the bytes predicted; the memory
+the allocator saw beside the formula, with its terms; the prediction with its residual -
+what the model leaves unexplained, and the terms it knows it lacks."""
+
+from __future__ import annotations
+
+import statistics
+from typing import Any
+
+from jobs.lab import strategies
+from jobs.lab.strategies.base import TrainSpec
+
+
+def counted_kinds(counts: dict) -> dict[str, dict[str, int]]:
+    return {k: {"bytes": int(v["bytes"]), "count": int(v["count"])} for k, v in counts.items()}
+
+
+def _pct(values: list[float], q: float) -> float:
+    s = sorted(values)
+    k = (len(s) - 1) * q
+    lo, hi = int(k), min(int(k) + 1, len(s) - 1)
+    return s[lo] + (s[hi] - s[lo]) * (k - lo)
+
+
+def _comm(reports: list[dict], instrumented: bool) -> dict[str, Any]:
+    """Bytes and calls per step, counted against predicted. A hand-written strategy's come
+    from the counting wrapper over the timed steps (and the census must agree with it);
+    PyTorch's own from the census of its untimed step (the dispatcher sees them all)."""
+    rows, per_rank = [], []
+    for r in reports:
+        census = counted_kinds(r["census"]["collectives"])
+        counted = counted_kinds(r["comm_per_step"]) if instrumented else census
+        predicted = r["predicted_comm"] or {}
+        for kind in sorted(set(predicted) | set(counted)):
+            pred = predicted.get(kind, {"bytes": 0, "count": 0})
+            got = counted.get(kind, {"bytes": 0, "count": 0})
+            calls_ok = pred.get("count") is None or pred["count"] == got["count"]
+            rows.append({"rank": r["rank"], "kind": kind, "predicted_bytes": pred["bytes"],
+                         "predicted_calls": pred.get("count"), "counted_bytes": got["bytes"],
+                         "counted_calls": got["count"],
+                         "exact": got["bytes"] == pred["bytes"] and calls_ok})
+        per_rank.append({"rank": r["rank"], "per_step": r["comm_per_step"] if instrumented
+                         else census,
+                         "constant_across_steps": r["comm_constant_across_steps"]
+                         if instrumented else None,
+                         "census_agrees": census == r["census_wrapper"] if instrumented
+                         else None})
+    return {"instrumented": instrumented,
+            "source": "counting wrapper, timed steps" if instrumented else
+                      "dispatcher census (torch.distributed's c10d operators), untimed step",
+            "per_rank": per_rank, "bytes_vs_predicted": rows,
+            "all_exact": all(c["exact"] for c in rows) if rows else None}
+
+
+def _memory(r: dict) -> dict[str, Any]:
+    """`measured`/`predicted`/`ratio`: the model state the strategy lists against its
+    formula (as before: a tautology when the strategy is right); `peak`: what was alive at
+    the step's peak - live storage on CPU, the allocator on CUDA, independent of any
+    formula - against the peak formula, with its terms."""
+    formula, alive = r["predicted_memory"], r["allocator"]
+    state, predicted = r["model_state_bytes"], formula["model_state"]
+    return {"rank": r["rank"], "measured": state,
+            "predicted": {k: predicted[k] for k in ("params", "grads", "optimizer", "total")},
+            "ratio": state["total"] / predicted["total"] if predicted["total"] else None,
+            "peak": {"measured": alive["peak"], "step_start": alive["step_start"],
+                     "source": alive["source"], "predicted": formula["total"],
+                     "ratio": alive["peak"] / formula["total"]
+                     if alive["peak"] and formula["total"] else None,
+                     "formula": {k: formula[k] for k in ("held", "transient", "peak_at",
+                                                         "moments")}},
+            "saved_activation_peak_bytes": r["saved_activation_peak_bytes"],
+            "predicted_activation_bytes": formula["activations"],
+            "cuda_max_memory_allocated": r["cuda_max_memory_allocated"],
+            "cuda_allocated_before_build": r["cuda_allocated_before_build"]}
+
+
+def summarise(entry: dict, reports: list[dict], prediction: dict, spec: TrainSpec, cal,
+              is_cuda: bool) -> dict:
+    act = [r for r in reports if r["active"]]
+    medians = [statistics.median(r["step_times_s"]) for r in act]
+    slowest = max(act, key=lambda r: statistics.median(r["step_times_s"]))
+    step = max(medians)
+    cls = strategies.get(entry["strategy"])
+    flops_step = spec.flops()
+    mem = [_memory(r) for r in act]
+    residual = step - prediction["step_time_s"]
+    unmodelled = list(cls.unmodelled) + ([] if is_cuda or not prediction["terms_s"].get("comm")
+                                         else ["gloo's threads taking cores from compute"])
+    entry.update({
+        "ranks": len(act),
+        "step_time_s": {"median": step, "p10": _pct(slowest["step_times_s"], 0.1),
+                        "p90": _pct(slowest["step_times_s"], 0.9),
+                        "per_rank_median": medians},
+        "tokens_per_s": spec.tokens / step,
+        "mfu": {"value": flops_step / step / (cal.peak_flops * len(act)),
+                "flops_per_step": flops_step, "peak_flops_per_rank": cal.peak_flops,
+                "peak_name": cal.peak_name, "dtype": spec.cfg.dtype,
+                "basis": "fraction of " + cal.peak_name},
+        "comm": _comm(act, bool(cls.instrumented)),
+        "memory": mem,
+        "compute_per_rank": [{"rank": r["rank"], "phases": r["compute"]} for r in act],
+        "timeline": [{"rank": r["rank"], "by_kind": r["timeline"]} for r in act],
+        "extra": [{"rank": r["rank"], **r["extra"]} for r in act if r["extra"]],
+        "prediction": {**prediction, "residual_s": residual,
+                       "residual_fraction": residual / step if step else None,
+                       "unmodelled": unmodelled},
+        "ratios": {"step_time": step / prediction["step_time_s"],
+                   "memory": max((m["ratio"] for m in mem if m["ratio"]), default=None),
+                   "memory_peak": max((m["peak"]["ratio"] for m in mem if m["peak"]["ratio"]),
+                                      default=None)},
+        "dominant_term": prediction["dominant"],
+    })
+    idles = [r["idle_fraction"] for r in act if r["idle_fraction"] is not None]
+    if "bubble_fraction" in prediction:
+        measured = statistics.mean(idles) if idles else None
+        entry["bubble"] = {"measured_idle_fraction": measured,
+                           "per_rank": idles,
+                           "predicted": prediction["bubble_fraction"],
+                           "predicted_per_rank": prediction.get("predicted_idle_per_stage"),
+                           "ratio": measured / prediction["bubble_fraction"]
+                           if measured is not None and prediction["bubble_fraction"] else None}
+    return entry

@@ -1,0 +1,76 @@
+"""The memory model against what the model saves and what storage is alive, and the
+bf16 recipe's optimizer against PyTorch's (in process, no ranks)."""
+
+from __future__ import annotations
+
+import pytest
+import torch
+
+from jobs.lab import memorymodel
+from jobs.lab.census import LiveStorage
+from jobs.lab.instrument import SavedActivations
+from jobs.lab.model import ModelConfig, build_model, make_batch
+from jobs.lab.optim import adamw_, update_shard
+
+
+@pytest.mark.parametrize("kind", ["gpt", "mlp"])
+@pytest.mark.parametrize("dtype,e", [("float32", 4), ("bfloat16", 2)])
+def test_activation_formula_is_what_the_model_saves(kind, dtype, e):
+    L, h, heads, s, v, B = 2, 64, 4, 32, 128, 4
+    cfg = ModelConfig(kind=kind, layers=L, hidden=h, heads=heads, seq_len=s, vocab=v,
+                      dtype=dtype)
+    model = build_model(cfg)
+    batch = make_batch(cfg, B)
+    meter = SavedActivations(list(model.parameters()))
+    with meter:
+        x = model.embed(batch.inputs)
+        for blk in model.blocks.values():
+            x = blk(x)
+        held = meter.current
+    n = B * s
+    expected = L * memorymodel.block_activations(kind, n, h, heads, e)
+    embed = memorymodel.embed_activations(kind, n, h, e)
+    # the embedding's saved ids (or input) are the batch's storage, which the meter counts
+    assert held - embed == pytest.approx(expected, rel=0.01)
+    # 16 elements of n*h per GPT block (Korthikanti's 34 bytes at 2 bytes, less two
+    # dropout masks), 9 per MLP block, plus fp32 statistics
+    assert memorymodel.block_activations(kind, n, h, heads, e) // (n * h * e) == \
+        (16 if kind == "gpt" else 9)
+
+
+def test_live_storage_follows_allocations_frees_and_in_place_resizes():
+    with LiveStorage() as live:
+        a = torch.ones(1000)  # 4000 bytes
+        b = a.view(10, 100)  # a view: nothing new
+        live.mark()
+        c = torch.zeros(500)  # +2000
+        del c
+        st = torch.empty(250).untyped_storage()  # FSDP2 frees and refills storage in place
+        st.resize_(0)
+        st.resize_(4000)
+    assert live.start_bytes == 4000
+    assert live.peak_bytes == 4000 + 4000
+    del a, b, st
+
+
+def test_adamw_is_torch_adamw_and_update_shard_keeps_bf16_weights_with_fp32_masters():
+    torch.manual_seed(0)
+    w = torch.randn(16, 8)
+    mine, ref = w.clone(), torch.nn.Parameter(w.clone())
+    opt = torch.optim.AdamW([ref], lr=1e-3, betas=(0.9, 0.95), eps=1e-8, weight_decay=0.1,
+                            foreach=False)
+    m, v = torch.zeros_like(w), torch.zeros_like(w)
+    for step in range(1, 4):
+        g = torch.randn_like(w)
+        adamw_(mine, g, m, v, step)
+        ref.grad = g.clone()
+        opt.step()
+    assert torch.allclose(mine, ref.detach(), rtol=1e-6, atol=1e-7)
+    assert torch.allclose(m, opt.state[ref]["exp_avg"]) and \
+        torch.allclose(v, opt.state[ref]["exp_avg_sq"])
+    p, state = w.to(torch.bfloat16), {}
+    update_shard("bf16_adamw", state, p, torch.randn(16, 8).to(torch.bfloat16), 1)
+    assert p.dtype == torch.bfloat16 and state["master"].dtype == torch.float32
+    assert torch.equal(p, state["master"].to(torch.bfloat16))
+    assert {k: t.numel() * t.element_size() for k, t in state.items()} == \
+        {"master": 512, "exp_avg": 512, "exp_avg_sq": 512}  # 12 bytes per parameter
