@@ -15,15 +15,20 @@ from __future__ import annotations
 
 import functools
 from pathlib import Path
+from typing import TYPE_CHECKING
 
-from flask import Flask
+if TYPE_CHECKING:
+    from flask import Flask
 
 ROOT = Path(__file__).resolve().parent.parent
 
 
 def create_app(config: dict | None = None) -> Flask:
     # Imported here, not at the top: the layers below import `app.*` modules, and the
-    # package's __init__ must not pull the whole web layer into every one of them.
+    # package's __init__ must not pull the whole web layer (or Flask: the terminal client
+    # `cpl` lives in app/ too and starts on every keystroke-sized command) into each of them.
+    from flask import Flask
+
     from app import db
     from app.config import from_environment
     from app.journal import cards

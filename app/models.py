@@ -1,6 +1,6 @@
-"""The tables: the notebook's (entry, revision, link, tag, attachment, token, setting), then the
-experiment journal's (runner, schedule, run, run_event, metric, run_artifact). Every change
-here needs a migration in migrations/versions/."""
+"""The tables: the notebook's (entry, revision, link, tag, attachment, token, setting,
+idempotency_key), then the experiment journal's (runner, schedule, run, run_event, metric,
+run_artifact). Every change here needs a migration in migrations/versions/."""
 
 from __future__ import annotations
 
@@ -148,6 +148,22 @@ class Setting(Base):
 
     key: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
     value: Mapped[str] = mapped_column(sa.Text)
+
+
+class IdempotencyKey(Base):
+    """A client's Idempotency-Key on POST /api/v1/entries and the entry that request made.
+    A retry with the same key (the answer was lost on the way, an offline queue sends
+    again) gets that entry back instead of a second copy."""
+
+    __tablename__ = "idempotency_key"
+
+    key: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+    fingerprint: Mapped[str] = mapped_column(sa.String(64))  # sha256 of the request's JSON
+    entry_id: Mapped[int | None] = mapped_column(
+        sa.ForeignKey("entry.id", ondelete="SET NULL")  # deleted since: a replay says so
+    )
+    author: Mapped[str] = mapped_column(sa.String(200))
+    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
 
 
 # -- the experiment journal ---------------------------------------------------------------

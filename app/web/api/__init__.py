@@ -1,6 +1,8 @@
 """The JSON API under /api/v1: everything the pages show and do, for the CLI and scripts.
 
     notebook_endpoints.py   entries, revisions, letters, search, tags, the letter template
+    idempotency.py          Idempotency-Key on POST /entries: a retry never makes a duplicate
+    whoami.py               GET /me: who the server takes the caller for
     completion.py           what the editor offers after [[ and #
     journal_endpoints.py    the experiment catalogue, runs, compare, schedules
     openapi/                the OpenAPI 3.1 document served at /api/v1/openapi.json
@@ -9,7 +11,12 @@ The runner agents' pull API is app/web/runner_api.py (a blueprint of its own, be
 runner token may call it and nothing else).
 """
 
-from app.web.api import completion, journal_endpoints, notebook_endpoints  # noqa: F401
+from app.web.api import (  # noqa: F401
+    completion,
+    journal_endpoints,
+    notebook_endpoints,
+    whoami,
+)
 from app.web.api.blueprint import bp
 
 __all__ = ["bp"]

@@ -12,6 +12,7 @@ from app.errors import Invalid, NotFound, refuse_unknown
 from app.models import Entry, Revision
 from app.notebook import attachments, browse, entries, isoweeks, letters, render, search
 from app.web.access import author, can_write, visible, visible_entry
+from app.web.api import idempotency
 from app.web.api.blueprint import bp
 from app.web.api.openapi import document
 from app.web.parsing import int_arg, json_body
@@ -76,17 +77,37 @@ def list_entries():
 
 @bp.post("/entries")
 def create_entry():
+    """A new entry. With an Idempotency-Key, a repeat of the same request answers 200 with
+    the entry the first one made (app/web/api/idempotency.py)."""
     data = json_body()
     refuse_unknown(data, entries.FIELDS)
+    key = idempotency.requested_key()
     session = get_session()
+    if key is not None and (made := idempotency.replay(session, key, data)) is not None:
+        return _replayed(made)
     entry = entries.create(
         session, author=author(),
         date=data.get("date") or isoweeks.today(current_app.config["TIMEZONE"]).isoformat(),
         title=data.get("title"), body=data.get("body", ""), tags=data.get("tags"),
         status=data.get("status", "published"),
     )
-    session.commit()
+    if key is not None:
+        idempotency.remember(session, key, data, entry, author())
+    try:
+        session.commit()
+    except sa.exc.IntegrityError:
+        # A database without SQLite's write lock let a copy of this request commit the
+        # same key first: answer as its replay.
+        session.rollback()
+        if key is None or (made := idempotency.replay(session, key, data)) is None:
+            raise
+        return _replayed(made)
     return jsonify(entry_json(entry)), 201, {"Location": entries.entry_url(entry)}
+
+
+def _replayed(entry: Entry):
+    return jsonify(entry_json(entry)), 200, {"Location": entries.entry_url(entry),
+                                             "Idempotent-Replayed": "true"}
 
 
 @bp.get("/entries/<int:entry_id>")

@@ -4,6 +4,7 @@ template, the feed and the health check. Limits come from the modules that enfor
 from __future__ import annotations
 
 from app.notebook import entries, letters, search, suggest
+from app.web.api import idempotency
 from app.web.api.openapi.schema import ERRORS, json_response, query, ref
 
 ENTRY_ID = {"name": "entry_id", "in": "path", "required": True,
@@ -44,10 +45,24 @@ def paths() -> dict:
             },
             "post": {
                 "summary": "Create an entry",
+                "description": "With an Idempotency-Key, repeating the same request (an "
+                               "answer lost on the way, an offline queue sending again) "
+                               "answers 200 with the entry the first one made and the "
+                               "header Idempotent-Replayed: true; the same key with a "
+                               "different body is refused (422).",
+                "parameters": [{
+                    "name": idempotency.HEADER, "in": "header", "required": False,
+                    "schema": {"type": "string", "pattern": idempotency.KEY_RE.pattern},
+                    "description": "a key the client makes per capture, e.g. a UUID"}],
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"type": "object", "required": ["title"],
                                "additionalProperties": False, "properties": ENTRY_FIELDS}}}},
-                "responses": {"201": json_response(ref("Entry"), "Created"), **ERRORS},
+                "responses": {"201": json_response(ref("Entry"), "Created"),
+                              "200": json_response(ref("Entry"), "A replay: the entry this "
+                                                   "Idempotency-Key made"),
+                              "410": json_response(ref("Error"), "The entry this "
+                                                   "Idempotency-Key made was deleted"),
+                              **ERRORS},
             },
         },
         "/api/v1/entries/{entry_id}": {
@@ -144,6 +159,14 @@ def paths() -> dict:
                 "responses": {"200": json_response({"type": "object"}), **ERRORS},
             },
         },
+        "/api/v1/me": {"get": {
+            "summary": "Who the server takes the caller for",
+            "responses": {"200": json_response({"type": "object", "properties": {
+                "login": {"type": "string"}, "name": {"type": "string"},
+                "role": {"type": "string", "description": "owner or viewer"},
+                "via": {"type": "string", "description": "how the server knows: serve "
+                        "(tailscale serve's headers), whois, dev (loopback) or token"},
+                "can_write": {"type": "boolean"}}}), **ERRORS}}},
         "/api/v1/tags": {"get": {"summary": "Tags with counts",
                                  "responses": {"200": json_response({"type": "object"})}}},
         "/api/v1/complete": {"get": {

@@ -1,0 +1,5 @@
+"""`python -m app.cpl`: the same as the `cpl` console script."""
+
+from app.cpl.main import main
+
+main()

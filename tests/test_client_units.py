@@ -1,0 +1,136 @@
+"""The terminal client's parts that need no server process: titles of captures, the
+conflict buffer built from a real 409, colour choices, where the server and token come
+from, parameter parsing, text charts, and the help of every command."""
+
+from __future__ import annotations
+
+import click
+import pytest
+
+from app.cpl import profile
+from app.cpl.capture_commands import title_from
+from app.cpl.editor_loop import has_markers, with_markers
+from app.cpl.main import cli
+from app.cpl.run_commands import coerce
+from app.cpl.run_views import bar, headline, sparkline
+from app.cpl.terminal import colour_system, for_terminal
+from tests.client_helpers import Terminal
+
+
+@pytest.mark.parametrize(("text", "title", "body"), [
+    ("try 1F1B #pipeline [[2024-W13]]", "try 1F1B 2024-W13", "try 1F1B #pipeline [[2024-W13]]"),
+    ("see [[Pipeline notes|the notes]] again", "see the notes again",
+     "see [[Pipeline notes|the notes]] again"),
+    ("# Standup\n\n- shipped the runner", "Standup", "- shipped the runner"),
+    ("# Only a heading", "Only a heading", "# Only a heading"),
+    ("word " * 40, ("word " * 16).strip() + "…", "word " * 40),
+])
+def test_a_capture_without_a_title_gets_one(text, title, body):
+    assert title_from(text) == (title, body)
+
+
+def test_the_merge_buffer_marks_only_the_overlap(client):
+    """A real 409 from the server, then the buffer `cpl` opens for the merge."""
+    base = "## Notes\n\n- a line both change\n\n## Next\n\n- untouched"
+    made = client.post("/api/v1/entries", json={"title": "Merge me", "body": base}).get_json()
+    path = f"/api/v1/entries/{made['id']}"
+    theirs = base.replace("- a line both change", "- theirs") + "\n- theirs appended"
+    assert client.put(path, json={"body": theirs, "base_revision": 1}).status_code == 200
+    mine = base.replace("- a line both change", "- mine")
+    refused = client.put(path, json={"body": mine, "base_revision": 1})
+    assert refused.status_code == 409
+    error = refused.get_json()["error"]
+    buffer = with_markers(error, error["current"], mine)
+    assert buffer.splitlines()[2:7] == ["<<<<<<< theirs (revision 2, saved meanwhile)",
+                                        "- theirs", "=======", "- mine", ">>>>>>> mine (your edit)"]
+    assert buffer.endswith("- untouched\n- theirs appended")  # the clean change is kept
+    assert has_markers(buffer)
+    resolved = "\n".join(line for line in buffer.splitlines()
+                         if not line.startswith(("<<<<<<<", "=======", ">>>>>>>")))
+    assert not has_markers(resolved)
+    assert not has_markers("A heading\n=======\n")  # a setext heading is not a marker
+
+
+def test_without_hunks_the_whole_texts_are_marked():
+    buffer = with_markers({}, {"revision": 4, "body": "theirs"}, "mine")
+    assert buffer.splitlines() == ["<<<<<<< theirs (revision 4, saved meanwhile)", "theirs",
+                                   "=======", "mine", ">>>>>>> mine (your edit)"]
+
+
+@pytest.mark.parametrize(("choice", "env", "tty", "system"), [
+    ("auto", {}, True, "standard"),
+    ("auto", {}, False, None),
+    ("auto", {"NO_COLOR": "1"}, True, None),
+    ("auto", {"TERM": "dumb"}, True, None),
+    ("auto", {"CLICOLOR_FORCE": "1"}, False, "standard"),
+    ("never", {}, True, None),
+    ("always", {"NO_COLOR": "1"}, False, "standard"),  # a flag beats the environment
+])
+def test_colour_comes_from_the_16_colour_palette_unless_turned_off(monkeypatch, choice, env,
+                                                                    tty, system):
+    for name in ("NO_COLOR", "CLICOLOR_FORCE", "TERM"):
+        monkeypatch.delenv(name, raising=False)
+    for name, value in env.items():
+        monkeypatch.setenv(name, value)
+    assert colour_system(choice, "standard", tty) == system
+
+
+def test_server_and_token_are_found_in_order(monkeypatch, tmp_path):
+    monkeypatch.setenv("XDG_CONFIG_HOME", str(tmp_path))
+    monkeypatch.setenv("PYTHON_KEYRING_BACKEND", "keyring.backends.fail.Keyring")
+    for name in ("COMMONPLACE_SERVER", "COMMONPLACE_TOKEN"):
+        monkeypatch.delenv(name, raising=False)
+    assert profile.resolve(None, None).server == "http://127.0.0.1:8000"
+    profile.save_config({"server": "https://notes.tail1.ts.net",
+                         "tokens": {"https://notes.tail1.ts.net": "cp_file"}})
+    found = profile.resolve(None, None)
+    assert (found.server, found.server_source, found.token, found.token_source) == (
+        "https://notes.tail1.ts.net", "config", "cp_file", "config")
+    monkeypatch.setenv("COMMONPLACE_SERVER", "notes.tail2.ts.net")
+    monkeypatch.setenv("COMMONPLACE_TOKEN", "cp_env")
+    found = profile.resolve(None, None)
+    assert (found.server, found.token_source) == ("https://notes.tail2.ts.net", "env")
+    found = profile.resolve("http://127.0.0.1:9", "cp_flag")
+    assert (found.server, found.server_source, found.token) == ("http://127.0.0.1:9", "flag",
+                                                                 "cp_flag")
+    assert oct(profile.config_file().stat().st_mode & 0o777) == "0o600"
+
+
+def test_parameters_are_typed_by_the_catalogue():
+    assert coerce("micro_batches", {"type": "int"}, "8") == 8
+    assert coerce("lr", {"type": "float"}, "0.5") == 0.5
+    assert coerce("measure_overhead", {"type": "bool"}, "no") is False
+    assert coerce("sizes", {"type": "str_list"}, "64, 128") == ["64", "128"]
+    with pytest.raises(click.BadParameter):
+        coerce("micro_batches", {"type": "int"}, "eight")
+
+
+def test_text_charts():
+    assert sparkline([1, 2, 3, 4, 5, 6, 7, 8]) == "▁▂▃▄▅▆▇█"
+    assert bar(1, 2, 8) == "████" and bar(1, 16, 2) == "▏" and bar(1, 100, 2) == ""
+    assert headline({"peak_flops": 1e9, "copy_bandwidth_Bps": 2e9, "duration_s": 3}) == {
+        "peak FLOP/s": 1e9, "copy bandwidth": 2e9, "duration": 3}
+    assert for_terminal("a\n```run\nid: 42\n```\nb") == "a\n> ▸ run 42: `cpl runs show 42`\nb"
+
+
+def _commands(group: click.Group, prefix: str = ""):
+    for name, command in group.commands.items():
+        yield f"{prefix}{name}", command
+        if isinstance(command, click.Group):
+            yield from _commands(command, f"{prefix}{name} ")
+
+
+def test_every_command_has_help_with_examples():
+    for name, command in _commands(cli):
+        with click.Context(command, info_name=name) as ctx:
+            text = command.get_help(ctx)
+        assert "Example" in text, name
+
+
+def test_shell_completion(tmp_path):
+    cpl = Terminal(tmp_path, "http://127.0.0.1:9")
+    script = cpl("completion", "bash")
+    assert script.rc == 0 and "_CPL_COMPLETE" in script.out
+    offered = cpl(env={"_CPL_COMPLETE": "bash_complete", "COMP_WORDS": "cpl ru",
+                       "COMP_CWORD": "1"})
+    assert "plain,run" in offered.out and "plain,runs" in offered.out
