@@ -1,7 +1,7 @@
 # One image for every Commonplace process; the command picks which:
 #   commonplace web | commonplace scheduler | commonplace runner --server URL --token T
-# The web binds 127.0.0.1 and is reached only through `tailscale serve` in the network
-# namespace it shares with the tailscale sidecar (compose.yaml). docs/DEPLOY.md has it all.
+# The web binds 127.0.0.1 (runners, health checks) and a unix socket that `tailscale serve`
+# proxies to from the tailscale sidecar (compose.yaml). docs/DEPLOY.md has it all.
 #
 # CPU torch by default (the lab's CPU experiments, a CPU runner). For a GPU runner:
 #   docker build --build-arg TORCH_INDEX=https://download.pytorch.org/whl/cu128 \
@@ -21,11 +21,13 @@ ENV PYTHONDONTWRITEBYTECODE=1 \
     PIP_DISABLE_PIP_VERSION_CHECK=1 \
     COMMONPLACE_DATA_DIR=/data \
     COMMONPLACE_BIND=127.0.0.1:8000 \
+    COMMONPLACE_SERVE_SOCKET=/run/commonplace/web.sock \
     COMMONPLACE_AUTH=serve
 
 RUN useradd --create-home --uid 10001 --user-group commonplace \
- && mkdir /data \
- && chown 10001:10001 /data
+ && mkdir /data /run/commonplace \
+ && chown 10001:10001 /data /run/commonplace \
+ && chmod 0700 /run/commonplace
 
 WORKDIR /app
 COPY pyproject.toml README.md alembic.ini gunicorn.conf.py ./

@@ -3,7 +3,9 @@
 
 Sized for a small box with one writer: SQLite takes one write at a time, so more
 processes only queue on its lock; threads serve slow phone connections and long polls
-without a process each. Override with COMMONPLACE_WEB_WORKERS / _THREADS.
+without a process each. Override with COMMONPLACE_WEB_WORKERS / _THREADS. A worker lends
+at most half its threads to the runners' long polls, and cuts off a request body that
+stops arriving (app/web/hardening.py), so pages always have threads.
 
 The web never starts a scheduler: there are no server hooks here that start anything, and
 none may be added. APScheduler in a forked worker runs every job once per worker (see
@@ -15,15 +17,21 @@ import re
 
 from gunicorn.glogging import Logger
 
+from app.config import from_environment, listen_addresses, web_size
+
 wsgi_app = "app:create_app()"
 
-# Loopback: `tailscale serve` is the only way in. `commonplace web` refuses a
-# non-loopback address unless given --allow-non-loopback; the command line's --bind wins.
-bind = [os.environ.get("COMMONPLACE_BIND") or "127.0.0.1:8000"]
+# COMMONPLACE_BIND (loopback: runners, scripts, health checks) and, in serve mode, the unix
+# socket `tailscale serve` proxies to, the only door where identity headers are believed
+# (app/web/auth/listeners.py). `commonplace web` refuses a non-loopback address unless
+# given --allow-non-loopback; the command line's --bind wins.
+bind = listen_addresses(from_environment())
+# The serve socket is created rw for this user only: tailscaled (root) can still connect;
+# other users on the machine cannot. (gunicorn applies umask to its unix sockets only.)
+umask = 0o077
 
 worker_class = "gthread"
-workers = int(os.environ.get("COMMONPLACE_WEB_WORKERS") or 2)
-threads = int(os.environ.get("COMMONPLACE_WEB_THREADS") or 4)
+workers, threads = web_size()
 
 # A worker silent for `timeout` seconds is restarted. Requests are short; the runner's
 # long poll answers well inside this.
@@ -42,11 +50,12 @@ limit_request_field_size = 8190
 # is the one place that decides whether X-Forwarded-For/-Proto are true.
 forwarded_allow_ips = ""
 
-# Access log to stdout (journald / docker logs). Behind serve the peer (%h) is always
-# 127.0.0.1, so the tailnet address serve forwarded is logged beside it, and the login.
+# Access log to stdout (journald / docker logs). The peer (%h) is the tailnet address for
+# requests serve proxied (read from its X-Forwarded-For on its socket only), and `user` is
+# who the web took the caller for (a login, or token:<name>), never a header's claim.
 accesslog = "-"
 access_log_format = (
-    '%(h)s fwd=%({x-forwarded-for}i)s user=%({tailscale-user-login}i)s [%(t)s] '
+    '%(h)s fwd=%({x-forwarded-for}i)s user=%({commonplace.user}e)s [%(t)s] '
     '"%(r)s" %(s)s %(b)s %(M)sms "%(a)s"'
 )
 

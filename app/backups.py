@@ -175,6 +175,10 @@ def verify(archive: Path, into: Path | None = None) -> Manifest:
                     target = _safe_join(into, member)
                     target.parent.mkdir(parents=True, exist_ok=True)
                     target.write_bytes(data)
+                elif member == DATABASE:
+                    with tempfile.TemporaryDirectory() as scratch:
+                        (Path(scratch) / DATABASE).write_bytes(data)
+                        _check_database(Path(scratch) / DATABASE)
     except (tarfile.TarError, EOFError, OSError, ValueError, TypeError, KeyError) as exc:
         raise BackupError(f"{archive} cannot be read as a backup: {exc}") from exc
     if into is not None:

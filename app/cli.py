@@ -17,9 +17,9 @@ from pathlib import Path
 import click
 import sqlalchemy as sa
 
-from app import ROOT, create_app
+from app import ROOT, backups, create_app
 from app import db as dbmod
-from app.config import from_environment
+from app.config import from_environment, listen_addresses
 from app.models import Token, utcnow
 from app.notebook import rerender
 from app.notebook.letters import ensure_this_week
@@ -51,11 +51,32 @@ def _ensure_this_week(app) -> None:
         click.echo("created this week's letter")
 
 
-def gunicorn_argv(bind: str) -> list[str]:
+def gunicorn_argv(addresses: list[str]) -> list[str]:
     # Workers, threads, timeouts and logging live in gunicorn.conf.py (the same file Docker
-    # and systemd use); the command line only names the address.
+    # and systemd use); the command line only names the addresses.
+    binds = [arg for address in addresses for arg in ("--bind", address)]
     return [sys.executable, "-m", "gunicorn", "--config", str(ROOT / "gunicorn.conf.py"),
-            "--bind", bind, "app:create_app()"]
+            *binds, "app:create_app()"]
+
+
+# A unix socket's path must fit sockaddr_un.sun_path (108 bytes on Linux, with its NUL).
+MAX_SOCKET_PATH = 107
+
+
+def _listen(app, allow_non_loopback: bool) -> list[str]:
+    """The web's addresses, checked; in serve mode the socket's folder is made first (only
+    this user may enter it: tailscaled, as root, still can)."""
+    problem = bind_problem(app.config["BIND"], app.config["AUTH_MODE"], allow_non_loopback)
+    if problem:
+        raise click.UsageError(problem)
+    if app.config["AUTH_MODE"] == "serve":
+        path = Path(app.config["SERVE_SOCKET"])
+        if len(os.fsencode(path)) > MAX_SOCKET_PATH:
+            raise click.UsageError(f"COMMONPLACE_SERVE_SOCKET={path} is longer than a unix "
+                                   f"socket path may be ({MAX_SOCKET_PATH} bytes); choose a "
+                                   "shorter one, e.g. /run/commonplace/web.sock")
+        path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
+    return listen_addresses(app.config)
 
 
 @click.group()
@@ -71,9 +92,7 @@ def up(allow_non_loopback: bool) -> None:
     Ctrl-C stops them all."""
     app = _app()
     bind = app.config["BIND"]
-    problem = bind_problem(bind, app.config["AUTH_MODE"], allow_non_loopback)
-    if problem:
-        raise click.UsageError(problem)
+    addresses = _listen(app, allow_non_loopback)
     migrate(app)
     _ensure_this_week(app)
     if app.config["AUTH_MODE"] == "dev":
@@ -81,14 +100,20 @@ def up(allow_non_loopback: bool) -> None:
                     fg="yellow", err=True)
     host, _, port = bind.rpartition(":")
     local = f"http://{'127.0.0.1' if host in ('0.0.0.0', '', '::') else host}:{port}"
+    # The local runner talks to the TCP address with its token, like any other runner. It
+    # runs as you and could read the notebook's files itself: `up` keeps the runner off
+    # the serve socket, but the boundary is your user (docs/SECURITY.md).
     runner_env = {**os.environ, "COMMONPLACE_RUNNER_TOKEN": _local_runner_token(app)}
     me = [sys.executable, "-m", "app.cli"]
     children = [
-        subprocess.Popen(gunicorn_argv(bind)),  # bind checked above
+        subprocess.Popen(gunicorn_argv(addresses)),  # checked by _listen
         subprocess.Popen([*me, "scheduler"]),
         subprocess.Popen([*me, "runner", "--server", local], env=runner_env),
     ]
     click.echo(f"Commonplace is running at http://{bind}/  (data in {app.config['DATA_DIR']})")
+    if app.config["AUTH_MODE"] == "serve":
+        click.echo(f"put it on your tailnet with: tailscale serve --bg "
+                   f"unix:{app.config['SERVE_SOCKET']}")
     _supervise(children)
 
 
@@ -136,13 +161,10 @@ def _supervise(children: list[subprocess.Popen]) -> None:
 @click.option("--allow-non-loopback", is_flag=True, envvar="COMMONPLACE_ALLOW_NON_LOOPBACK",
               help="Listen on a non-loopback COMMONPLACE_BIND (the tailnet address, whois mode).")
 def web(allow_non_loopback: bool) -> None:
-    """The web process alone: gunicorn on COMMONPLACE_BIND (loopback unless told otherwise)."""
+    """The web process alone: gunicorn on COMMONPLACE_BIND (loopback unless told otherwise)
+    and, in serve mode, on COMMONPLACE_SERVE_SOCKET for `tailscale serve`."""
     app = _app()
-    bind = app.config["BIND"]
-    problem = bind_problem(bind, app.config["AUTH_MODE"], allow_non_loopback)
-    if problem:
-        raise click.UsageError(problem)
-    os.execv(sys.executable, gunicorn_argv(bind))
+    os.execv(sys.executable, gunicorn_argv(_listen(app, allow_non_loopback)))
 
 
 @main.command()
@@ -208,6 +230,81 @@ def export_cmd(folder: Path) -> None:
     app = _app()
     migrate(app)
     click.echo(f"exported {export_folder(_db(app), folder)} entries to {folder}")
+
+
+@main.command("backup")
+@click.option("--to", "dest", type=click.Path(dir_okay=False, path_type=Path), default=None,
+              help="the archive to write [default: <data>/backups/…-manual.tar.gz]")
+@click.option("--verify", "check", type=click.Path(exists=True, dir_okay=False, path_type=Path),
+              default=None, help="only check an archive (every checksum, the database)")
+def backup_cmd(dest: Path | None, check: Path | None) -> None:
+    """One archive of everything: the database (copied online, safe while the notebook
+    runs), attachments, run logs and artifacts, with a manifest of checksums.
+
+    \b
+    commonplace backup                       into <data>/backups/
+    commonplace backup --to /mnt/usb/notes.tar.gz
+    commonplace backup --verify notes.tar.gz
+    """
+    if check is not None:
+        try:
+            manifest = backups.verify(check)
+        except backups.BackupError as exc:
+            raise click.ClickException(str(exc)) from None
+        click.echo(f"{check}: good ({_summary(manifest)}, schema {manifest.schema_revision}, "
+                   f"made {manifest.created_at})")
+        return
+    app = _app()
+    migrate(app)
+    database = _db(app).sqlite_path
+    if database is None:
+        raise click.ClickException("commonplace backup archives a SQLite notebook; for another "
+                                   "database use its own backup tool (docs/DEPLOY.md)")
+    data_dir = Path(app.config["DATA_DIR"])
+    path, manifest = backups.create(database, data_dir, data_dir / "backups", reason="manual",
+                                    dest=dest)
+    click.echo(f"backed up {_summary(manifest)} to {path}")
+
+
+@main.command("restore")
+@click.argument("archive", type=click.Path(exists=True, dir_okay=False, path_type=Path))
+@click.option("--data-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
+              help="where to restore [default: COMMONPLACE_DATA_DIR]")
+@click.option("--force", is_flag=True,
+              help="restore over a data dir that is not empty (it is moved aside, not deleted)")
+def restore_cmd(archive: Path, data_dir: Path | None, force: bool) -> None:
+    """Put a backup archive's notebook in place: checks every member first, refuses a data
+    dir with something in it unless --force (then moves it aside), migrates an archive made
+    by an older version, and writes the markdown mirror anew. Stop the web, scheduler and
+    runner first.
+
+    \b
+    commonplace restore notes.tar.gz --data-dir ~/.local/share/commonplace-restored
+    """
+    if os.environ.get("COMMONPLACE_DATABASE_URL"):
+        raise click.ClickException("restore puts a SQLite notebook in a data dir; unset "
+                                   "COMMONPLACE_DATABASE_URL (another database restores with "
+                                   "its own tools)")
+    target = (data_dir or Path(from_environment()["DATA_DIR"])).expanduser()
+    try:
+        manifest, aside = backups.restore(archive, target, force=force)
+    except backups.BackupError as exc:
+        raise click.ClickException(str(exc)) from None
+    if aside is not None:
+        click.echo(f"moved the previous data dir aside to {aside}")
+    app = create_app({"DATA_DIR": target,
+                      "DATABASE_URL": f"sqlite:///{target / backups.DATABASE}"})
+    migrate(app)
+    written = export_folder(_db(app), target / "notes")
+    click.echo(f"restored {_summary(manifest)} (schema {manifest.schema_revision}, made "
+               f"{manifest.created_at}) into {target}; wrote {written} markdown files")
+
+
+def _summary(manifest) -> str:
+    counts = manifest.counts
+    return (f"{counts.get('entry', 0)} entries, {counts.get('revision', 0)} revisions, "
+            f"{counts.get('attachment', 0)} attachments, {counts.get('run', 0)} runs, "
+            f"{len(manifest.files) - 1} files")
 
 
 @main.group()

@@ -9,9 +9,19 @@ import os
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
+
+
+def ascii_lower(value: str) -> str:
+    """Lower-case A-Z and nothing else. Logins compare case-insensitively as email
+    addresses do, but only in ASCII: str.lower() folds the Kelvin sign (U+212A) to "k" and
+    the dotted capital I (U+0130) to "i" + a combining dot, so a login nobody configured
+    could fold into one somebody did."""
+    return value.translate(ASCII_LOWER)
+
 
 def _split(value: str | None) -> list[str]:
-    return [part.strip().lower() for part in (value or "").split(",") if part.strip()]
+    return [ascii_lower(part.strip()) for part in (value or "").split(",") if part.strip()]
 
 
 def _seconds(env: dict[str, str], name: str, default: float) -> float:
@@ -36,6 +46,9 @@ def system_timezone() -> str:
 
 
 AUTH_MODES = ("serve", "whois", "dev")
+# The web's size (gunicorn.conf.py reads these too): a long poll may hold at most half of a
+# worker's threads, so pages and health checks always have the other half.
+DEFAULT_WEB_WORKERS, DEFAULT_WEB_THREADS = 2, 8
 # Linux tailscaled's socket (paths.DefaultTailscaledSocket); /run is the same place on
 # systemd distributions. Other platforms: see docs/DEPLOY.md.
 DEFAULT_TAILSCALE_SOCKET = "/var/run/tailscale/tailscaled.sock"
@@ -45,6 +58,29 @@ def trusted_hosts(names: list[str]) -> list[str]:
     """Host names a request may carry (Flask TRUSTED_HOSTS; ports are ignored). Loopback
     names always, so the CLI and health checks work; the tailnet name(s) from config."""
     return ["localhost", "127.0.0.1", *[n for n in names if n not in ("localhost", "127.0.0.1")]]
+
+
+def web_size(env: dict[str, str] | None = None) -> tuple[int, int]:
+    """(workers, threads per worker) from COMMONPLACE_WEB_WORKERS / _THREADS."""
+    env = os.environ if env is None else env
+    try:
+        workers = int(env.get("COMMONPLACE_WEB_WORKERS") or DEFAULT_WEB_WORKERS)
+        threads = int(env.get("COMMONPLACE_WEB_THREADS") or DEFAULT_WEB_THREADS)
+    except ValueError:
+        raise SystemExit("COMMONPLACE_WEB_WORKERS and _THREADS must be whole numbers") from None
+    if not (1 <= workers <= 16 and 2 <= threads <= 64):
+        raise SystemExit("COMMONPLACE_WEB_WORKERS must be 1-16 and _THREADS 2-64")
+    return workers, threads
+
+
+def listen_addresses(config: dict) -> list[str]:
+    """Where gunicorn listens: the TCP address (runners, scripts, health checks, anything on
+    this machine), and in serve mode also the unix socket that `tailscale serve` proxies
+    to, the one place identity headers are believed (app/web/auth/listeners.py)."""
+    addresses = [config["BIND"]]
+    if config["AUTH_MODE"] == "serve":
+        addresses.append("unix:" + str(config["SERVE_SOCKET"]))
+    return addresses
 
 
 def from_environment(env: dict[str, str] | None = None) -> dict:
@@ -66,6 +102,10 @@ def from_environment(env: dict[str, str] | None = None) -> dict:
         "DATABASE_URL": env.get("COMMONPLACE_DATABASE_URL")
         or f"sqlite:///{data_dir / 'commonplace.db'}",
         "BIND": env.get("COMMONPLACE_BIND") or "127.0.0.1:8000",
+        # serve mode: `tailscale serve` proxies here (`serve unix:<path>`); no runner, script
+        # or TCP forward can reach this socket, so it is where serve's headers are believed.
+        "SERVE_SOCKET": str(Path(env.get("COMMONPLACE_SERVE_SOCKET")
+                                 or data_dir / "web.sock").expanduser()),
         "AUTH_MODE": auth,
         "OWNERS": owners,
         "VIEWERS": _split(env.get("COMMONPLACE_VIEWERS")),
@@ -76,6 +116,8 @@ def from_environment(env: dict[str, str] | None = None) -> dict:
         "TRUSTED_HOSTS": trusted_hosts(_split(env.get("COMMONPLACE_HOSTS"))),
         "TAILSCALE_SOCKET": env.get("COMMONPLACE_TAILSCALE_SOCKET") or DEFAULT_TAILSCALE_SOCKET,
         "WHOIS_CACHE_SECONDS": _seconds(env, "COMMONPLACE_WHOIS_CACHE_SECONDS", 10.0),
+        # Long polls (the runner API's lease) one worker holds at once: half its threads.
+        "LONG_POLLS_PER_WORKER": max(1, web_size(env)[1] // 2),
         # Attachments are the largest legitimate bodies; everything else is far smaller.
         "MAX_CONTENT_LENGTH": int(env.get("COMMONPLACE_MAX_UPLOAD_MB") or 20) * 1024 * 1024,
         # Entries may be up to 1M characters; a form posts them URL-encoded, which can

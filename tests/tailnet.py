@@ -1,17 +1,21 @@
 """Test stand-ins for the tailnet: a LocalAPI server on a temporary unix socket that answers
-`whois` the way tailscaled does, the real web (`commonplace web`, gunicorn) on a free port,
+`whois` the way tailscaled does, the real web (`commonplace web`, gunicorn) on a free port
+and on the unix socket `tailscale serve` proxies to, requests as serve sends them there,
 and a network namespace of the test's own in which that web can see a non-loopback peer.
 
-Everything here runs on this machine only: loopback, unix sockets, and 100.64.0.1 on the
-loopback device of a network namespace that exists only while its server runs.
+Everything here runs on this machine only: loopback, unix sockets, and 100.64.0.1 and
+100.64.0.2 on the loopback device of a network namespace that exists only while its
+server runs.
 """
 
 from __future__ import annotations
 
 import copy
+import http.client
 import json
 import os
 import shutil
+import socket
 import socketserver
 import subprocess
 import sys
@@ -29,6 +33,9 @@ from tests.helpers import ROOT, free_port, stop_process, wait_for_http
 DATA = Path(__file__).resolve().parent / "data"
 LOCALAPI_HOST = "local-tailscaled.sock"
 NETNS_ADDR = "100.64.0.1"  # CGNAT range, as tailnet addresses are; lives only in the netns
+NETNS_PEER = "100.64.0.2"  # another "device", on the same namespace's loopback
+SERVE_HOST = "notes.tail1234.ts.net"
+SERVE_HEADERS_INFO = "https://tailscale.com/s/serve-headers"
 
 
 def whois_sample(name: str, *, ip: str | None = None, login: str | None = None,
@@ -131,6 +138,57 @@ class FakeLocalAPI:
         shutil.rmtree(self.dir, ignore_errors=True)
 
 
+# -- what tailscale serve sends to a unix socket --------------------------------------------
+
+
+def as_serve_sends(login: str | None = None, name: str = "", *, peer: str = "100.101.102.103",
+                   funnel: bool = False, host: str = SERVE_HOST) -> dict[str, str]:
+    """The headers serve puts on a request it proxies to `unix:<path>`
+    (ipn/ipnlocal/serve.go: reverseProxy.ServeHTTP, addProxyForwardedHeaders,
+    addTailscaleIdentityHeaders): Host is "localhost" for a socket, the name the browser
+    used is X-Forwarded-Host. `login` and `name` are the header values as serve sends them
+    (already RFC 2047 encoded where serve would encode); None for no user identity (a
+    tagged device, or this machine)."""
+    headers = {"Host": "localhost", "X-Forwarded-Host": host, "X-Forwarded-Proto": "https",
+               "X-Forwarded-For": peer}
+    if funnel:
+        headers["Tailscale-Funnel-Request"] = "?1"
+    elif login is not None:
+        headers.update({"Tailscale-User-Login": login, "Tailscale-User-Name": name,
+                        "Tailscale-User-Profile-Pic": "",
+                        "Tailscale-Headers-Info": SERVE_HEADERS_INFO})
+    return headers
+
+
+class UnixHTTPConnection(http.client.HTTPConnection):
+    """HTTP over a unix socket, as serve's reverse proxy dials `unix:<path>`."""
+
+    def __init__(self, path: str, timeout: float = 15):
+        super().__init__("localhost", timeout=timeout)
+        self.socket_path = path
+
+    def connect(self) -> None:
+        sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+        sock.settimeout(self.timeout)
+        try:
+            sock.connect(self.socket_path)
+        except OSError:
+            sock.close()
+            raise
+        self.sock = sock
+
+
+def fetch_unix(socket_path: str, path: str, *, method: str = "GET", headers: dict | None = None,
+               body: bytes | None = None) -> tuple[int, dict, bytes]:
+    conn = UnixHTTPConnection(socket_path)
+    try:
+        conn.request(method, path, body=body, headers=headers or {})
+        response = conn.getresponse()
+        return response.status, dict(response.getheaders()), response.read()
+    finally:
+        conn.close()
+
+
 # -- the real web ------------------------------------------------------------------------
 
 
@@ -147,12 +205,16 @@ def migrate(env: dict[str, str]) -> None:
 
 
 class WebServer:
-    """`commonplace web` (gunicorn with gunicorn.conf.py) on a free loopback port."""
+    """`commonplace web` (gunicorn with gunicorn.conf.py) on a free loopback port and, in
+    serve mode, on a unix socket in a short temporary folder (`socket_path`)."""
 
     def __init__(self, data_dir: Path, **env: str):
         self.port = free_port()
         self.base = f"http://127.0.0.1:{self.port}"
-        self.env = web_env(data_dir, f"127.0.0.1:{self.port}", **env)
+        self._socket_dir = tempfile.mkdtemp(prefix="cp-web-")  # short: sun_path is 108 bytes
+        self.socket_path = os.path.join(self._socket_dir, "web.sock")
+        self.env = web_env(data_dir, f"127.0.0.1:{self.port}",
+                           COMMONPLACE_SERVE_SOCKET=self.socket_path, **env)
         migrate(self.env)
         self.log_path = data_dir / "web.log"
         self._log = open(self.log_path, "w")
@@ -164,9 +226,15 @@ class WebServer:
             self.close()
             raise
 
+    def via_serve(self, path: str, headers: dict, *, method: str = "GET",
+                  body: bytes | None = None) -> tuple[int, dict, bytes]:
+        """A request as `tailscale serve` makes it: over the unix socket."""
+        return fetch_unix(self.socket_path, path, method=method, headers=headers, body=body)
+
     def close(self) -> None:
         stop_process(self.proc)
         self._log.close()
+        shutil.rmtree(self._socket_dir, ignore_errors=True)
 
 
 def fetch(url: str, *, method: str = "GET", headers: dict | None = None,
@@ -182,15 +250,13 @@ def fetch(url: str, *, method: str = "GET", headers: dict | None = None,
 # -- a network namespace of our own -------------------------------------------------------
 
 CLIENT = """
-import json, sys, urllib.error, urllib.request
-url, method, headers, body = json.loads(sys.argv[1])
-req = urllib.request.Request(url, data=body.encode() if body else None, method=method,
-                             headers=headers)
+import http.client, json, sys
+host, port, source, path, method, headers, body = json.loads(sys.argv[1])
+conn = http.client.HTTPConnection(host, port, timeout=15, source_address=(source, 0))
 try:
-    with urllib.request.urlopen(req, timeout=15) as r:
-        out = (r.status, r.read().decode("utf-8", "replace"))
-except urllib.error.HTTPError as e:
-    out = (e.code, e.read().decode("utf-8", "replace"))
+    conn.request(method, path, body=body.encode() if body else None, headers=headers)
+    r = conn.getresponse()
+    out = (r.status, r.read().decode("utf-8", "replace"))
 except OSError as e:
     out = (0, str(e))
 print(json.dumps(out))
@@ -207,9 +273,10 @@ def netns_available() -> bool:
 
 class NetnsWebServer:
     """`commonplace web --allow-non-loopback` bound to 100.64.0.1 inside a fresh network
-    namespace (only its loopback device, carrying that address). A client in the same
-    namespace connects from 100.64.0.1: a peer that is not loopback, as a tailnet device's
-    would be, without a packet leaving this machine's own namespace."""
+    namespace (only its loopback device, carrying 100.64.0.1 and 100.64.0.2). A client in
+    the same namespace connects from 100.64.0.2 (another device, as far as the web can
+    tell) or from 100.64.0.1 (the node itself: what a proxy or forward on the node looks
+    like), without a packet leaving this machine's own namespace."""
 
     def __init__(self, data_dir: Path, **env: str):
         self.port = 8000
@@ -218,12 +285,13 @@ class NetnsWebServer:
         migrate(self.env)
         self._log = open(data_dir / "netns-web.log", "w")
         script = (f"ip link set lo up && ip addr add {NETNS_ADDR}/32 dev lo && "
+                  f"ip addr add {NETNS_PEER}/32 dev lo && "
                   f"exec {sys.executable} -m app.cli web --allow-non-loopback")
         self.proc = subprocess.Popen(["unshare", "-n", "sh", "-c", script], cwd=ROOT,
                                      env=self.env, stdout=self._log, stderr=subprocess.STDOUT)
         try:
             deadline = time.monotonic() + 30
-            while self.request("/healthz")[0] != 200:
+            while self.request("/healthz", source=NETNS_ADDR)[0] != 200:
                 if self.proc.poll() is not None:
                     raise RuntimeError(f"netns web exited with {self.proc.returncode}")
                 if time.monotonic() > deadline:
@@ -234,9 +302,10 @@ class NetnsWebServer:
             raise
 
     def request(self, path: str, *, method: str = "GET", headers: dict | None = None,
-                body: str | None = None) -> tuple[int, str]:
-        """One HTTP request from inside the namespace (so from 100.64.0.1)."""
-        args = json.dumps([self.base + path, method, headers or {}, body])
+                body: str | None = None, source: str = NETNS_PEER) -> tuple[int, str]:
+        """One HTTP request from inside the namespace, from `source` (100.64.0.2, a peer,
+        unless told otherwise)."""
+        args = json.dumps([NETNS_ADDR, self.port, source, path, method, headers or {}, body])
         out = subprocess.run(["nsenter", f"--net=/proc/{self.proc.pid}/ns/net",
                               sys.executable, "-c", CLIENT, args],
                              capture_output=True, text=True, timeout=30)

@@ -3,20 +3,21 @@ query or referrer by mistake) is cut out before gunicorn writes the line."""
 
 import time
 
-from tests.tailnet import WebServer, fetch
+from tests.tailnet import SERVE_HOST, WebServer, as_serve_sends, fetch
 
 FEED_TOKEN = "cp_feedtoken_0123456789abcdef"
 
 
 def test_tokens_never_reach_the_access_log(data_dir):
     server = WebServer(data_dir, COMMONPLACE_AUTH="serve", COMMONPLACE_OWNERS="o@x.test",
-                       COMMONPLACE_FEED_TOKEN=FEED_TOKEN)
+                       COMMONPLACE_FEED_TOKEN=FEED_TOKEN, COMMONPLACE_HOSTS=SERVE_HOST)
     try:
         status, _, _ = fetch(f"{server.base}/feed.atom?token={FEED_TOKEN}")
         assert status == 200
-        status, _, _ = fetch(f"{server.base}/search?q=x&token=cp_owner_secret_abcdefghij",
-                             headers={"Referer": f"{server.base}/feed.atom?token={FEED_TOKEN}",
-                                      "Tailscale-User-Login": "o@x.test"})
+        status, _, _ = server.via_serve(  # the owner, through serve's socket
+            "/search?q=x&token=cp_owner_secret_abcdefghij",
+            {**as_serve_sends("o@x.test"),
+             "Referer": f"{server.base}/feed.atom?token={FEED_TOKEN}"})
         assert status == 200
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and "/search" not in server.log_path.read_text():

@@ -1,16 +1,23 @@
-"""Who is let in, and as whom: `tailscale serve`'s identity headers (believed from loopback
-only, never through Funnel), what viewers may not do, and dev mode's loopback owner.
+"""Who is let in, and as whom: `tailscale serve`'s identity headers (believed on serve's
+socket only, never through Funnel, compared as serve sends them), what viewers may not do,
+and dev mode's loopback owner.
 
-Tokens are in test_tokens.py, cross-site writes and response headers in test_hardening.py,
-the real web under gunicorn in test_server.py, whois mode in test_whois.py.
+In-process, the test client stands for serve's socket when its peer is loopback (no
+listener to look at). Which door a real connection came by is tested against gunicorn in
+test_server.py. Tokens are in test_tokens.py, cross-site writes and response headers in
+test_hardening.py, whois mode in test_whois.py.
 """
 
 from __future__ import annotations
 
 import pytest
+from hypothesis import given
+from hypothesis import strategies as st
 
+from app.config import ascii_lower
+from app.errors import Denied
 from app.models import Entry
-from app.web.auth import identity
+from app.web.auth import identity, serve_headers
 from tests.helpers import AS_OWNER, AS_VIEWER, OWNER, TAILNET_PEER, VIEWER, count
 from tests.tailnet import notebook_state
 
@@ -80,6 +87,109 @@ def test_no_identity_at_all_is_403(served):
 ])
 def test_rfc2047_names_are_decoded(raw, decoded):
     assert identity.decode_header_value(raw) == decoded
+
+
+# -- the login as serve sends it: compared raw, never decoded into someone else -------------
+#
+# serve sends an ASCII login unchanged and anything else as RFC 2047 Q encoded words
+# (encTailscaleHeaderValue in ipn/ipnlocal/serve.go). The values below are the header bytes
+# an attacker's own login makes serve send.
+
+
+@pytest.fixture
+def kate(make_app):
+    app = make_app(AUTH_MODE="serve", OWNERS=["kate@x.test", "owner@x.test", "jörg@x.test"])
+    return app.test_client(), app
+
+
+@pytest.mark.parametrize("sent, seen_as", [
+    # a tailnet user whose login is literally this ASCII string: serve passes it through
+    ("=?utf-8?q?owner?=@x.test", "=?utf-8?q?owner?=@x.test"),
+    ("=?UTF-8?B?b3duZXI=?=@x.test", "=?UTF-8?B?b3duZXI=?=@x.test"),
+    # the Kelvin sign K (U+212A): "\u212aate".lower() == "kate"; Q-encoded as serve does
+    ("=?utf-8?q?=E2=84=AAate@x.test?=", "\u212aate@x.test"),
+    # the long s (U+017F): casefold() makes it "s"
+    ("=?utf-8?q?=C5=BFam@x.test?=", "\u017fam@x.test"),
+    # the same non-ASCII owner with its non-ASCII letter in another case: Ö is not ö
+    ("=?utf-8?q?j=C3=96rg@x.test?=", "jÖrg@x.test"),
+])
+def test_a_login_is_never_decoded_or_folded_into_an_owner(kate, data_dir, sent, seen_as):
+    client, app = kate
+    before = notebook_state(app.extensions["db"], data_dir)
+    r = client.post("/api/v1/entries", json={"title": "mine now"},
+                    headers={"Tailscale-User-Login": sent})
+    assert r.status_code == 403
+    assert r.get_json()["error"]["seen_as"] == seen_as
+    assert notebook_state(app.extensions["db"], data_dir) == before
+
+
+@pytest.mark.parametrize("sent", [
+    "=?utf-8?q?owner@x.test?=",  # encoded, but it is ASCII: serve never encodes that
+    "=?utf-8?b?b3duZXJAeC50ZXN0?=",
+    "=?utf-8?q?kate?= =?utf-8?q?@x.test?=",
+    "=?utf-8?q?j=c3=b6rg@x.test?=",  # jörg, but in lower-case hex: not serve's bytes
+    "=?UTF-8?Q?j=C3=B6rg@x.test?=",
+    "owner@x.test\xa0",  # a byte serve never sends (str.strip() would have eaten it)
+    "owner@x.test\x00",
+    "owner @x.test",
+])
+def test_values_serve_never_sends_are_refused(kate, sent):
+    client, _ = kate
+    r = client.get("/api/v1/entries", headers={"Tailscale-User-Login": sent})
+    assert r.status_code == 403
+    assert r.get_json()["error"]["seen_as"].startswith("nobody")
+
+
+@pytest.mark.parametrize("sent", [
+    "=?utf-8?q?j=C3=B6rg@x.test?=",  # jörg@x.test, as serve encodes it
+    "=?utf-8?q?J=C3=B6rg@X.TEST?=",  # its ASCII letters in another case: email-style
+    "KATE@x.test", "kate@x.test",
+])
+def test_owners_are_matched_as_serve_sends_them(kate, sent):
+    client, _ = kate
+    r = client.get("/", headers={"Tailscale-User-Login": sent})
+    assert r.status_code == 200
+
+
+def test_an_owner_configured_with_an_encoded_looking_login_is_not_decoded(make_app):
+    """A configured owner is compared in serve's form too: the literal login stays literal."""
+    app = make_app(AUTH_MODE="serve", OWNERS=["=?utf-8?q?owner?=@x.test"])
+    client = app.test_client()
+    assert client.get("/", headers={"Tailscale-User-Login": "=?utf-8?q?owner?=@x.test"}
+                      ).status_code == 200
+    assert client.get("/", headers={"Tailscale-User-Login": "owner@x.test"}).status_code == 403
+
+
+# Vectors from tailscale's TestEncTailscaleHeaderValue (ipn/ipnlocal/serve_test.go) and Go's
+# mime TestEncodeWord / ExampleEncodeWord (src/mime/encodedword_test.go).
+@pytest.mark.parametrize("value, sent", [
+    ("", ""), ("Alice Smith", "Alice Smith"),
+    ("Bad\udcffUTF-8", ""),  # not UTF-8 (a surrogate-escaped byte): serve sends nothing
+    ("Krūmiņa", "=?utf-8?q?Kr=C5=ABmi=C5=86a?="),
+    ("¡Hola, señor!", "=?utf-8?q?=C2=A1Hola,_se=C3=B1or!?="),
+    ("François-Jérôme", "=?utf-8?q?Fran=C3=A7ois-J=C3=A9r=C3=B4me?="),
+    ("\t !\"#$%&'()*+,-./ :;<>?@[\\]^_`{|}~", "\t !\"#$%&'()*+,-./ :;<>?@[\\]^_`{|}~"),
+    # 63 characters of text per word at most, never splitting a character's bytes
+    ("a" * 57 + "é", "=?utf-8?q?" + "a" * 57 + "=C3=A9?="),
+    ("a" * 58 + "é", "=?utf-8?q?" + "a" * 58 + "?= =?utf-8?q?=C3=A9?="),
+])
+def test_serve_header_value_is_what_serve_sends(value, sent):
+    assert serve_headers.serve_header_value(value) == sent
+
+
+@given(st.text(min_size=1, max_size=80))
+def test_what_serve_sends_reads_back_as_that_login_and_no_other(login):
+    """Any login serve could send is read back as itself (or refused), and matches a
+    configured login exactly when the two are equal but for A-Z case."""
+    sent = serve_headers.serve_header_value(login)
+    try:
+        key, shown = serve_headers.login_from_header(sent)
+    except Denied:
+        return  # a value we refuse (controls, spaces, an encoded-looking ASCII login)
+    assert key == serve_headers.login_key(login)
+    for other in (login.lower(), login.casefold(), login.upper(), ascii_lower(login)):
+        assert (serve_headers.login_key(other) == key) == (ascii_lower(other) ==
+                                                           ascii_lower(login))
 
 
 def test_serve_mode_trusts_the_header_from_loopback_only(served):

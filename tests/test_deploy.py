@@ -121,6 +121,7 @@ def test_dockerfile_contract():
     assert "USER 10001" in text and 'VOLUME ["/data"]' in text
     assert "COMMONPLACE_AUTH=serve" in text and "COMMONPLACE_AUTH=dev" not in text
     assert "COMMONPLACE_BIND=127.0.0.1:8000" in text
+    assert "COMMONPLACE_SERVE_SOCKET=/run/commonplace/web.sock" in text
     assert "HEALTHCHECK" in text and "/healthz" in text
     assert "deploy/docker-install.sh" in text and "ARG TORCH_INDEX" in text
 
@@ -136,7 +137,8 @@ def test_compose_files_match_the_compose_spec(name):
 
 
 def test_compose_topology():
-    """Only the tailscale sidecar has a network; nothing is published; the web is loopback."""
+    """Only the tailscale sidecar has a network; nothing is published; the web is loopback
+    plus serve's socket, which only tailscale and the web mount (not the runner)."""
     doc = yaml.safe_load((ROOT / "compose.yaml").read_text())
     services = doc["services"]
     assert set(services) == {"tailscale", "migrate", "web", "scheduler", "runner"}
@@ -151,13 +153,26 @@ def test_compose_topology():
     assert services["web"]["environment"]["COMMONPLACE_AUTH"] == "serve"
     assert services["scheduler"]["network_mode"] == "none"
     assert services["runner"]["command"][:2] == ["commonplace", "runner"]
+    socket_path = services["web"]["environment"]["COMMONPLACE_SERVE_SOCKET"]
+    socket_dir = os.path.dirname(socket_path)
+    mounts = {name: [v.split(":")[0] for v in service.get("volumes", [])
+                     if v.split(":")[1] == socket_dir] for name, service in services.items()}
+    assert mounts == {"tailscale": ["serve-socket"], "web": ["serve-socket"], "migrate": [],
+                      "scheduler": [], "runner": []}
+    assert "serve-socket:/run/commonplace:ro" in services["tailscale"]["volumes"]
+    # the runner shares the web's loopback (and reaches it there), not its data
+    assert services["runner"]["network_mode"] == "service:tailscale"
+    assert not any(v.startswith("data:") for v in services["runner"]["volumes"])
+    assert "10001" in doc["volumes"]["serve-socket"]["driver_opts"]["o"]
     serve = (ROOT / "deploy" / "tailscale" / "serve.json").read_text()
     import json
 
     config = json.loads(serve)
     assert config["TCP"] == {"443": {"HTTPS": True}}
     web = config["Web"]["${TS_CERT_DOMAIN}:443"]["Handlers"]["/"]
-    assert web == {"Proxy": "http://127.0.0.1:8000"}
+    assert web == {"Proxy": f"unix:{socket_path}"}
+    assert f"unix:${{COMMONPLACE_SERVE_SOCKET:-{socket_path}}}" in \
+        (ROOT / "deploy" / "tailscale-serve.sh").read_text()
     assert config["AllowFunnel"] == {"${TS_CERT_DOMAIN}:443": False}
     gpu = yaml.safe_load((ROOT / "compose.gpu.yaml").read_text())["services"]["runner"]
     assert gpu["build"]["args"]["TORCH_INDEX"].endswith("/cu128")
@@ -194,6 +209,14 @@ def test_systemd_units_verify(tmp_path):
     web = (ROOT / "deploy" / "systemd" / "commonplace-web.service").read_text()
     assert "IPAddressDeny=any" in web and "IPAddressAllow=localhost" in web
     assert "commonplace scheduler" not in web
+    assert "RuntimeDirectory=commonplace\n" in web and "RuntimeDirectoryMode=0700" in web
+    env = (ROOT / "deploy" / "systemd" / "commonplace.env").read_text()
+    assert "COMMONPLACE_SERVE_SOCKET=/run/commonplace/web.sock" in env
+    # a runner on the web's host is a user of its own that cannot reach the web's files
+    runner = (ROOT / "deploy" / "systemd" / "commonplace-runner.service").read_text()
+    assert "DynamicUser=yes" in runner and "User=commonplace" not in runner
+    assert "InaccessiblePaths=-/var/lib/commonplace -/run/commonplace" in runner
+    assert "StateDirectory=commonplace-runner" in runner
 
 
 def test_gunicorn_config_is_valid_and_sized_for_a_small_box():
@@ -207,7 +230,9 @@ def test_gunicorn_config_is_valid_and_sized_for_a_small_box():
     exec((ROOT / "gunicorn.conf.py").read_text(), settings)
     assert settings["worker_class"] == "gthread"
     assert settings["workers"] * settings["threads"] <= 16
-    assert settings["bind"] == ["127.0.0.1:8000"] or os.environ.get("COMMONPLACE_BIND")
+    assert settings["threads"] >= 4  # half for long polls at most, the rest for pages
+    assert settings["bind"][0] == (os.environ.get("COMMONPLACE_BIND") or "127.0.0.1:8000")
+    assert settings["umask"] & 0o077 == 0o077  # serve's socket: this user only
     assert settings["accesslog"] == "-" and settings["graceful_timeout"] > 0
     assert settings["forwarded_allow_ips"] == ""
     # no server hooks: nothing can start a scheduler in the web's processes
@@ -218,9 +243,10 @@ def test_gunicorn_config_is_valid_and_sized_for_a_small_box():
 def test_web_command_uses_the_config_file():
     from app.cli import gunicorn_argv
 
-    argv = gunicorn_argv("127.0.0.1:8123")
+    argv = gunicorn_argv(["127.0.0.1:8123", "unix:/run/commonplace/web.sock"])
     assert argv[argv.index("--config") + 1] == str(ROOT / "gunicorn.conf.py")
-    assert argv[argv.index("--bind") + 1] == "127.0.0.1:8123"
+    binds = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--bind"]
+    assert binds == ["127.0.0.1:8123", "unix:/run/commonplace/web.sock"]
     assert argv[-1] == "app:create_app()"
 
 

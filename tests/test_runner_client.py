@@ -12,7 +12,7 @@ import pytest
 from app.journal import runs
 from jobs.lab.contract import LAB_REASONS
 from jobs.runner.agent import outcome
-from jobs.runner.client import Client, Refused, Stale, Unreachable
+from jobs.runner.client import Busy, Client, Refused, Stale, Unreachable
 
 ANSWERS = {
     "/stale": (409, {"error": {"code": "stale_lease", "message": "stop"}}),
@@ -21,6 +21,7 @@ ANSWERS = {
     "/invalid": (422, {"error": {"code": "invalid", "message": "bad", "field": "x"}}),
     "/broken": (500, {"error": {"code": "internal", "message": "oops"}}),
     "/ok": (200, {"fine": True}),
+    "/busy": (429, {"error": {"code": "too_many_requests", "message": "later"}}),
 }
 
 
@@ -31,6 +32,8 @@ class Handler(BaseHTTPRequestHandler):
         payload = json.dumps(body).encode()
         self.send_response(status)
         self.send_header("Content-Type", "application/json")
+        if status == 429:
+            self.send_header("Retry-After", "7")
         self.send_header("Content-Length", str(len(payload)))
         self.end_headers()
         self.wfile.write(payload)
@@ -66,6 +69,9 @@ def test_error_answers_map_to_what_the_agent_does(server):
         client.call("POST", "/invalid", {})
     with pytest.raises(Unreachable):
         client.call("POST", "/broken", {})
+    with pytest.raises(Busy) as busy:  # too many long polls: wait as told, then poll again
+        client.call("POST", "/busy", {})
+    assert busy.value.retry_after == 7
 
 
 def test_an_unreachable_server_is_unreachable():

@@ -13,7 +13,15 @@ import pytest
 
 from app.web.auth import tailscaled
 from tests.helpers import add_token, bearer
-from tests.tailnet import NETNS_ADDR, FakeLocalAPI, NetnsWebServer, netns_available, notebook_state
+from tests.tailnet import (
+    NETNS_ADDR,
+    NETNS_PEER,
+    FakeLocalAPI,
+    NetnsWebServer,
+    as_serve_sends,
+    netns_available,
+    notebook_state,
+)
 from tests.tailnet import whois_sample as sample
 
 OWNER, VIEWER = "alice@example.com", "bob@example.com"
@@ -40,7 +48,8 @@ def whois_app(make_app, localapi):
 def test_recorded_samples_parse():
     user = tailscaled.parse_whois(sample("user"))
     assert user == tailscaled.Peer(login="alice@example.com", name="Alice Müller",
-                             node="alices-iphone", tags=())
+                                   node="alices-iphone", tags=(),
+                                   addresses=("100.101.102.103", "fd7a:115c:a1e0::6a01:6667"))
     assert not user.tagged
     tagged = tailscaled.parse_whois(sample("tagged"))
     assert tagged.tagged and tagged.tags == ("tag:gpu",) and tagged.login == "tagged-devices"
@@ -48,7 +57,9 @@ def test_recorded_samples_parse():
 
 @pytest.mark.parametrize("doc", [None, [], "x", {}, {"Node": {}}, {"UserProfile": {}},
                                  {"Node": {}, "UserProfile": {"LoginName": 5}},
-                                 {"Node": {"Tags": "tag:x"}, "UserProfile": {"LoginName": "a"}}])
+                                 {"Node": {"Tags": "tag:x"}, "UserProfile": {"LoginName": "a"}},
+                                 {"Node": {"Addresses": "100.64.0.1/32"},
+                                  "UserProfile": {"LoginName": "a"}}])
 def test_malformed_answers_are_unavailable_not_identities(doc):
     with pytest.raises(tailscaled.WhoisUnavailable):
         tailscaled.parse_whois(doc)
@@ -145,6 +156,57 @@ def test_serve_headers_mean_nothing_in_whois_mode(whois_app, localapi):
     assert r.status_code == 403  # 100.101.102.103 is not a peer in the fake
 
 
+def test_logins_fold_ascii_case_only(whois_app, localapi):
+    """whois gives the login as it is (no encoding); its non-ASCII letters are not folded:
+    the Kelvin sign is not a K."""
+    localapi.peers["100.101.102.103"] = sample("user", login="\u212alice@Example.com")
+    whois_app.config["OWNERS"] = ["kalice@example.com"]
+    r = whois_app.test_client().get("/api/v1/entries", environ_base=PHONE)
+    assert r.status_code == 403
+    assert r.get_json()["error"]["seen_as"].endswith("(\u212alice@example.com)")
+    tailscaled.whois_cache.clear()
+    localapi.peers["100.101.102.103"] = sample("user", login="KAlice@Example.com")
+    assert whois_app.test_client().get("/", environ_base=PHONE).status_code == 200
+
+
+@pytest.mark.parametrize("headers", [
+    as_serve_sends(funnel=True),  # Funnel, pointed at the tailnet address
+    as_serve_sends(OWNER),  # serve, pointed at the tailnet address
+    {"X-Forwarded-For": "100.101.102.103"}, {"Forwarded": "for=100.101.102.103"},
+    {"Via": "1.1 proxy"}, {"X-Real-Ip": "100.101.102.103"},
+    {"Tailscale-Funnel-Request": "?1"},
+])
+def test_proxied_requests_are_nobody_in_whois_mode(whois_app, localapi, data_dir, headers):
+    """The peer of a proxied request is the proxy: whois would name the proxy's node (this
+    node, through serve or Funnel) as if it were the person behind it."""
+    localapi.peers["100.101.102.103"] = sample("user")  # whois would say: the owner
+    before = notebook_state(whois_app.extensions["db"], data_dir)
+    r = whois_app.test_client().post("/api/v1/entries", json={"title": "via a proxy"},
+                                     headers=headers, environ_base=PHONE)
+    assert r.status_code == 403 and "proxy" in r.get_json()["error"]["message"]
+    assert notebook_state(whois_app.extensions["db"], data_dir) == before
+
+
+def test_this_node_is_nobody_in_whois_mode(whois_app, localapi):
+    """A connection from the node's own address (a forward or proxy on the node, which
+    connects from the address it connects to) is refused without asking; whois of any of
+    the node's addresses names the node's user, likely the owner."""
+    self_ip = "100.101.102.103"
+    localapi.peers[self_ip] = sample("user", ip=self_ip)
+    client = whois_app.test_client()
+    r = client.get("/api/v1/entries", environ_base=PHONE,
+                   environ_overrides={"SERVER_NAME": self_ip})
+    assert r.status_code == 403 and "this node itself" in r.get_json()["error"]["message"]
+    assert localapi.requests == []
+    # from another of the node's addresses (its IPv6 one): whois answers with this node
+    six = "fd7a:115c:a1e0::6a01:6667"
+    localapi.peers[six] = sample("user", ip=self_ip)
+    r = client.get("/api/v1/entries", environ_base={"REMOTE_ADDR": six, "REMOTE_PORT": "1"},
+                   environ_overrides={"SERVER_NAME": self_ip})
+    assert r.status_code == 403 and "this node itself" in r.get_json()["error"]["message"]
+    assert localapi.requests == [f"[{six}]:1"]
+
+
 def test_loopback_is_nobody_without_asking(whois_app, localapi):
     r = whois_app.test_client().get("/api/v1/entries", headers={"Tailscale-User-Login": OWNER})
     assert r.status_code == 403 and "bearer token" in r.get_json()["error"]["message"]
@@ -197,7 +259,7 @@ def test_the_whois_function_is_swappable(whois_app, monkeypatch):
                     reason="cannot make a network namespace here (unshare -n)")
 def test_real_server_in_whois_mode(data_dir, localapi):
     """`commonplace web --allow-non-loopback` bound to 100.64.0.1 in a namespace of our
-    own; requests come from 100.64.0.1, and the stand-in LocalAPI says who that is."""
+    own; requests come from 100.64.0.2, and the stand-in LocalAPI says who that is."""
     server = NetnsWebServer(data_dir, COMMONPLACE_AUTH="whois", COMMONPLACE_OWNERS=OWNER,
                             COMMONPLACE_TAILSCALE_SOCKET=localapi.path,
                             COMMONPLACE_WHOIS_CACHE_SECONDS="0", COMMONPLACE_HOSTS=NETNS_ADDR)
@@ -207,13 +269,30 @@ def test_real_server_in_whois_mode(data_dir, localapi):
                                       body=json.dumps({"title": "over the tailnet"}))
         assert status == 403 and "not on the tailnet" in text  # not a peer yet
 
-        localapi.peers[NETNS_ADDR] = sample("user", ip=NETNS_ADDR)
+        localapi.peers[NETNS_PEER] = sample("user", ip=NETNS_PEER)
         status, text = server.request("/api/v1/entries", method="POST", headers=json_headers,
                                       body=json.dumps({"title": "over the tailnet"}))
         assert status == 201, text
-        assert localapi.requests[-1].startswith(f"{NETNS_ADDR}:")  # ip:port of the peer
+        assert localapi.requests[-1].startswith(f"{NETNS_PEER}:")  # ip:port of the peer
 
-        localapi.peers[NETNS_ADDR] = sample("tagged", ip=NETNS_ADDR)
+        # serve or Funnel pointed at the tailnet address: proxied, and from the node itself
+        asked = len(localapi.requests)
+        localapi.peers[NETNS_ADDR] = sample("user", ip=NETNS_ADDR)  # the node's own user
+        for headers in (as_serve_sends(funnel=True, peer="203.0.113.9"), as_serve_sends(OWNER)):
+            status, text = server.request("/api/v1/entries", method="POST",
+                                          headers={**json_headers, **headers},
+                                          body=json.dumps({"title": "via a proxy"}),
+                                          source=NETNS_ADDR)
+            assert status == 403 and "this node itself" in text, text
+            # the same headers from another device: a proxy there, refused all the same
+            status, text = server.request("/api/v1/entries", headers=headers)
+            assert status == 403 and "proxy" in text, text
+        # a raw TCP forward on the node (serve --tcp, ssh -L, socat) adds no headers
+        status, text = server.request("/api/v1/entries", source=NETNS_ADDR)
+        assert status == 403 and "this node itself" in text
+        assert len(localapi.requests) == asked  # none of these was worth asking about
+
+        localapi.peers[NETNS_PEER] = sample("tagged", ip=NETNS_PEER)
         status, text = server.request("/api/v1/entries")
         assert status == 403 and "tagged device" in text
 

@@ -20,6 +20,7 @@ from app.web import api, auth, hardening, pages, runner_api
 def init_app(app: Flask) -> None:
     hardening.init_app(app)  # the id converter must be in place before routes are added
     auth.init_app(app)
+    hardening.init_long_polls(app)  # after auth: a long poll is held only by a caller let in
     errors.init_app(app)
     app.register_blueprint(pages.notes)
     app.register_blueprint(pages.experiments)

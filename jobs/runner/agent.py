@@ -26,7 +26,7 @@ from jobs.lab.contract import (
     reason_for_exit,
     torchrun_pgid,
 )
-from jobs.runner.client import VERSION, Client, Refused, Stale, Unreachable
+from jobs.runner.client import VERSION, Busy, Client, Refused, Stale, Unreachable
 from jobs.runner.host import die_with_parent, host_labels, signal_group
 
 log = logging.getLogger("commonplace.runner")
@@ -83,6 +83,10 @@ class Agent:
             try:
                 # A short long-poll: a stop (Ctrl-C) is never more than ~10 s away.
                 answer = self.client.call("POST", "/api/v1/runner/lease", {"wait": 10})
+            except Busy as exc:  # enough runners are polling right now: ask again later
+                log.info("the server is busy; polling again in %.0fs", exc.retry_after)
+                self.stopping.wait(exc.retry_after)
+                continue
             except Unreachable as exc:
                 log.warning("server unreachable (%s); retrying", exc)
                 self.stopping.wait(5)

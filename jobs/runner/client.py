@@ -19,6 +19,14 @@ class Unreachable(Exception):
     """No answer (network, 5xx): keep going and try again later."""
 
 
+class Busy(Unreachable):
+    """429: the server has enough long polls open; ask again after `retry_after` s."""
+
+    def __init__(self, message: str, retry_after: float):
+        super().__init__(message)
+        self.retry_after = retry_after
+
+
 class Refused(Exception):
     """A 4xx (other than a stale lease): our request was wrong as sent."""
 
@@ -51,6 +59,12 @@ class Client:
             detail = payload[:500].decode("utf-8", "replace")
             if exc.code >= 500:
                 raise Unreachable(f"{exc.code}: {detail}") from None
+            if exc.code == 429:
+                try:
+                    wait = min(60.0, max(1.0, float(exc.headers.get("Retry-After") or 5)))
+                except ValueError:
+                    wait = 5.0
+                raise Busy(f"429: {detail}", wait) from None
             try:
                 error = json.loads(payload).get("error", {})
             except (ValueError, AttributeError):

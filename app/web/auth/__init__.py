@@ -7,13 +7,16 @@ defences are app/web/hardening.py.
 There is no login page: identity comes from the tailnet, or from a bearer token.
 
 Identity modes (COMMONPLACE_AUTH):
-  serve  Behind `tailscale serve` (the default deployment). The web binds 127.0.0.1 and
-         serve sets Tailscale-User-Login / -Name on each request it proxies, after deleting
-         any the client sent. We believe them only on a loopback connection (nothing else
-         went through serve) and never on a Funnel request (the public internet).
+  serve  Behind `tailscale serve` (the default deployment). serve proxies to a unix socket
+         of the web's (COMMONPLACE_SERVE_SOCKET) and sets Tailscale-User-Login / -Name on
+         each request, after deleting any the client sent. We believe them only on that
+         socket (listeners.py: runners and raw TCP forwards reach only the TCP address),
+         compare the login as serve sent it (serve_headers.py), and never let in a Funnel
+         request (the public internet).
   whois  Bound to the tailnet address directly. We ask tailscaled's LocalAPI who is at the
          connection's remote address, over its unix socket; briefly cached; if tailscaled
-         does not answer, nobody gets in.
+         does not answer, nobody gets in. A proxied request, or one from this node itself,
+         is nobody: whois would name the proxy's node.
   dev    A loopback connection that did not come through a proxy is the owner. Loudly
          logged; for one laptop. Never the Docker image's default.
 Bearer tokens (named, hashed, revocable) work in every mode: for the CLI, scripts, tagged
@@ -30,9 +33,9 @@ from __future__ import annotations
 import logging
 
 from flask import Flask
-from werkzeug.middleware.proxy_fix import ProxyFix
 
 from app.config import AUTH_MODES
+from app.web.auth.listeners import ServeDoor
 from app.web.auth.policy import check_request
 
 log = logging.getLogger(__name__)
@@ -43,12 +46,9 @@ def init_app(app: Flask) -> None:
     if mode not in AUTH_MODES:
         raise ValueError(f"AUTH_MODE must be one of {AUTH_MODES}, not {mode!r}")
     if mode == "serve":
-        # `tailscale serve` is exactly one proxy and Sets X-Forwarded-For and -Proto (its
-        # serve.go), so trust one hop of each. It passes Host through unchanged, so
-        # X-Forwarded-Host is not trusted: believing it would let any local client name a
-        # trusted host and walk past TRUSTED_HOSTS.
-        app.wsgi_app = ProxyFix(app.wsgi_app, x_for=1, x_proto=1, x_host=0, x_port=0,
-                                x_prefix=0)
+        # serve's forwarded headers are read on serve's socket only; on the TCP address
+        # nothing forwarded is believed (a local client could name any host or peer).
+        app.wsgi_app = ServeDoor(app, app.wsgi_app, str(app.config["SERVE_SOCKET"]))
     if mode == "dev":
         log.warning(
             "COMMONPLACE_AUTH=dev: every loopback connection is the owner. Set "

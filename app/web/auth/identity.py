@@ -13,17 +13,27 @@ import email.errors
 import email.header
 import hashlib
 import hmac
-import ipaddress
 import logging
 import secrets
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 from flask import current_app, request
 
+from app.config import ascii_lower
 from app.errors import Denied
 from app.models import Token, utcnow
 from app.web.auth import tailscaled
+from app.web.auth.listeners import (
+    by_serve_socket,
+    came_through_proxy,
+    is_loopback,
+    local_address,
+    peer_address,
+    same_ip,
+)
+from app.web.auth.serve_headers import login_from_header, serve_header_value
 from app.web.auth.tailscaled import clean_name
 
 log = logging.getLogger(__name__)
@@ -33,10 +43,7 @@ FEED_ENDPOINT = "notes.feed"
 # A token's last-used time is for the owner's eyes ("is this token still in use?"), not an
 # audit log: touching it at most once a minute keeps reads from taking the write lock.
 LAST_USED_RESOLUTION = dt.timedelta(seconds=60)
-# Headers that only a proxy adds. In dev mode their presence means the loopback peer is a
-# proxy (such as `tailscale serve`) speaking for someone else, who is not the owner.
-PROXY_HEADERS = ("X-Forwarded-For", "Forwarded", "Tailscale-User-Login",
-                 "Tailscale-Funnel-Request", "Tailscale-Headers-Info")
+IDENTITY_HEADERS = ("Tailscale-User-Login", "Tailscale-User-Name", "Tailscale-Funnel-Request")
 
 
 @dataclass(frozen=True)
@@ -63,30 +70,10 @@ def new_token() -> str:
     return "cp_" + secrets.token_urlsafe(32)
 
 
-# -- where a request comes from ------------------------------------------------------------
-
-
-def is_loopback(addr: str | None) -> bool:
-    try:
-        return ipaddress.ip_address((addr or "").strip("[]")).is_loopback
-    except ValueError:
-        return False
-
-
-def peer_address() -> str:
-    """The TCP peer, as the server saw it. ProxyFix rewrites REMOTE_ADDR from
-    X-Forwarded-For in serve mode; the original is what tells us serve was the peer."""
-    original = request.environ.get("werkzeug.proxy_fix.orig", {})
-    return original.get("REMOTE_ADDR") or request.environ.get("REMOTE_ADDR") or ""
-
-
-def came_through_proxy() -> bool:
-    return any(name in request.headers for name in PROXY_HEADERS)
-
-
 def decode_header_value(value: str) -> str:
     """Tailscale sends values that are not ASCII as RFC 2047 encoded words
-    (=?utf-8?q?J=C3=B6rg?=); decode them, keep anything else as it came."""
+    (=?utf-8?q?J=C3=B6rg?=); decode them for display, keep anything else as it came.
+    Never for an access decision (serve_headers.py says why)."""
     if "=?" not in value:
         return value
     try:
@@ -122,36 +109,47 @@ def _token_identity(secret: str, roles: set[str] | None = None) -> Identity | No
     return identity
 
 
-def _member_identity(login: str, name: str, via: str) -> Identity:
-    """A tailnet person: owner, viewer, or refused. A login we cannot confirm to be an
-    owner is not one; every member of a shared tailnet reaches the port, so being on the
-    tailnet is not enough."""
+def _member_identity(key: str, as_sent: Callable[[str], str], shown: str, name: str,
+                     via: str) -> Identity:
+    """A tailnet person: owner, viewer, or refused. `key` is the login as it reached us,
+    A-Z lower-cased; `as_sent` turns a configured login into the form it would reach us
+    in (serve's header encoding, or as it is from whois). A login we cannot confirm to be
+    an owner is not one; every member of a shared tailnet reaches the port, so being on
+    the tailnet is not enough."""
     config = current_app.config
-    if login in {o.lower() for o in config["OWNERS"]}:
-        return Identity(login, "owner", via, name)
-    if login in {v.lower() for v in config["VIEWERS"]}:
-        return Identity(login, "viewer", via, name)
-    shown = f"{name} ({login})" if name and name.lower() != login else login
-    raise Denied(403, f"{login} is not allowed to use this notebook", seen_as=shown)
+    for role, logins in (("owner", config["OWNERS"]), ("viewer", config["VIEWERS"])):
+        for login in logins:
+            if ascii_lower(as_sent(login)) == key:
+                return Identity(login, role, via, name)
+    seen = f"{name} ({shown})" if name and ascii_lower(name) != ascii_lower(shown) else shown
+    raise Denied(403, f"{shown} is not allowed to use this notebook", seen_as=seen)
+
+
+NO_IDENTITY = ("this request carries no tailnet identity: open the notebook at its tailnet "
+               "name, or use a bearer token (tagged devices, scripts, runners)")
 
 
 def _serve_identity(peer: str) -> Identity:
-    if not is_loopback(peer):
-        # Headers from a non-loopback peer could have been typed by anyone who can reach
-        # the port: serve deletes clients' copies, but this request did not come through it.
-        raise Denied(403, "identity headers are believed only from tailscale serve on "
-                          "this machine", seen_as=f"nobody (a direct connection from {peer})")
+    if not by_serve_socket():
+        # The TCP door: runners, scripts, this machine's other processes and any raw TCP
+        # forward reach it, and any of them can type serve's headers. serve itself comes
+        # by its socket (listeners.py).
+        if any(name in request.headers for name in IDENTITY_HEADERS):
+            raise Denied(403, "identity headers are believed only on the socket tailscale "
+                              "serve proxies to (COMMONPLACE_SERVE_SOCKET): point serve at "
+                              "unix:<that path>, or use a bearer token",
+                         seen_as=f"nobody (a direct connection from {peer or 'a socket'})")
+        raise Denied(403, NO_IDENTITY, seen_as=f"nobody (a direct connection from {peer})")
     if request.headers.get("Tailscale-Funnel-Request"):
         raise Denied(403, "requests through Funnel (the public internet) are never let in",
                      seen_as="the public internet (Tailscale Funnel)")
-    login = decode_header_value(request.headers.get("Tailscale-User-Login", "")).strip().lower()
-    if not login:
+    raw = request.headers.get("Tailscale-User-Login", "")
+    if not raw.strip():
         # serve sets no identity for tagged devices and for this machine's own clients.
-        raise Denied(403, "this request carries no tailnet identity: open the notebook at "
-                          "its tailnet name, or use a bearer token (tagged devices, scripts)",
-                     seen_as="nobody (no Tailscale identity)")
+        raise Denied(403, NO_IDENTITY, seen_as="nobody (no Tailscale identity)")
+    key, shown = login_from_header(raw)
     name = clean_name(decode_header_value(request.headers.get("Tailscale-User-Name", "")))
-    return _member_identity(login, name, "serve")
+    return _member_identity(key, serve_header_value, shown, name, "serve")
 
 
 def _remote_ip_port() -> tuple[str, str]:
@@ -161,11 +159,27 @@ def _remote_ip_port() -> tuple[str, str]:
     return ip, f"{host}:{port}" if port else ip
 
 
+THIS_NODE = ("a connection from this node itself has no tailnet identity: use a bearer "
+             "token. (A proxy here, such as tailscale serve or Funnel pointed at the tailnet "
+             "address, makes every client look like this node; in whois mode the web must "
+             "be reached directly.)")
+
+
 def _whois_identity() -> Identity:
     ip, addr = _remote_ip_port()
-    if is_loopback(ip):
-        raise Denied(403, "a connection from this machine has no tailnet identity: use a "
-                          "bearer token", seen_as=f"nobody (local connection {ip})")
+    here = local_address()
+    if is_loopback(ip) or same_ip(ip, here):
+        # This machine, from loopback or from its own tailnet address: whois of our own
+        # address answers with this node's user, who is not the person at the keyboard of
+        # whatever process (or forward) opened the connection.
+        raise Denied(403, THIS_NODE, seen_as=f"nobody (local connection {ip})")
+    if came_through_proxy():
+        # The peer is a proxy (serve or Funnel pointed at the tailnet address, a reverse
+        # proxy): whois would name the proxy's node, not the person behind it.
+        raise Denied(403, "in whois mode the web is reached directly over the tailnet; this "
+                          "request came through a proxy (X-Forwarded-*, Forwarded or "
+                          "Tailscale-* headers), which speaks for someone whois cannot name",
+                     seen_as=f"nobody (a proxy at {ip})")
     config = current_app.config
     try:
         peer = tailscaled.whois_cache.lookup(config["TAILSCALE_SOCKET"], ip, addr,
@@ -179,11 +193,14 @@ def _whois_identity() -> Identity:
     if peer is None:
         raise Denied(403, f"{ip} is not a device on this tailnet",
                      seen_as=f"nobody ({ip} is not on the tailnet)")
+    if here is not None and any(same_ip(a, here) for a in peer.addresses):
+        # whois answered with this node (another of its addresses): not a person either.
+        raise Denied(403, THIS_NODE, seen_as=f"nobody (this node, {peer.node})")
     if peer.tagged:
         tags = ", ".join(peer.tags) or tailscaled.TAGGED_DEVICES
         raise Denied(403, f"{peer.node} is a tagged device ({tags}); tagged devices have no "
                           "user identity: give it a bearer token", seen_as=f"{peer.node} ({tags})")
-    return _member_identity(peer.login, peer.name, "whois")
+    return _member_identity(peer.login, str, peer.login, peer.name, "whois")
 
 
 def bearer(header: str) -> str | None:

@@ -11,7 +11,8 @@ from urllib.parse import urlsplit
 from flask import g, request
 
 from app.errors import Denied
-from app.web.auth.identity import FEED_ENDPOINT, Identity, bearer, identify, peer_address
+from app.web.auth.identity import FEED_ENDPOINT, Identity, bearer, identify
+from app.web.auth.listeners import peer_address
 
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
 PUBLIC_ENDPOINTS = {"static", "notes.healthz"}
@@ -69,4 +70,7 @@ def check_request() -> None:
                      "not signed in: open the notebook through your tailnet",
                      seen_as=f"nobody (a connection from {peer_address() or 'unknown'})")
     g.identity = identity
+    # For the access log (gunicorn.conf.py): who we took the caller for, not what a header
+    # claimed.
+    request.environ["commonplace.user"] = identity.login
     _policy(identity)

@@ -16,6 +16,8 @@ import time
 from dataclasses import dataclass
 from urllib.parse import quote
 
+from app.config import ascii_lower
+
 LOCALAPI_HOST = "local-tailscaled.sock"  # apitype.LocalAPIHost: the Host tailscaled expects
 TAGGED_DEVICES = "tagged-devices"  # UserProfile.LoginName of every tagged node
 WHOIS_TIMEOUT = 2.0
@@ -35,10 +37,11 @@ def clean_name(value: str) -> str:
 class Peer:
     """What tailscaled says about the other end of a connection."""
 
-    login: str  # UserProfile.LoginName, lower-cased
+    login: str  # UserProfile.LoginName, A-Z lower-cased (app.config.ascii_lower)
     name: str  # UserProfile.DisplayName
     node: str  # the device's MagicDNS name
     tags: tuple[str, ...]  # Node.Tags: a tagged node acts as its tags, not as a person
+    addresses: tuple[str, ...] = ()  # Node.Addresses without their /32 or /128
 
     @property
     def tagged(self) -> bool:
@@ -54,12 +57,16 @@ def parse_whois(doc: object) -> Peer:
     if not isinstance(node, dict) or not isinstance(profile, dict):
         raise WhoisUnavailable("whois answer lacks Node or UserProfile")
     login, tags = profile.get("LoginName"), node.get("Tags") or []
+    addresses = node.get("Addresses") or []
     if not isinstance(login, str) or not isinstance(tags, list):
         raise WhoisUnavailable("whois answer has no LoginName")
+    if not isinstance(addresses, list):
+        raise WhoisUnavailable("whois answer has unreadable Node.Addresses")
     node_name = node.get("ComputedName") or str(node.get("Name") or "").rstrip(".")
     display = clean_name(str(profile.get("DisplayName") or ""))
-    return Peer(login=login.strip().lower(), name=display, node=clean_name(str(node_name)),
-                tags=tuple(str(t) for t in tags))
+    return Peer(login=ascii_lower(login.strip()), name=display,
+                node=clean_name(str(node_name)), tags=tuple(str(t) for t in tags),
+                addresses=tuple(str(a).split("/")[0] for a in addresses))
 
 
 class _UnixHTTPConnection(http.client.HTTPConnection):

@@ -1,0 +1,200 @@
+"""Finding 1 of the hardening issue, against the real web (gunicorn gthread): requests that
+would keep every worker thread. A worker here has few threads on purpose, so a thread held
+where it should not be shows as an answer that never comes (each wait is bounded; nothing
+here measures how long anything took: bench/load.py does that).
+
+  - a body the web answered without reading (a refusal) is not read afterwards: the
+    connection is closed instead of drained a byte a second;
+  - a body from a caller who was let in must keep arriving: cut off with 408, and a body
+    cut short (too slow, or the client gone) never saves part of a note;
+  - long polls hold at most half a worker's threads, one per runner; beyond that 429 at
+    once, with Retry-After.
+"""
+
+from __future__ import annotations
+
+import http.client
+import json
+import socket
+import threading
+import time
+
+import pytest
+
+from app import create_app
+from tests.helpers import OWNER, add_token, bearer
+from tests.tailnet import SERVE_HOST, WebServer, as_serve_sends, fetch
+
+BOUND = 30  # seconds any single wait may take before the test gives up
+
+
+@pytest.fixture
+def small_web(data_dir):
+    """One worker with four threads: two for long polls at most."""
+    server = WebServer(data_dir, COMMONPLACE_AUTH="serve", COMMONPLACE_OWNERS=OWNER,
+                       COMMONPLACE_HOSTS=SERVE_HOST, COMMONPLACE_WEB_WORKERS="1",
+                       COMMONPLACE_WEB_THREADS="4")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def token(data_dir, name: str, role: str) -> str:
+    app = create_app({"DATA_DIR": data_dir, "DATABASE_URL":
+                      f"sqlite:///{data_dir}/commonplace.db", "AUTH_MODE": "serve"})
+    try:
+        return add_token(app.extensions["db"], name, role)
+    finally:
+        app.extensions["db"].engine.dispose()
+
+
+def entries(server) -> list[str]:
+    status, _, body = server.via_serve("/api/v1/entries?kind=entry", as_serve_sends(OWNER))
+    assert status == 200
+    return [e["title"] for e in json.loads(body)["entries"]]
+
+
+def open_post(port: int, path: str, length: int, headers: dict[str, str]) -> socket.socket:
+    sock = socket.create_connection(("127.0.0.1", port), timeout=BOUND)
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}"
+                 f"Content-Length: {length}\r\n\r\n".encode())
+    return sock
+
+
+def answer_then_hang_up(sock: socket.socket) -> bytes:
+    """Everything the server sends until it closes the connection (bounded by BOUND)."""
+    received = b""
+    while chunk := sock.recv(65536):
+        received += chunk
+    return received
+
+
+def trickle(sockets: list[socket.socket], stop: threading.Event) -> None:
+    """A byte a second on every connection still open: fast enough that no per-read
+    timeout of the server's ever fires, far too slow to ever finish a megabyte."""
+    while not stop.wait(1):
+        for sock in sockets:
+            try:
+                sock.send(b" ")
+            except OSError:
+                pass  # hung up on: as it should be
+
+
+def test_refused_slow_bodies_hold_no_thread(small_web):
+    """Twelve POSTs promising a megabyte, with no identity, sending a byte a second: each
+    is refused and hung up on. Were the refused bodies drained before the connection is
+    reused, four of them would hold all four threads, and the fifth would get no answer."""
+    sockets = [open_post(small_web.port, "/api/v1/entries", 1_000_000,
+                         {"Content-Type": "application/json"}) for _ in range(12)]
+    stop = threading.Event()
+    sender = threading.Thread(target=trickle, args=(sockets, stop), daemon=True)
+    sender.start()
+    try:
+        for sock in sockets:
+            answer = answer_then_hang_up(sock)
+            assert answer.startswith(b"HTTP/1.1 403 "), answer[:200]
+    finally:
+        stop.set()
+        sender.join(timeout=BOUND)
+        for sock in sockets:
+            sock.close()
+    assert fetch(small_web.base + "/healthz")[0] == 200
+    assert entries(small_web) == []
+
+
+@pytest.mark.parametrize("path, ctype, body", [
+    ("/entries/new", "application/x-www-form-urlencoded",
+     b"date=2024-03-27&title=Half&body=" + b"x" * 200),
+    ("/api/v1/entries", "application/json", json.dumps({"title": "Half", "body": "x" * 200})
+     .encode()),
+])
+def test_a_body_cut_short_saves_nothing(small_web, data_dir, path, ctype, body):
+    """An owner's write whose body stops halfway: the client goes away, or sends so slowly
+    that the web cuts it off (408). Neither saves the half that arrived."""
+    owner = bearer(token(data_dir, "cli", "owner"))
+    gone = open_post(small_web.port, path, len(body), {**owner, "Content-Type": ctype})
+    gone.sendall(body[: len(body) // 2])
+    gone.shutdown(socket.SHUT_WR)  # the client went away mid-body
+    assert answer_then_hang_up(gone).startswith(b"HTTP/1.1 400 ")
+    gone.close()
+
+    slow = open_post(small_web.port, path, len(body), {**owner, "Content-Type": ctype})
+    slow.sendall(body[: len(body) // 2])
+    try:
+        slow.settimeout(1)
+        answer = b""
+        deadline = time.monotonic() + BOUND  # the web's own limit is 10 s; this is a bound
+        while time.monotonic() < deadline:
+            try:
+                slow.sendall(b"x")  # a byte a second: under any honest link's pace
+                chunk = slow.recv(65536)
+            except TimeoutError:
+                continue
+            except OSError:
+                break
+            if not chunk:
+                break
+            answer += chunk
+        assert answer.startswith(b"HTTP/1.1 408 "), answer[:200]
+    finally:
+        slow.close()
+    assert entries(small_web) == []
+
+
+def test_long_polls_leave_threads_for_everyone_else(small_web, data_dir):
+    """A runner token sending twelve long polls at once holds one; a second runner holds
+    the second slot of this worker (half its four threads); the rest are told 429 with
+    Retry-After at once, and pages and /healthz are answered while the two wait."""
+    runners = [bearer(token(data_dir, f"runner-{i}", "runner")) for i in range(3)]
+    json_type = {"Content-Type": "application/json"}
+    for headers in runners:
+        status, _, _ = fetch(small_web.base + "/api/v1/runner/register", method="POST",
+                             headers={**headers, **json_type}, body=b'{"labels": {}}')
+        assert status == 200
+    answers: list[tuple[int, dict]] = []
+    lock = threading.Lock()
+
+    def lease(headers):
+        # wait 30 s, the most a runner may ask for: the two held polls outlast the test
+        conn = http.client.HTTPConnection("127.0.0.1", small_web.port, timeout=BOUND + 30)
+        try:
+            conn.request("POST", "/api/v1/runner/lease", body=b'{"wait": 30}',
+                         headers={**headers, **json_type})
+            response = conn.getresponse()
+            answer = (response.status, dict(response.getheaders()))
+        except OSError:  # the server stopped at the end of the test
+            answer = (0, {})
+        finally:
+            conn.close()
+        with lock:
+            answers.append(answer)
+
+    flood = [threading.Thread(target=lease, args=(runners[0],), daemon=True)
+             for _ in range(12)]
+    for thread in flood:
+        thread.start()
+    wait_for(lambda: len(answers) >= 11)
+    others = [threading.Thread(target=lease, args=(r,), daemon=True) for r in runners[1:]]
+    for thread in others:
+        thread.start()
+    wait_for(lambda: len(answers) >= 12)
+
+    refused = [got for status, got in answers if status == 429]
+    # eleven of the flood, and whichever of the other two runners came second
+    assert len(refused) == 12, answers
+    assert all(got["Retry-After"] == "5" for got in refused)
+    # the two polls that were let in are still waiting, and everyone else is answered
+    assert sum(thread.is_alive() for thread in [*flood, *others]) == 2
+    assert fetch(small_web.base + "/healthz")[0] == 200
+    assert small_web.via_serve("/", as_serve_sends(OWNER))[0] == 200
+    assert sum(thread.is_alive() for thread in [*flood, *others]) == 2
+
+
+def wait_for(condition, bound: float = BOUND) -> None:
+    deadline = time.monotonic() + bound
+    while not condition():
+        if time.monotonic() > deadline:
+            raise TimeoutError("the web did not get there within the bound")
+        time.sleep(0.1)
