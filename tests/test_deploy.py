@@ -126,7 +126,7 @@ def test_dockerfile_contract():
     assert "deploy/docker-install.sh" in text and "ARG TORCH_INDEX" in text
 
 
-@pytest.mark.parametrize("name", ["compose.yaml", "compose.gpu.yaml"])
+@pytest.mark.parametrize("name", ["compose.yaml", "compose.gpu.yaml", "compose.litestream.yaml"])
 def test_compose_files_match_the_compose_spec(name):
     checker = tool("check-jsonschema")
     if checker is None:
@@ -151,7 +151,8 @@ def test_compose_topology():
     assert services["web"]["network_mode"] == "service:tailscale"
     assert services["web"]["environment"]["COMMONPLACE_BIND"] == "127.0.0.1:8000"
     assert services["web"]["environment"]["COMMONPLACE_AUTH"] == "serve"
-    assert services["scheduler"]["network_mode"] == "none"
+    assert services["scheduler"]["network_mode"] == "service:tailscale"  # to see the web
+    assert "COMMONPLACE_RUNNER_TOKEN" not in services["scheduler"].get("environment", {})
     assert services["runner"]["command"][:2] == ["commonplace", "runner"]
     socket_path = services["web"]["environment"]["COMMONPLACE_SERVE_SOCKET"]
     socket_dir = os.path.dirname(socket_path)
@@ -177,6 +178,11 @@ def test_compose_topology():
     gpu = yaml.safe_load((ROOT / "compose.gpu.yaml").read_text())["services"]["runner"]
     assert gpu["build"]["args"]["TORCH_INDEX"].endswith("/cu128")
     assert gpu["deploy"]["resources"]["reservations"]["devices"][0]["capabilities"] == ["gpu"]
+    litestream = yaml.safe_load((ROOT / "compose.litestream.yaml").read_text())["services"]
+    assert "data:/data" in litestream["litestream"]["volumes"]
+    assert "ports" not in litestream["litestream"]
+    config = yaml.safe_load((ROOT / "deploy" / "litestream.yml").read_text())
+    assert config["dbs"][0]["path"] == "/data/commonplace.db"
 
 
 # -- systemd and gunicorn ------------------------------------------------------------------
