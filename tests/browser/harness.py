@@ -10,9 +10,11 @@ import os
 import shutil
 import signal
 import urllib.request
+from pathlib import Path
 
 import pytest
 
+ROOT = Path(__file__).resolve().parents[2]
 CHROMIUM = shutil.which("chromium")
 CHROMIUM_ARGS = ["--no-sandbox", "--headless", "--disable-gpu", "--disable-background-networking",
                  "--disable-component-update", "--disable-sync", "--no-first-run"]
@@ -89,3 +91,15 @@ def call(base: str, method: str, path: str, data: dict | None = None) -> dict:
                                      headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(request, timeout=20) as response:
         return json.load(response)
+
+
+ARTIFACTS = Path(os.environ.get("COMMONPLACE_TEST_ARTIFACTS", ROOT / "test-artifacts"))
+
+
+def screenshot(page, name: str) -> Path:
+    """Keep what the browser showed (test-artifacts/screenshots/<name>.png) for a person to
+    look at; CI keeps the folder."""
+    path = ARTIFACTS / "screenshots" / f"{name}.png"
+    path.parent.mkdir(parents=True, exist_ok=True)
+    page.screenshot(path=str(path), full_page=True)
+    return path
