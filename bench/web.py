@@ -16,6 +16,17 @@ It prints p50/p95 per kind and the ratios the issue sets targets for: entry/base
 (< 3x), search p95 at the largest N (< 50 ms), and entry and search cost at the largest
 N over the smallest (< 1.5x, i.e. flat). Timings are noisy on shared machines; compare
 ratios within one run, not absolute numbers across runs.
+
+Then the run views (skip with --no-views, or run only them with --sizes): a real CPU
+pipeline run and a real ZeRO run (the lab under torchrun, as a runner starts it) stored as
+the runner stores them, and timed the same way:
+
+  plain     GET /runs/<id>?views=0   the run page without the sharding, timeline and
+                                     traffic views (card, parameters, log, history)
+  views     GET /runs/<id>           the same run's page with every view
+  calc      GET /api/v1/calculator   the what-if calculator's JSON, presets and degrees varied
+
+It prints views/plain (goal <= 2x) and the calculator's p95 (goal < 50 ms).
 """
 
 from __future__ import annotations
@@ -23,6 +34,7 @@ from __future__ import annotations
 import argparse
 import datetime as dt
 import http.client
+import json
 import os
 import random
 import shutil
@@ -44,6 +56,7 @@ from app import create_app  # noqa: E402
 from app import db as dbmod  # noqa: E402
 from app.notebook.isoweeks import iso_week  # noqa: E402
 from app.notebook.render import render  # noqa: E402
+from tests.real_runs import store_run  # noqa: E402  (a finished run, stored as a runner does)
 
 WORDS = ("pipeline tensor gradient bubble stage rank bandwidth latency collective reduce "
          "scatter gather broadcast shard optimizer activation memory checkpoint micro batch "
@@ -150,42 +163,116 @@ def run_size(n: int, requests: int, seed_value: int) -> dict[str, tuple[float, f
         t0 = time.perf_counter()
         ids = seed(data_dir, n, rng)
         seeded = time.perf_counter() - t0
-        port = free_port()
-        env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir),
-               "COMMONPLACE_DATABASE_URL": f"sqlite:///{data_dir}/c.db",
-               "COMMONPLACE_BIND": f"127.0.0.1:{port}", "COMMONPLACE_AUTH": "dev",
-               "COMMONPLACE_TIMEZONE": "UTC"}
-        proc = subprocess.Popen([sys.executable, "-m", "app.cli", "web"], cwd=ROOT, env=env,
-                                stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+        proc, port = start_web(data_dir)
         try:
-            deadline = time.monotonic() + 30
-            while True:
-                try:
-                    http.client.HTTPConnection("127.0.0.1", port, timeout=1).connect()
-                    break
-                except OSError:
-                    if time.monotonic() > deadline or proc.poll() is not None:
-                        raise RuntimeError("server did not start") from None
-                    time.sleep(0.2)
             samples = measure(port, ids, requests, rng)
         finally:
-            proc.send_signal(signal.SIGTERM)
-            try:
-                proc.wait(timeout=15)
-            except subprocess.TimeoutExpired:
-                proc.kill()
+            stop(proc)
         print(f"  N={n:>6}: seeded in {seeded:.1f}s, {requests} requests per kind", flush=True)
         return {k: (pct(v, 50), pct(v, 95)) for k, v in samples.items()}
     finally:
         shutil.rmtree(data_dir, ignore_errors=True)
 
 
+VIEW_RUNS = {  # small enough for seconds on two cores, as the views' tests use
+    "pipeline": {"world_size": 2, "micro_batches": 4, "hidden": 32, "heads": 4, "layers": 4,
+                 "seq_len": 16, "vocab": 64, "batch_size": 8, "steps": 3, "warmup": 1,
+                 "device": "cpu"},
+    "zero": {"world_size": 2, "hidden": 32, "heads": 4, "layers": 4, "seq_len": 16,
+             "vocab": 64, "batch_size": 8, "steps": 3, "warmup": 1, "device": "cpu"},
+}
+CALC_QUERIES = ["preset=124m&gpu=h100&dp=8", "preset=7b&gpu=h200&dp=8&zero=3",
+                "preset=70b&gpu=h100&tp=8&pp=4&dp=2&micro_batches=16",
+                "preset=1b&gpu=a100&pp=4&micro_batches=8", "preset=7b&gpu=h100&tp=4&dp=2"]
+
+
+def start_web(data_dir: Path) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir),
+           "COMMONPLACE_DATABASE_URL": f"sqlite:///{data_dir}/c.db",
+           "COMMONPLACE_BIND": f"127.0.0.1:{port}", "COMMONPLACE_AUTH": "dev",
+           "COMMONPLACE_TIMEZONE": "UTC"}
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "web"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            http.client.HTTPConnection("127.0.0.1", port, timeout=1).connect()
+            return proc, port
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                stop(proc)
+                raise RuntimeError("server did not start") from None
+            time.sleep(0.2)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def run_views(requests: int) -> None:
+    data_dir = Path(tempfile.mkdtemp(prefix="cp-bench-views-"))
+    try:
+        app = create_app({"DATA_DIR": data_dir,
+                          "DATABASE_URL": f"sqlite:///{data_dir}/c.db", "AUTH_MODE": "dev"})
+        dbmod.upgrade(app.extensions["db"], data_dir / "backups")
+        ids = {}
+        for experiment, params in VIEW_RUNS.items():
+            out = data_dir / f"lab-{experiment}"
+            subprocess.run([sys.executable, "-m", "jobs.lab", "run", experiment, "--params",
+                            json.dumps(params), "--out", str(out)], cwd=ROOT, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+            ids[experiment] = store_run(app, experiment, out)
+        proc, port = start_web(data_dir)
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=30)
+            rows = {}
+            for experiment, run_id in ids.items():
+                kinds = {"baseline": "/healthz", "plain": f"/runs/{run_id}?views=0",
+                         "views": f"/runs/{run_id}"}
+                for path in kinds.values():  # warm every worker's caches
+                    for _ in range(5):
+                        timed(conn, path)
+                samples: dict[str, list[float]] = {k: [] for k in kinds}
+                for _ in range(requests):  # interleaved: noise hits all alike
+                    for kind, path in kinds.items():
+                        samples[kind].append(timed(conn, path))
+                rows[experiment] = {k: (pct(v, 50), pct(v, 95)) for k, v in samples.items()}
+            calc = [timed(conn, "/api/v1/calculator?" + CALC_QUERIES[i % len(CALC_QUERIES)])
+                    for i in range(requests * 2)]
+        finally:
+            stop(proc)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
+
+    print("\nrun page, ms (p50 / p95), one keep-alive connection to gunicorn")
+    print(f"{'run':>9} | {'baseline':>15} | {'plain page':>15} | {'all views':>15} | "
+          f"{'views/plain p50':>15} | {'p95':>6}")
+    for experiment, r in rows.items():
+        b, p, v = r["baseline"], r["plain"], r["views"]
+        print(f"{experiment:>9} | {b[0]:6.2f} / {b[1]:6.2f} | {p[0]:6.2f} / {p[1]:6.2f} | "
+              f"{v[0]:6.2f} / {v[1]:6.2f} | {v[0] / p[0]:14.2f}x | {v[1] / p[1]:5.2f}x"
+              "   goal <= 2x")
+    print(f"calculator GET /api/v1/calculator: p50 {pct(calc, 50):.2f} ms, "
+          f"p95 {pct(calc, 95):.2f} ms over {len(calc)} requests   goal < 50 ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
     parser.add_argument("--sizes", type=int, nargs="+", default=[1000, 10000, 50000])
+    parser.add_argument("--no-views", action="store_true", help="skip the run views' part")
+    parser.add_argument("--views-only", action="store_true", help="only the run views' part")
     parser.add_argument("--requests", type=int, default=300)
     parser.add_argument("--seed", type=int, default=7)
     args = parser.parse_args()
+    if args.views_only:
+        run_views(args.requests)
+        return
     results = {n: run_size(n, args.requests, args.seed) for n in args.sizes}
 
     print("\nlatency in ms (p50 / p95), over one keep-alive connection to gunicorn")
@@ -203,6 +290,8 @@ def main() -> None:
           f"against the baseline (which moved {moved:.2f}x: machine noise)   target < 1.5x")
     print(f"search p50,     N={large} over N={small}: {rl['search'][0] / rs['search'][0]:.2f}x")
     print(f"search p95 at N={large}: {rl['search'][1]:.1f} ms (target < 50 ms)")
+    if not args.no_views:
+        run_views(args.requests)
 
 
 if __name__ == "__main__":

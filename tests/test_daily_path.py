@@ -65,7 +65,7 @@ def test_a_form_refused_still_marks_its_own_item(client):
 def test_experiments_are_in_the_header(client):
     nav = re.search(r'<ul class="nav">(.*?)</ul>', client.get("/").text, re.S)[1]
     assert [text for _, text in Elements(nav).all("a")] == [
-        "Home", "This week", "Site map", "Experiments", "Runs", "Schedules"]
+        "Home", "This week", "Site map", "Experiments", "Runs", "Schedules", "Calculator"]
 
 
 # -- error pages ----------------------------------------------------------------------------
@@ -173,7 +173,7 @@ def test_a_card_from_before_the_cost_model_grew_still_renders(db):
     finish(db, run_id, 1000.0)
     html = cards.card(load(db, Run, run_id))
     assert "unexplained" in html and "memory measured / predicted" in html
-    assert html.count("<td>–</td>") >= 3
+    assert html.count("<dd>–</dd>") >= 3
 
 
 CODE = ("Set `bucket_cap_mb=5` for #ddp.\n\n```python\n"

@@ -1,8 +1,16 @@
 """Result cards: how a run shows inside an entry (```run blocks), on its page, and in the
-Atom feed. Plain HTML tables and an inline SVG chart: no JavaScript, no style attributes,
-so the same card works under the page's strict CSP and in a feed reader.
+Atom feed. Plain HTML, inline SVG charts (app/journal/charts.py) and <details> for what is
+not a key number: no JavaScript, no style attributes, so the same card works under the
+page's strict CSP and is stored inside entries as it is.
 
-Everything printed here is escaped: this HTML is inserted after sanitizing.
+A card reads: the caption (run, experiment, status, when, where); what the run teaches in
+two or three sentences (app/journal/lessons.py); then its body, marked for the feed
+(app.notebook.atom.feed_alternative): a reader gets the body's charts as one standalone
+SVG, served at /runs/<id>/card.svg (`image`), with the lesson beside it.
+
+Everything printed here is escaped: this HTML is inserted after sanitizing. A result is
+whatever a runner sent: a card renders whatever it holds (wrong types, NaN, missing keys,
+huge lists) and says what it could not draw rather than break the page.
 
 This module also owns the ```run block itself: how one is written (`block`) and which
 runs a text embeds (`embedded_runs`); create_app registers `run_card` as the notebook's
@@ -11,20 +19,30 @@ runs a text embeds (`embedded_runs`); create_app registers `run_card` as the not
 
 from __future__ import annotations
 
-import math
+import hashlib
+import logging
 import re
 from html import escape
 
 from sqlalchemy.orm import Session
 
+from app.journal import card_training, charts, lessons
+from app.journal.card_training import Body
+from app.journal.charts import percent, ratio, seconds, si
 from app.models import Run
+from app.notebook.atom import feed_alternative
 from app.notebook.isoweeks import local
 from jobs.lab import registry
+
+__all__ = ["block", "card", "embedded_runs", "image", "percent", "ratio", "run_card",
+           "seconds", "si", "title_of"]
+log = logging.getLogger(__name__)
 
 # Linear on any text: [ \t]* where \s* would let every line start rescan the newlines
 # after it (quadratic on a block followed by thousands of blank lines).
 RUN_ID_RE = re.compile(r"^[ \t]*id[ \t]*:[ \t]*(\d{1,12})[ \t]*$", re.M)  # inside a block
 RUN_BLOCK_RE = re.compile(r"^```run[ \t]*\n(.*?)^```", re.M | re.S)
+MAX_ROWS = 300
 
 
 def block(run_id: int) -> str:
@@ -36,31 +54,6 @@ def embedded_runs(text: str) -> set[int]:
     """The ids of the runs a markdown text embeds."""
     return {int(m[1]) for b in RUN_BLOCK_RE.finditer(text)
             if (m := RUN_ID_RE.search(b[1]))}
-
-
-def si(value, unit: str = "", digits: int = 3) -> str:
-    if value is None or (isinstance(value, float) and not math.isfinite(value)):
-        return "–"
-    value = float(value)
-    for factor, prefix in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            return f"{value / factor:.{digits}g} {prefix}{unit}".strip()
-    return f"{value:.{digits}g} {unit}".strip()
-
-
-def seconds(value) -> str:
-    if value is None:
-        return "–"
-    value = float(value)
-    if value >= 1:
-        return f"{value:.3g} s"
-    if value >= 1e-3:
-        return f"{value * 1e3:.3g} ms"
-    return f"{value * 1e6:.3g} µs"
-
-
-def ratio(value) -> str:
-    return "–" if value is None else f"{float(value):.2f}×"
 
 
 def title_of(experiment: str) -> str:
@@ -79,10 +72,56 @@ def run_card(session: Session, source: str, timezone: str = "UTC") -> str:
     return card(run, timezone)
 
 
+def _result(run: Run) -> dict:
+    return run.result if isinstance(run.result, dict) else {}
+
+
+def _kind(result: dict) -> str:
+    if isinstance(result.get("strategies"), list):
+        return "training"
+    if result.get("experiment") == "collectives" or isinstance(result.get("fits"), dict):
+        return "collectives"
+    if isinstance(result.get("table"), list) and "peak_flops" in result:
+        return "roofline"
+    if "mfu" in result or "achieved_flops" in result:
+        return "mfu"
+    return ""
+
+
+def _teach(kind: str, result: dict) -> list[str]:
+    rules = {"training": lessons.training, "collectives": lessons.collectives,
+             "roofline": lessons.roofline, "mfu": lessons.mfu}
+    return rules[kind](result) if kind else []
+
+
+def _body(kind: str, result: dict) -> Body | None:
+    makers = {"training": card_training.body, "collectives": _collectives,
+              "roofline": _roofline, "mfu": _mfu}
+    return makers[kind](result) if kind else None
+
+
+def _picture(run: Run, made: Body | None) -> tuple[str, str] | None:
+    if made is None or not made.charts:
+        return None
+    svg = charts.standalone(made.charts, f"Run {run.id} · {title_of(run.experiment)}")
+    return svg, hashlib.sha256(svg.encode()).hexdigest()[:16]
+
+
+def image(run: Run) -> tuple[str, str] | None:
+    """The card's charts as one standalone SVG and its content hash (the card's image in
+    the feed), or None when the run has nothing to draw."""
+    result = _result(run)
+    try:
+        return _picture(run, _body(_kind(result), result))
+    except Exception:  # as in card(): a result no rule foresaw
+        log.exception("run %s: card image could not be drawn", run.id)
+        return None
+
+
 def card(run: Run, timezone: str = "UTC") -> str:
     status = run.status.lower()
-    env = run.environment or {}
-    ranks = run.params.get("world_size", "?")
+    env = run.environment if isinstance(run.environment, dict) else {}
+    ranks = (run.params or {}).get("world_size", "?")
     where = " · ".join(str(x) for x in (
         env.get("backend"), f"{ranks} rank{'' if ranks == 1 else 's'}",
         env.get("device_model") if env.get("device") == "cuda" else env.get("device"),
@@ -101,164 +140,133 @@ def card(run: Run, timezone: str = "UTC") -> str:
             parts.append(f'<p class="run-reason">{escape(run.reason)}</p>')
         if run.status in ("QUEUED", "LEASED", "RUNNING"):
             parts.append(f"<p>step {run.progress_step} of {run.progress_total or '?'}</p>")
-    result = run.result or {}
-    if isinstance(result.get("strategies"), list):
-        parts.append(_strategies(result))
-    elif result.get("experiment") == "collectives" or "fits" in result:
-        parts.append(_collectives(result))
-    elif isinstance(result.get("table"), list) and "peak_flops" in result:
-        parts.append(_roofline(result))
+    result = _result(run)
+    kind = _kind(result)
+    try:
+        taught, made = _teach(kind, result), _body(kind, result)
+    except Exception:  # a result no rule foresaw: say so, and keep the page
+        log.exception("run %s: card could not be drawn", run.id)
+        taught, made = [], Body('<p class="run-reason">This result could not be drawn.</p>',
+                                [], "")
+    if taught:
+        parts.append('<p class="card-lesson">' + escape(" ".join(taught)) + "</p>")
+    if made is not None:
+        picture = _picture(run, made)
+        parts.append(feed_alternative(made.html, f"/runs/{run.id}/card.svg?v={picture[1]}",
+                                      made.alt or " ".join(taught)[:400])
+                     if picture else made.html)
     parts.append("</figure>")
     return "\n".join(parts)
 
 
-def _strategies(result: dict) -> str:
-    rows, bars = [], []
-    for s in result["strategies"]:
-        if not isinstance(s, dict):
-            continue
-        check = s.get("correctness") or {}
-        err = check.get("max_grad_abs_error")
-        steps = check.get("steps_checked")
-        check_text = ("✓ " + (f"{steps} steps, " if isinstance(steps, int) else "")
-                      + (f"max err {err:.1e}" if isinstance(err, (int, float)) else "")
-                      if check.get("passed") else "✗ " + str(check.get("reason") or "failed"))
-        step = s.get("step_time_s") or {}
-        pred = s.get("prediction") or {}
-        comm = s.get("comm") or {}
-        exact = comm.get("all_exact")
-        mfu = s.get("mfu") or {}
-        peak = f" <small>of {escape(str(mfu['peak_name']))}</small>" if mfu.get("peak_name") \
-            else ""
-        rows.append(
-            "<tr>"
-            f"<td>{escape(str(s.get('label') or s.get('strategy')))}</td>"
-            f"<td>{escape(check_text)}</td>"
-            f"<td>{seconds(step.get('median'))} <small>({seconds(step.get('p10'))}–"
-            f"{seconds(step.get('p90'))})</small></td>"
-            f"<td>{seconds(pred.get('step_time_s'))}</td>"
-            f"<td>{ratio((s.get('ratios') or {}).get('step_time'))}</td>"
-            f"<td>{escape(str(pred.get('dominant') or '–'))}</td>"
-            f"<td>{_residual(pred)}</td>"
-            f"<td>{si(s.get('tokens_per_s'))}</td>"
-            f"<td>{percent(mfu.get('value'))}{peak}</td>"
-            f"<td>{'–' if exact is None else ('exact' if exact else 'differs')}</td>"
-            f"<td>{_memory(s.get('memory'))}</td>"
-            "</tr>"
-        )
-        if step.get("median") is not None:
-            bars.append((str(s.get("strategy")), step.get("median"), pred.get("step_time_s")))
-    table = (
-        '<table class="run-table"><thead><tr><th>strategy</th><th>correct</th>'
-        "<th>step time (p10–p90)</th><th>predicted</th><th>measured/predicted</th>"
-        "<th>dominant term</th><th>unexplained</th><th>tokens/s</th><th>MFU</th>"
-        "<th>comm bytes vs model</th><th>memory measured / predicted</th>"
-        "</tr></thead><tbody>" + "".join(rows) + "</tbody></table>"
-    )
-    return table + bar_chart(bars, "step time: measured (solid) vs predicted (outline)")
+def _rows(result: dict) -> list[dict]:
+    table = result.get("table")
+    return [r for r in table[:MAX_ROWS] if isinstance(r, dict)] if isinstance(table, list) else []
 
 
-def _residual(pred: dict) -> str:
-    """What the step-time model leaves unexplained, and the terms it knows it lacks."""
-    residual = pred.get("residual_s")
-    if not isinstance(residual, (int, float)):
-        return "–"
-    share = pred.get("residual_fraction")
-    sign = "+" if residual >= 0 else "−"
-    text = f"{sign}{seconds(abs(residual))}"
-    if isinstance(share, (int, float)):
-        text += f" ({share:+.0%})"
-    missing = [str(m) for m in pred.get("unmodelled") or [] if m]
-    return escape(text) + (f" <small>not modelled: {escape('; '.join(missing))}</small>"
-                           if missing else "")
+def _fitted_busbw(fit: dict, factor: float, sizes: list[float]) -> list[tuple[float, float]]:
+    """busbw of the α–β line t = α + f·S/W, across the measured sizes: f·S / t."""
+    alpha, bw = lessons.num(fit, "alpha_s"), lessons.num(fit, "busbw_Bps")
+    if alpha is None or not bw or not sizes:
+        return []
+    lo, hi = min(sizes), max(sizes)
+    grid = [lo * (hi / lo) ** (i / 23) for i in range(24)] if hi > lo else [lo]
+    return [(s, factor * s / t) for s in grid if (t := alpha + factor * s / bw) > 0]
 
 
-def _memory(memory) -> str:
-    """Per rank: the peak seen (live storage, or CUDA's allocator) over the formula's."""
-    if not isinstance(memory, list):
-        return "–"
-    parts = []
-    for m in memory:
-        if not isinstance(m, dict):
-            continue
-        peak = m.get("peak") or {}
-        measured, predicted = peak.get("measured"), peak.get("predicted")
-        if not isinstance(measured, (int, float)) or not isinstance(predicted, (int, float)):
-            continue
-        parts.append(f"r{escape(str(m.get('rank')))} {si(measured, 'B')} / "
-                     f"{si(predicted, 'B')} ({ratio(peak.get('ratio'))})")
-    return "<br>".join(parts) if parts else "–"
+def _collectives(result: dict) -> Body:
+    rows, fits = _rows(result), result.get("fits")
+    fits = {str(op)[:40]: f for op, f in list(fits.items())[:16] if isinstance(f, dict)} \
+        if isinstance(fits, dict) else {}
+    factors = result.get("factors") if isinstance(result.get("factors"), dict) else {}
+    ops = list(dict.fromkeys([*fits, *(str(r.get("op"))[:40] for r in rows)]))[:16]
+    points = [(op, [(r.get("bytes"), r.get("busbw_Bps")) for r in rows
+                    if str(r.get("op"))[:40] == op]) for op in ops]
+    fitted = [(i, _fitted_busbw(fits[op], charts.finite(factors.get(op)) or 1.0,
+                                [x for x, _ in pts if (charts.finite(x) or 0) > 0]))
+              for i, (op, pts) in enumerate(points) if op in fits]
+    chart = charts.loglog("Bus bandwidth against message size, per collective (points), "
+                          "with the fitted α–β line (dashed)", points, fitted,
+                          lambda v: si(v, "B", 2), lambda v: si(v, "B/s", 2),
+                          x_name="message size")
+    best = {op: max((charts.finite(r.get("busbw_Bps")) or 0 for r in rows
+                     if str(r.get("op"))[:40] == op), default=0) for op in ops}
+    keys = "".join(
+        f"<tr><td>{escape(op).replace('_', '_<wbr>')}</td><td class=\"num\">"
+        f"{seconds(lessons.num(fits.get(op), 'alpha_s'))}"
+        f"</td><td class=\"num\">{si(lessons.num(fits.get(op), 'busbw_Bps'), 'B/s', 2)}</td>"
+        f"<td class=\"num\">{si(best[op] or None, 'B/s', 2)}</td>"
+        f"<td class=\"num\">{percent(lessons.num(fits.get(op), 'rms_rel_error'))}</td></tr>"
+        for op in ops)
+    detail = "".join(
+        f"<tr><td>{escape(str(r.get('op'))[:40])}</td><td class=\"num\">{si(r.get('bytes'), 'B')}"
+        f"</td><td class=\"num\">{seconds(r.get('time_s'))}</td><td class=\"num\">"
+        f"{si(r.get('busbw_Bps'), 'B/s')}</td><td class=\"num\">"
+        f"{ratio(r.get('measured_over_predicted'))}</td></tr>" for r in rows)
+    html = ('<table class="run-table card-keys"><thead><tr><th scope="col">collective</th>'
+            '<th scope="col">α</th><th scope="col">W (fit)</th><th scope="col">best'
+            '</th><th scope="col"><abbr title="the fit\'s rms relative error">fit err</abbr>'
+            f"</th></tr></thead><tbody>{keys}</tbody></table>"
+            + (f'<div class="card-charts">{chart.svg()}</div>' if chart else "")
+            + ("<details><summary>Every size measured</summary>"
+               '<table class="run-table"><thead><tr><th scope="col">op</th><th scope="col">'
+               'bytes</th><th scope="col">time</th><th scope="col">busbw</th><th scope="col">'
+               f"meas/fit</th></tr></thead><tbody>{detail}</tbody></table></details>"
+               if detail else ""))
+    alt = "Bus bandwidth by message size: " + "; ".join(
+        f"{op} α {seconds(lessons.num(fits.get(op), 'alpha_s'))}, best {si(best[op], 'B/s')}"
+        for op in ops[:6])
+    return Body(html, [chart] if chart else [], alt)
 
 
-def _collectives(result: dict) -> str:
-    fits = result.get("fits") or {}
-    rows = "".join(
-        f"<tr><td>{escape(op)}</td><td>{seconds(f.get('alpha_s'))}</td>"
-        f"<td>{si(f.get('busbw_Bps'), 'B/s')}</td></tr>"
-        for op, f in fits.items() if isinstance(f, dict)
-    )
-    peak: dict[str, float] = {}
-    for row in result.get("table") or []:
-        if isinstance(row, dict) and isinstance(row.get("busbw_Bps"), (int, float)):
-            op = str(row.get("op"))
-            peak[op] = max(peak.get(op, 0.0), float(row["busbw_Bps"]))
-    bars = [(op, value, None) for op, value in peak.items()]
-    return (
-        '<table class="run-table"><thead><tr><th>collective</th><th>latency α</th>'
-        "<th>bus bandwidth (fit)</th></tr></thead><tbody>" + rows + "</tbody></table>"
-        + bar_chart(bars, "best measured bus bandwidth per collective", unit="B/s")
-    )
+def _roofline(result: dict) -> Body:
+    rows = _rows(result)
+    peak, bw = lessons.num(result, "peak_flops"), lessons.num(result, "copy_bandwidth_Bps")
+    ridge = peak / bw if peak and bw else None
+    points = [("GEMMs", [(r.get("intensity_flop_per_byte"), r.get("flops_per_s"))
+                         for r in rows])]
+    xs = [x for r in rows if (x := lessons.num(r, "intensity_flop_per_byte")) and x > 0]
+    roof = []
+    if ridge and xs:
+        lo, hi = min(min(xs), ridge) / 2, max(max(xs), ridge) * 2
+        roof = [(lo, lo * bw), (ridge, peak), (hi, peak)]
+    chart = charts.loglog("Roofline: each GEMM's FLOP/s against its arithmetic intensity, "
+                          "under the memory slope and the compute peak (dashed)", points,
+                          [(1, roof)], lambda v: f"{v:g}", lambda v: si(v, "", 2),
+                          x_name="FLOP per byte", y_name="FLOP/s",
+                          marks=[(ridge, f"ridge {ridge:.3g}")] if ridge else [])
+    shape = lambda r: "×<wbr>".join(escape(str(r.get(k))[:8]) for k in "MNK")  # noqa: E731
+    table = "".join(
+        f"<tr><td>{shape(r)}</td><td class=\"num\">{si(r.get('flops_per_s'))}</td>"
+        f"<td class=\"num\">{si(r.get('intensity_flop_per_byte'))}</td>"
+        f"<td class=\"num\">{percent(r.get('fraction_of_bound'))}</td>"
+        f"<td>{escape(str(r.get('bound_by', '–'))[:20])}</td></tr>" for r in rows)
+    html = (f'<p class="card-keyline">peak {si(peak, "FLOP/s")} · copy bandwidth '
+            f'{si(bw, "B/s")} · ridge {si(ridge)} FLOP/B</p>'
+            + (f'<div class="card-charts">{chart.svg()}</div>' if chart else "")
+            + '<table class="run-table card-keys"><thead><tr><th scope="col">M×N×K</th>'
+            '<th scope="col">FLOP/s</th><th scope="col">FLOP/B</th><th scope="col">of roof'
+            f'</th><th scope="col">bound</th></tr></thead><tbody>{table}</tbody></table>')
+    alt = (f"Roofline: peak {si(peak, 'FLOP/s')}, copy {si(bw, 'B/s')}, ridge {si(ridge)} "
+           "FLOP/B; " + "; ".join(f"{'×'.join(str(r.get(k))[:8] for k in 'MNK')} "
+                                  f"{si(r.get('flops_per_s'), 'FLOP/s')}" for r in rows[:8]))
+    return Body(html, [chart] if chart else [], alt)
 
 
-def percent(value) -> str:
-    return "–" if not isinstance(value, (int, float)) else f"{value:.0%}"
-
-
-def _roofline(result: dict) -> str:
-    rows = "".join(
-        f"<tr><td>{escape(str(r.get('M')))}×{escape(str(r.get('N')))}×"
-        f"{escape(str(r.get('K')))}</td><td>{si(r.get('flops_per_s'), 'FLOP/s')}</td>"
-        f"<td>{percent(r.get('fraction_of_bound'))}</td>"
-        f"<td>{escape(str(r.get('bound_by', '–')))}</td></tr>"
-        for r in result.get("table") or [] if isinstance(r, dict)
-    )
-    return (
-        f"<p>peak {si(result.get('peak_flops'), 'FLOP/s')}, copy bandwidth "
-        f"{si(result.get('copy_bandwidth_Bps'), 'B/s')}</p>"
-        '<table class="run-table"><thead><tr><th>GEMM M×N×K</th><th>measured</th>'
-        "<th>of roofline</th><th>bound by</th></tr></thead><tbody>" + rows + "</tbody></table>"
-    )
-
-
-def bar_chart(bars: list[tuple[str, float, float | None]], caption: str, unit: str = "s") -> str:
-    """Horizontal bars, one per label; an optional second value drawn as an outline."""
-    bars = [(label, value, other) for label, value, other in bars
-            if isinstance(value, (int, float)) and value > 0]
-    if not bars:
-        return ""
-    top = max(max(v, o or 0) for _, v, o in bars)
-    row_h, label_w, width = 22, 110, 420
-    height = row_h * len(bars) + 24
-    fmt = seconds if unit == "s" else (lambda v: si(v, unit))
-    out = [f'<svg class="run-chart" viewBox="0 0 {width} {height}" width="{width}" '
-           f'height="{height}" role="img" aria-label="{escape(caption)}" '
-           'xmlns="http://www.w3.org/2000/svg">',
-           f"<title>{escape(caption)}</title>"]
-    span = width - label_w - 80
-    for i, (label, value, other) in enumerate(bars):
-        y = 4 + i * row_h
-        w = max(1.0, span * value / top)
-        out.append(f'<text x="0" y="{y + 14}" font-size="11" fill="currentColor">'
-                   f"{escape(label[:18])}</text>")
-        out.append(f'<rect x="{label_w}" y="{y + 3}" width="{w:.1f}" height="14" '
-                   'fill="#4c78a8"/>')
-        if other:
-            ow = max(1.0, span * other / top)
-            out.append(f'<rect x="{label_w}" y="{y + 1}" width="{ow:.1f}" height="18" '
-                       'fill="none" stroke="#e45756" stroke-width="1.5"/>')
-        out.append(f'<text x="{label_w + max(w, (span * (other or 0) / top)) + 4:.1f}" '
-                   f'y="{y + 14}" font-size="11" fill="currentColor">{escape(fmt(value))}'
-                   "</text>")
-    out.append(f'<text x="0" y="{height - 4}" font-size="10" fill="currentColor">'
-               f"{escape(caption)}</text></svg>")
-    return "".join(out)
+def _mfu(result: dict) -> Body:
+    achieved, peak = lessons.num(result, "achieved_flops"), lessons.num(result, "peak_flops")
+    name = str(result.get("peak_name") or result.get("peak_source") or "peak")[:80]
+    chart = charts.bars(f"Achieved FLOP/s against the peak ({name})",
+                        [("achieved", [achieved, None]), (f"peak: {name}", [None, peak])],
+                        [("achieved", False), ("peak", True)], lambda v: si(v, "FLOP/s"))
+    facts = [("MFU", percent(lessons.num(result, "mfu"))),
+             ("tokens/s", si(lessons.num(result, "tokens_per_s"))),
+             ("step time", seconds(lessons.num(result, "step_time_s", "median"))),
+             ("achieved", si(achieved, "FLOP/s")), ("peak", f"{si(peak, 'FLOP/s')} "
+                                                             f"<small>{escape(name)}</small>")]
+    html = ((f'<div class="card-charts">{chart.svg()}</div>' if chart else "")
+            + '<dl class="card-facts">'
+            + "".join(f"<dt>{k}</dt><dd>{v}</dd>" for k, v in facts) + "</dl>")
+    alt = (f"MFU {percent(lessons.num(result, 'mfu'))}: {si(achieved, 'FLOP/s')} achieved of "
+           f"{si(peak, 'FLOP/s')} ({name})")
+    return Body(html, [chart] if chart else [], alt)

@@ -1,8 +1,17 @@
-"""The Atom feed: published entries and letters, full content, newest first."""
+"""The Atom feed: published entries and letters, full content, newest first.
+
+Feed readers drop inline SVG (and any script or style), so a part of an entry that needs
+them (a run card's charts and tables) is marked by the embed that made it
+(`feed_alternative`) and the feed shows an image in its place (`for_feed`): a standalone
+SVG served from the notebook, carrying the feed's token when the feed was read with one.
+"""
 
 from __future__ import annotations
 
 import datetime as dt
+import re
+from html import escape
+from urllib.parse import quote
 from xml.etree import ElementTree as ET
 
 import sqlalchemy as sa
@@ -13,15 +22,40 @@ from app.notebook.entries import entry_url
 from app.notebook.render import hide_draft_links
 
 ATOM = "http://www.w3.org/2005/Atom"
+# A same-origin path to an SVG (never "//host": the feed's token may be added to it).
+_IMAGE = r"/[A-Za-z0-9_-][A-Za-z0-9_/.-]{0,200}\.svg(?:\?v=[0-9a-f]{1,64})?"
+_ALTERNATIVE_RE = re.compile(
+    rf'<div class="feed-alternative" data-feed-img="({_IMAGE})" data-feed-alt="([^"<>]*)">'
+    r".*?</div><!--/feed-alternative-->", re.S)
+
+
+def feed_alternative(inner_html: str, image: str, alt: str) -> str:
+    """Wrap HTML that the feed replaces by `image` (a same-origin .svg path) with `alt`."""
+    if not re.fullmatch(_IMAGE, image):
+        raise ValueError(f"not a same-origin SVG path: {image!r}")
+    return (f'<div class="feed-alternative" data-feed-img="{image}" '
+            f'data-feed-alt="{escape(alt)}">{inner_html}</div><!--/feed-alternative-->')
+
+
+def for_feed(html: str, token: str | None = None) -> str:
+    """Stored HTML as a feed reader gets it: marked parts become their image."""
+    def image(m: re.Match[str]) -> str:
+        src = m[1] + ((("&amp;" if "?" in m[1] else "?") + "token=" + quote(token, safe=""))
+                      if token else "")
+        return f'<p><img src="{src}" alt="{m[2]}"></p>'
+    return _ALTERNATIVE_RE.sub(image, html) if "feed-alternative" in html else html
 
 
 def _iso(moment: dt.datetime) -> str:
     return moment.replace(tzinfo=dt.UTC).isoformat().replace("+00:00", "Z")
 
 
-def build(session: Session, base_url: str, *, limit: int = 50, title: str = "Commonplace") -> bytes:
+def build(session: Session, base_url: str, *, limit: int = 50, title: str = "Commonplace",
+          token: str | None = None) -> bytes:
     """An Atom 1.0 document (RFC 4287). base_url is the notebook's origin, e.g.
-    https://notes.tail1234.ts.net — entry ids and links are made absolute from it."""
+    https://notes.tail1234.ts.net — entry ids and links are made absolute from it. `token`:
+    the feed token the feed was read with, added to its images' addresses (a feed reader
+    fetches them as it fetched the feed, with no other credentials)."""
     base_url = base_url.rstrip("/")
     entries = list(
         session.scalars(
@@ -54,9 +88,10 @@ def build(session: Session, base_url: str, *, limit: int = 50, title: str = "Com
         ET.SubElement(item, f"{{{ATOM}}}updated").text = _iso(entry.updated_at)
         for tag in entry.tag_list:
             ET.SubElement(item, f"{{{ATOM}}}category", term=tag)
-        # Sanitized at save time; the feed carries the same HTML as the page (no scripts).
-        # xml:base makes the entry's relative links (/entries/…, /runs/…) absolute.
+        # Sanitized at save time; the feed carries the page's HTML (no scripts), with images
+        # for what readers drop. xml:base makes relative links (/entries/…, /runs/…) absolute.
         content = ET.SubElement(item, f"{{{ATOM}}}content", type="html")
         content.set("{http://www.w3.org/XML/1998/namespace}base", base_url + "/")
-        content.text = hide_draft_links(entry.body_html)  # a feed reader sees no drafts
+        # a feed reader sees no drafts
+        content.text = for_feed(hide_draft_links(entry.body_html), token)
     return ET.tostring(feed, encoding="utf-8", xml_declaration=True)

@@ -297,19 +297,27 @@ def predict_flat(compute: list[dict], comm_s: float, overlap_s: float = 0.0,
                       critical_rank=critical, overlap_s=overlap_s, comm_total_s=comm_s)
 
 
-def predict_pipeline(fb: list[dict], opt: list[dict], m: int, t_p2p: float) -> dict:
+def predict_pipeline(fb: list[dict], opt: list[dict], m: int, t_p2p: float,
+                     inside: list[dict] | None = None) -> dict:
     """Stage r spends fb[r]/m per micro-batch (forward + backward) and sends two
     messages (t_p2p each): a slot. The first micro-batch crosses every stage, the other
     m-1 follow at the pace of the slowest: T = sum_r slot_r + (m-1) max_r slot_r, plus
-    the optimizer; for equal stages (m+p-1) * (t_f + t_b + 2 t_p2p)."""
+    the optimizer; for equal stages (m+p-1) * (t_f + t_b + 2 t_p2p). `inside` (per
+    stage, optional) holds other seconds spent within a stage's slots, such as tensor
+    parallelism's all-reduces on the critical path: they lengthen its slots like compute
+    and are reported under their own names. With one stage and t_p2p = 0 this is
+    compute + inside + optimizer, and no bubble."""
     p = len(fb)
-    slot = [sum(f.values()) / m + 2 * t_p2p for f in fb]
+    inside = inside or [{} for _ in fb]
+    slot = [(sum(f.values()) + sum(i.values())) / m + 2 * t_p2p
+            for f, i in zip(fb, inside, strict=True)]
     pipe = sum(slot) + (m - 1) * max(slot)
     worst = max(range(p), key=lambda r: slot[r])
     own = {k: fb[worst][k] + opt[worst][k] for k in COMPUTE_TERMS}
     comm = 2 * m * t_p2p
-    terms = {**own, "comm": comm,
-             "bubble": max(0.0, pipe + sum(opt[worst].values()) - sum(own.values()) - comm)}
+    busy = sum(own.values()) + sum(inside[worst].values()) + comm
+    terms = {**own, **inside[worst], "comm": comm,
+             "bubble": max(0.0, pipe + sum(opt[worst].values()) - busy)}
     idle = [1 - (sum(fb[r].values())) / pipe for r in range(p)] if pipe else [0.0] * p
     return prediction(terms, "T = sum_r slot_r + (m-1) max_r slot_r + optimizer, "
                              "slot_r = (t_f + t_b)_r + 2 t_p2p; bubble = (p-1)/(m+p-1)",
@@ -338,3 +346,30 @@ def stage_params(kind: str, L: int, h: int, s: int, v: int, p: int, rank: int) -
         total += (h * h + h) if rank == 0 else 0
         total += (h * h + h) if rank == p - 1 else 0
     return total
+
+
+def rank_params(L: int, h: int, s: int, v: int, *, t: int = 1, p: int = 1, rank: int = 0,
+                tied: bool = False) -> int:
+    """Parameters one rank of a GPT holds, split into p pipeline stages (stage_layers) and
+    t tensor-parallel shards (the Megatron split of tp_split_params: the blocks' matmuls
+    divided by t; LayerNorms, row biases, embeddings and head replicated). A tied head
+    is the embedding itself on one stage; with p > 1 the last stage holds its own copy,
+    as Megatron does. t = p = 1 gives param_count."""
+    n = len(stage_layers(L, p, rank))
+    total = n * ((12 * h * h + 7 * h) // t + 6 * h)
+    total += (v * h + s * h) if rank == 0 else 0
+    total += (2 * h + (0 if tied and p == 1 else h * v)) if rank == p - 1 else 0
+    return total
+
+
+def rank_flops_per_token(L: int, h: int, s: int, v: int, *, t: int = 1, p: int = 1,
+                         rank: int = 0, tied: bool = False) -> dict[str, int]:
+    """Training FLOPs per token of one rank's share, as flops_per_token splits them:
+    {"gemm": 6 x its matmul parameters, "attention": 12 x its blocks x h x s / t}. The
+    embedding lookups are no matmul (a tied wte is the head's, counted once). Summed over
+    the stages with t = 1 this is flops_per_token."""
+    n = len(stage_layers(L, p, rank))
+    matmul = rank_params(L, h, s, v, t=t, p=p, rank=rank, tied=tied)
+    if rank == 0:
+        matmul -= s * h + (0 if tied and p == 1 else v * h)
+    return {"gemm": 6 * matmul, "attention": 12 * n * h * s // t}

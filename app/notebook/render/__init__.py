@@ -11,7 +11,8 @@ from .pipeline import Rendered, Resolved, WikiLink, hide_draft_links, render
 # at save time, and `commonplace up` / `db upgrade` render every stored note again once
 # when this moves (app/notebook/rerender.py). 2: task boxes carry their number.
 # 3: links to drafts are marked (hidden from readers who may not see drafts).
-VERSION = 3
+# 4: run cards carry charts, lessons and a part the feed shows as an image.
+VERSION = 4
 
 __all__ = ["VERSION", "Rendered", "Resolved", "WikiLink", "hide_draft_links", "pygments_css",
            "render"]

@@ -10,7 +10,7 @@ from flask import current_app, jsonify, request, send_file
 
 from app.db import get_session
 from app.errors import Invalid, NotFound, refuse_unknown
-from app.journal import cron_phrases, run_files, runners, runs, schedules
+from app.journal import cron_phrases, rank_events, run_files, runners, runs, schedules, trace
 from app.models import Metric, Run, Schedule
 from app.web.access import author
 from app.web.api.blueprint import bp
@@ -159,6 +159,23 @@ def run_artifact(run_id: int, name: str):
     response = send_file(path, mimetype=row.content_type, as_attachment=False,
                          download_name=name)
     response.headers["Content-Security-Policy"] = INERT_CSP  # an SVG chart runs nothing
+    return response
+
+
+@bp.get("/runs/<int:run_id>/trace.json")
+def run_trace(run_id: int):
+    """The run's events as a Chrome Trace Event file (app/journal/trace.py)."""
+    session = get_session()
+    run = runs.get(session, run_id)
+    found = rank_events.run_events(Path(current_app.config["DATA_DIR"]), session, run.id)
+    if found is None:
+        raise NotFound(f"run {run.id} logged no events")
+    body = trace.trace(found, {"run_id": run.id, "experiment": run.experiment,
+                               "status": run.status, "params": run.params,
+                               "strategies": list(found.strategies),
+                               "url": f"/runs/{run.id}"})
+    response = jsonify(body)
+    response.headers["Content-Disposition"] = f'attachment; filename="run-{run.id}-trace.json"'
     return response
 
 

@@ -39,7 +39,9 @@ from app.web.auth.tailscaled import clean_name
 log = logging.getLogger(__name__)
 
 READ_ROLES = {"owner", "viewer"}
-FEED_ENDPOINT = "notes.feed"
+# What a feed token opens: the feed, and the run card images it shows (a feed reader fetches
+# them as it fetched the feed, the token in the URL; app/web/pages/card_images.py).
+FEED_ENDPOINTS = frozenset({"notes.feed", "experiments.card_image"})
 # A token's last-used time is for the owner's eyes ("is this token still in use?"), not an
 # audit log: touching it at most once a minute keeps reads from taking the write lock.
 LAST_USED_RESOLUTION = dt.timedelta(seconds=60)
@@ -230,9 +232,10 @@ def identify() -> Identity | None:
             raise Denied(401, "unknown or revoked token")
         return identity
     feed_token = request.args.get("token")
-    if feed_token and request.endpoint == FEED_ENDPOINT:
+    if feed_token and request.endpoint in FEED_ENDPOINTS:
         # Feed readers cannot send headers; a feed token rides in the URL, for the feed
-        # only (a URL ends up in logs and histories, so no other role is accepted here).
+        # and its images only (a URL ends up in logs and histories, so no other role is
+        # accepted here).
         identity = _feed_identity(feed_token)
         if identity is None:
             raise Denied(403, "unknown or revoked feed token", seen_as="a feed reader")

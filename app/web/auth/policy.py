@@ -11,7 +11,7 @@ from urllib.parse import urlsplit
 from flask import g, request
 
 from app.errors import Denied
-from app.web.auth.identity import FEED_ENDPOINT, Identity, bearer, identify
+from app.web.auth.identity import FEED_ENDPOINTS, Identity, bearer, identify
 from app.web.auth.listeners import peer_address
 
 SAFE_METHODS = {"GET", "HEAD", "OPTIONS"}
@@ -47,9 +47,10 @@ def _policy(identity: Identity) -> None:
     if identity.role == "runner":
         raise Denied(403, "runner tokens may call only /api/v1/runner/", seen_as=seen_as)
     if identity.role == "feed":
-        if request.endpoint == FEED_ENDPOINT and request.method in SAFE_METHODS:
+        if request.endpoint in FEED_ENDPOINTS and request.method in SAFE_METHODS:
             return
-        raise Denied(403, "feed tokens open /feed.atom and nothing else", seen_as=seen_as)
+        raise Denied(403, "feed tokens open /feed.atom (and its card images) and nothing else",
+                     seen_as=seen_as)
     if not identity.can_read:
         raise Denied(403, f"{identity.login} ({identity.role}) cannot read here",
                      seen_as=seen_as)

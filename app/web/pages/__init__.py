@@ -10,17 +10,25 @@
     schedule_pages.py  schedules: list and create, one schedule, delete
     param_forms.py     forms generated from the lab's parameter schemas
     run_summary.py     what a run page says beyond its card (durations, checks, headlines)
+    sharding_views.py  the sharding view on the run page and the new-run form
+    timeline_views.py  the run page's measured step, traffic heat-map and trace link
+    calculator.py      /calculator: the what-if calculator
+    card_images.py     /runs/<id>/card.svg: a card's charts as an image, for the feed
 
 Views parse the request, call the notebook or the journal, and render.
 """
 
 from app.web.pages import (  # noqa: F401
+    calculator,
+    card_images,
     editing,
     reading,
     run_pages,
     schedule_pages,
     served,
+    sharding_views,
     ticking,
+    timeline_views,
 )
 from app.web.pages.blueprints import experiments, notes
 

@@ -63,6 +63,8 @@ def nav_section() -> str:
         return "schedules"
     if endpoint in ("experiments.catalogue", "experiments.new_run", "experiments.create_run"):
         return "experiments"
+    if endpoint == "experiments.calculator":
+        return "calculator"
     if endpoint.startswith("experiments."):
         return "runs"
     if endpoint == "notes.week" and (request.view_args or {}).get("week") == current_week():

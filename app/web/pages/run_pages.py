@@ -88,7 +88,28 @@ def new_run(name: str):
     first = values is None and request.args.get("first") == "1" and name in learning.GUIDES
     if first:  # the catalogue's suggested first run: small, seconds on a CPU
         values = learning.first_run(name)
-    return form_page(spec, ParamForm.initial(name, values), source=source, first=first)
+    if values is not None or not any(k.startswith("param.") for k in request.args):
+        return form_page(spec, ParamForm.initial(name, values), source=source, first=first)
+    # ?param.<name>=value (the calculator's "Run this here"): typed as the form's POST is,
+    # then checked by the registry; a bad value is shown as the form's error
+    asked, _ = ParamForm.parse(name, request.args)
+    given = {f.name: f.value for f in asked.fields if f.input_name in request.args}
+    form = ParamForm.initial(name, given)
+    form.errors = {k: v for k, v in asked.errors.items() if k in given}
+    unknown = sorted(k for k in request.args if k.startswith("param.")
+                     and k.removeprefix("param.") not in spec["params"])
+    if unknown:
+        return form_page(spec, form, message=f"{unknown[0]}: not a parameter of {name}",
+                         status=422)
+    if not form.errors:
+        try:
+            registry.validate(name, given)
+        except registry.ParamError as exc:
+            form.errors[exc.param] = exc.message
+    if form.errors:
+        field, why = next(iter(form.errors.items()))
+        return form_page(spec, form, message=f"{field}: {why}", status=422)
+    return form_page(spec, form)
 
 
 @bp.post("/experiments/<name>/run")
@@ -174,8 +195,11 @@ def run_page(run_id: int):
     run = run_or_404(run_id)
     spec = registry.EXPERIMENTS.get(run.experiment, {})
     log, log_end = log_tail(run)
+    # ?views=0: the page without the sharding, timeline and traffic views, for a slow link
+    views = request.args.get("views", "1") != "0"
     return render_template(
         "experiments/run.html", run=run, spec=spec, events=runs.events(session, run),
+        views=views,
         reruns=list(session.scalars(sa.select(Run.id).where(Run.parent_id == run.id)
                                     .order_by(Run.id))),
         artifacts=run_files.artifacts(session, run),

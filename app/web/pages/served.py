@@ -5,7 +5,7 @@ check. Each file is served so that it cannot act as a page of the notebook."""
 from pathlib import Path
 
 import sqlalchemy as sa
-from flask import Response, abort, current_app, jsonify, redirect, request, send_file
+from flask import Response, abort, current_app, g, jsonify, redirect, request, send_file
 
 from app import backups
 from app.db import get_session
@@ -22,7 +22,11 @@ BACKGROUND, THEME = "#fbfaf7", "#ffffff"
 
 @bp.get("/feed.atom")
 def feed():
-    body = atom.build(get_session(), request.host_url)
+    # Read with a feed token, the feed carries it to its images (/runs/<id>/card.svg): a
+    # reader fetches them as it fetched the feed (app/web/pages/card_images.py).
+    identity = getattr(g, "identity", None)
+    token = request.args.get("token") if identity and identity.role == "feed" else None
+    body = atom.build(get_session(), request.host_url, token=token)
     return Response(body, mimetype="application/atom+xml")
 
 

@@ -75,6 +75,16 @@ def _memory(r: dict) -> dict[str, Any]:
             "cuda_allocated_before_build": r["cuda_allocated_before_build"]}
 
 
+def per_step(reports: list[dict]) -> list[dict[str, Any]]:
+    """Each timed step: its time on the slowest rank, and the global loss (the ranks'
+    weighted shares summed, as the correctness gate sums them)."""
+    act = [r for r in reports if r["active"]]
+    steps = min(len(r["step_times_s"]) for r in act) if act else 0
+    return [{"step": i, "time_s": max(r["step_times_s"][i] for r in act),
+             "loss": sum(r["loss_shares"][i] for r in reports if len(r["loss_shares"]) > i)}
+            for i in range(steps)]
+
+
 def summarise(entry: dict, reports: list[dict], prediction: dict, spec: TrainSpec, cal,
               is_cuda: bool) -> dict:
     act = [r for r in reports if r["active"]]
@@ -92,6 +102,7 @@ def summarise(entry: dict, reports: list[dict], prediction: dict, spec: TrainSpe
         "step_time_s": {"median": step, "p10": _pct(slowest["step_times_s"], 0.1),
                         "p90": _pct(slowest["step_times_s"], 0.9),
                         "per_rank_median": medians},
+        "per_step": per_step(reports),
         "tokens_per_s": spec.tokens / step,
         "mfu": {"value": flops_step / step / (cal.peak_flops * len(act)),
                 "flops_per_step": flops_step, "peak_flops_per_rank": cal.peak_flops,

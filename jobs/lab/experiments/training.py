@@ -72,7 +72,7 @@ def prepare(ctx: Context, name: str, spec: TrainSpec, batches, ref, tol,
         ctx.log(f"{name}: correctness gate FAILED, not timed: {verdict['reason']}")
     return {"name": name, "strategy": strat, "verdict": verdict, "gate_comm": gate_comm,
             "active": strat.ranks_active == "all" or ctx.rank == 0,
-            "times": [], "comm_steps": []}
+            "times": [], "comm_steps": [], "loss_shares": []}
 
 
 def census_step(ctx: Context, state: dict, batch) -> None:
@@ -124,8 +124,7 @@ def time_step(ctx: Context, state: dict, i: int, warmup: int, spec: TrainSpec, b
     ctx.sync()
     t0 = tl.now()
     tl.anchor()  # the device is idle: its clock meets the host's here
-    if state["active"]:
-        state["strategy"].train_step(batch)
+    out = state["strategy"].train_step(batch) if state["active"] else None
     ctx.sync()
     t1 = tl.now()
     tl.add("step", t0, t1)
@@ -133,6 +132,8 @@ def time_step(ctx: Context, state: dict, i: int, warmup: int, spec: TrainSpec, b
     if i >= warmup:
         state["times"].append(t1 - t0)
         state["comm_steps"].append(counted)
+        # this rank's weighted share of the step's loss (read after the sync: no wait)
+        state["loss_shares"].append(float(out.loss) * out.weight if out else 0.0)
     progress(strategy=name, phase="timed" if i >= warmup else "warmup",
              step_time_s=t1 - t0 if state["active"] else None,
              tokens_per_s=spec.tokens / (t1 - t0) if state["active"] else None)
@@ -149,6 +150,7 @@ def timed_report(ctx: Context, state: dict, cal, params: dict) -> None:
         "rank": ctx.rank,
         "active": active,
         "step_times_s": times,
+        "loss_shares": state["loss_shares"],
         "comm_per_step": {k: {**counted_kinds(comm_steps[-1]).get(k, {}),
                               "time_s": statistics.median(c.get(k, {}).get("time_s", 0.0)
                                                           for c in comm_steps)}

@@ -121,6 +121,16 @@ def paths() -> dict:
                         "application/octet-stream": {"schema": {"type": "string",
                                                                 "format": "binary"}}}},
                     "responses": {"200": json_response(OBJ), **ERRORS}}},
+        "/api/v1/runs/{run_id}/trace.json": {"parameters": [RUN_ID], "get": {
+            "summary": "The run's per-rank events as a Chrome Trace Event file (Perfetto, "
+                       "chrome://tracing)",
+            "description": "traceEvents: pid = rank; tid = the rank's steps, compute and "
+                           "communication tracks; X events with ts/dur in µs from the "
+                           "run's first event; s/f flows from each send to its receive; "
+                           "M names. otherData: run id, experiment, params. 404 when the "
+                           "run logged no events.",
+            "responses": {"200": json_response(OBJ, "A Chrome Trace Event JSON object"),
+                          **ERRORS}}},
         "/api/v1/compare": {"get": {
             "summary": "Two to eight runs side by side, with the parameters that differ",
             "parameters": [{"name": "ids", "in": "query", "required": True,

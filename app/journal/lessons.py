@@ -1,0 +1,336 @@
+"""What a run teaches, in words: two or three sentences per card, each computed from the
+numbers in the result (the cost model's terms, the measurement, the memory), never
+canned. Rules say what dominated and why; one says what to change to see the textbook
+effect. `lessons(result)` returns plain sentences (the card escapes them).
+
+A rule returns None when its numbers are missing, so any result, however partial or
+hostile, gives what can be said and nothing else.
+"""
+
+from __future__ import annotations
+
+import math
+from dataclasses import dataclass
+
+from app.journal.charts import finite, percent, ratio, seconds, si
+
+TERMS = {"gemm": "matrix multiplies", "attention": "attention", "op_overhead":
+         "per-operator overhead", "memory_traffic": "memory traffic", "comm":
+         "communication", "bubble": "the pipeline bubble"}
+MAX_STRATEGIES = 32
+
+
+def num(data, *path) -> float | None:
+    """A finite number found along keys and indexes, or None."""
+    for key in path:
+        if isinstance(key, int) and isinstance(data, list) and -len(data) <= key < len(data):
+            data = data[key]
+        elif isinstance(key, str) and isinstance(data, dict):
+            data = data.get(key)
+        else:
+            return None
+    return finite(data)
+
+
+def name_of(value, limit: int = 40) -> str:
+    return str(value)[:limit] if value is not None else "?"
+
+
+@dataclass
+class Timed:
+    """One strategy that passed its gate and was timed."""
+
+    name: str
+    step: float
+    predicted: float | None
+    terms: dict[str, float]
+    tokens: float | None
+    raw: dict
+
+    @property
+    def dominant(self) -> tuple[str, float] | None:
+        return max(self.terms.items(), key=lambda kv: kv[1]) if self.terms else None
+
+
+def timed(result: dict) -> list[Timed]:
+    out = []
+    for s in (result.get("strategies") or [])[:MAX_STRATEGIES]:
+        if not isinstance(s, dict) or not (s.get("correctness") or {}).get("passed"):
+            continue
+        step = num(s, "step_time_s", "median")
+        if step is None or step <= 0:
+            continue
+        terms = (s.get("prediction") or {}).get("terms_s")
+        terms = {str(k): x for k, v in terms.items() if (x := finite(v)) is not None
+                 and x >= 0} if isinstance(terms, dict) else {}
+        out.append(Timed(name_of(s.get("strategy")), step, num(s, "prediction", "step_time_s"),
+                         terms, num(s, "tokens_per_s"), s))
+    return out
+
+
+def _failed(result: dict) -> str | None:
+    bad = [s for s in (result.get("strategies") or [])[:MAX_STRATEGIES] if isinstance(s, dict)
+           and isinstance(s.get("correctness"), dict) and not s["correctness"].get("passed")]
+    if not bad:
+        return None
+    names = ", ".join(name_of(s.get("strategy")) for s in bad[:4])
+    reason = name_of(bad[0]["correctness"].get("reason") or "no reason given", 120)
+    return (f"{len(bad)} strateg{'y' if len(bad) == 1 else 'ies'} ({names}) failed the "
+            f"correctness gate and {'was' if len(bad) == 1 else 'were'} not timed: {reason}.")
+
+
+def _pipeline(runs: list[Timed], m: float | None) -> str | None:
+    """Micro-batches against no micro-batches: the overhead they add vs the bubble they save."""
+    naive = next((t for t in runs if t.name == "naive_mp"), None)
+    split = [t for t in runs if t.name != "naive_mp" and t.step > (naive.step if naive else 0)]
+    if naive is None or not split or not m or m < 2:
+        return None
+    slow = max(split, key=lambda t: t.step)
+    extra = slow.terms.get("op_overhead", 0) - naive.terms.get("op_overhead", 0)
+    saved = naive.terms.get("bubble", 0) - slow.terms.get("bubble", 0)
+    if extra <= 0:
+        return None
+    why = (f"splitting the batch into {m:g} micro-batches adds {seconds(extra)} of "
+           f"per-operator overhead ({seconds(extra / m)} per micro-batch × {m:g})")
+    verdict = (f"more than the {seconds(saved)} of bubble it saves" if saved < extra
+               else f"against {seconds(saved)} of bubble saved")
+    return (f"{slow.name} is slower than naive model parallel here ({seconds(slow.step)} vs "
+            f"{seconds(naive.step)} a step): {why}, {verdict}; each micro-batch is too small "
+            "to fill the device.")
+
+
+def _gap(runs: list[Timed]) -> str | None:
+    """Fastest against slowest, and the predicted term that grew the most between them."""
+    if len(runs) < 2:
+        return None
+    fast, slow = min(runs, key=lambda t: t.step), max(runs, key=lambda t: t.step)
+    if slow.step < 1.2 * fast.step:
+        return (f"All {len(runs)} strategies took within 20% of each other "
+                f"({seconds(fast.step)}–{seconds(slow.step)} a step).")
+    text = (f"{fast.name} was fastest ({seconds(fast.step)} a step) and {slow.name} slowest "
+            f"({seconds(slow.step)}, {ratio(slow.step / fast.step)})")
+    grew = {k: v - fast.terms.get(k, 0) for k, v in slow.terms.items()}
+    term, delta = max(grew.items(), key=lambda kv: kv[1], default=("", 0.0))
+    if delta > 0:
+        text += (f"; the cost model puts most of the gap in {TERMS.get(term, term)} "
+                 f"({seconds(slow.terms[term])} vs {seconds(fast.terms.get(term, 0))})")
+    return text + "."
+
+
+def _model(runs: list[Timed]) -> str | None:
+    """The strategy the model explains worst, and whether its residual outweighs every term."""
+    judged = [t for t in runs if t.predicted and t.predicted > 0]
+    if not judged:
+        return None
+    worst = max(judged, key=lambda t: abs(math.log(t.step / t.predicted)))
+    r = worst.step / worst.predicted
+    dom = worst.dominant
+    if 0.67 <= r <= 1.5:
+        share = f" ({TERMS.get(dom[0], dom[0])} {percent(dom[1] / worst.predicted)} of it)" \
+            if dom else ""
+        return (f"The cost model holds: every strategy's step is within a factor "
+                f"{max(r, 1 / r):.2f} of its prediction; "
+                f"{worst.name} {seconds(worst.step)} measured vs {seconds(worst.predicted)} "
+                f"predicted{share}.")
+    residual = worst.step - worst.predicted
+    text = (f"{worst.name} took {seconds(worst.step)} against {seconds(worst.predicted)} "
+            f"predicted ({ratio(r)})")
+    if dom and residual > dom[1]:
+        missing = (worst.raw.get("prediction") or {}).get("unmodelled") or []
+        lacks = f" ({name_of(missing[0], 90)})" if isinstance(missing, list) and missing else ""
+        text += (f": the {seconds(residual)} the model leaves unexplained is more than its "
+                 f"largest term, {TERMS.get(dom[0], dom[0])} at {seconds(dom[1])}, so what "
+                 f"dominated is something the model lacks{lacks}")
+    elif dom:
+        text += f"; its largest predicted term is {TERMS.get(dom[0], dom[0])} ({seconds(dom[1])})"
+    return text + "."
+
+
+def _state(s: dict, key: str = "measured") -> tuple[float, dict] | None:
+    mem = s.get("memory")
+    if not isinstance(mem, list) or not mem or not isinstance(mem[0], dict):
+        return None
+    parts = {k: num(mem[0], key, k) for k in ("params", "grads", "optimizer")}
+    total = num(mem[0], key, "total")
+    return (total, parts) if total else None
+
+
+def _memory(runs: list[Timed]) -> str | None:
+    """Sharding: model state per rank, smallest against largest, and the peak around it."""
+    held = [(t, st) for t in runs if (st := _state(t.raw))]
+    if len(held) < 2:
+        return None
+    (big, (b_total, b_parts)), (small, (s_total, s_parts)) = (
+        max(held, key=lambda h: h[1][0]), min(held, key=lambda h: h[1][0]))
+    if s_total >= 0.95 * b_total:
+        return None
+    smaller = [k for k in ("params", "grads", "optimizer")
+               if (b_parts[k] or 0) > 0 and (s_parts[k] or 0) < 0.95 * b_parts[k]]
+    text = (f"{small.name} holds {si(s_total, 'B')} of model state per rank against "
+            f"{big.name}'s {si(b_total, 'B')} ({percent(1 - s_total / b_total)} less: "
+            f"{', '.join(smaller) or 'state'} sharded)")
+    rank0 = small.raw["memory"][0]
+    peak, act = num(rank0, "peak", "measured"), num(rank0, "saved_activation_peak_bytes")
+    if peak and act and act / peak > 0.4:
+        text += (f", but activations ({si(act, 'B')}) are {percent(act / peak)} of its "
+                 f"{si(peak, 'B')} peak, which sharding state does not touch")
+    return text + "."
+
+
+def _scaling(runs: list[Timed], ranks: float | None) -> str | None:
+    single = next((t for t in runs if t.name == "single"), None)
+    others = [t for t in runs if t is not single and t.tokens]
+    if single is None or not single.tokens or not others or not ranks or ranks < 2:
+        return None
+    best = max(others, key=lambda t: t.tokens)
+    speedup = best.tokens / single.tokens
+    return (f"On {ranks:g} ranks the best, {best.name}, reaches {ratio(speedup)} single's "
+            f"tokens/s ({percent(speedup / ranks)} scaling efficiency).")
+
+
+def _change_training(result: dict, runs: list[Timed]) -> str | None:
+    """What to change to see the textbook effect, from what dominated."""
+    params = result.get("params") if isinstance(result.get("params"), dict) else {}
+    doms = [t.dominant for t in runs if t.dominant]
+    if not doms:
+        return None
+    term, value = max(doms, key=lambda d: d[1])
+    hidden, batch = num(params, "hidden"), num(params, "batch_size")
+    m, p = num(params, "micro_batches"), num(params, "world_size")
+    device = name_of((result.get("environment") or {}).get("device") or "device"
+                     if isinstance(result.get("environment"), dict) else "device")
+    if term in ("op_overhead", "memory_traffic") and hidden:
+        more = f"hidden {hidden:g} → {hidden * 4:g}" + (f" or batch_size {batch:g} → "
+                                                          f"{batch * 4:g}" if batch else "")
+        tail = (f"; then more micro-batches shrink the bubble (p−1)/(m+p−1) from "
+                f"{percent((p - 1) / (m + p - 1))} at m={m:g} to "
+                f"{percent((p - 1) / (2 * m + p - 1))} at m={2 * m:g}") if m and p and m > 1 \
+            else ""
+        return (f"To see the textbook effect, give each operator more work ({more}) so that "
+                f"compute, not {TERMS[term]} ({seconds(value)}), fills the {device}{tail}.")
+    if term == "comm":
+        return (f"Communication ({seconds(value)}) dominates: overlap it with backward "
+                "(bucketed DDP), or grow the model so compute can hide it.")
+    if term == "bubble" and m and p:
+        return (f"The bubble ({seconds(value)}) dominates: raise micro_batches from {m:g} to "
+                f"{4 * m:g} and the formula's idle share falls from "
+                f"{percent((p - 1) / (m + p - 1))} to {percent((p - 1) / (4 * m + p - 1))}.")
+    return None
+
+
+def _bubble(runs: list[Timed]) -> str | None:
+    rows = [(t, num(t.raw, "bubble", "measured_idle_fraction"), num(t.raw, "bubble",
+                                                                     "predicted")) for t in runs]
+    rows = [(t, a, b) for t, a, b in rows if a is not None and b is not None]
+    if not rows:
+        return None
+    t, measured, predicted = max(rows, key=lambda r: abs(r[1] - r[2]))
+    return (f"{t.name}'s stages sat idle {percent(measured)} of each step against "
+            f"{percent(predicted)} from the bubble formula (p−1)/(m+p−1).")
+
+
+def training(result: dict) -> list[str]:
+    runs = timed(result)
+    params = result.get("params") if isinstance(result.get("params"), dict) else {}
+    why = [x for x in (_failed(result), _pipeline(runs, num(params, "micro_batches")),
+                       _memory(runs), _model(runs), _gap(runs), _bubble(runs),
+                       _scaling(runs, num(params, "world_size"))) if x]
+    change = _change_training(result, runs)
+    return why[:2] + ([change] if change else [])
+
+
+def collectives(result: dict) -> list[str]:
+    fits = result.get("fits") if isinstance(result.get("fits"), dict) else {}
+    factors = result.get("factors") if isinstance(result.get("factors"), dict) else {}
+    rows = [r for r in (result.get("table") or [])[:2000] if isinstance(r, dict)]
+    fitted = {str(op): f for op, f in list(fits.items())[:16] if isinstance(f, dict)
+              and (num(f, "alpha_s") or 0) > 0 and (num(f, "busbw_Bps") or 0) > 0}
+    if not fitted:
+        return []
+    op = "all_reduce" if "all_reduce" in fitted else next(iter(fitted))
+    alpha, bw = num(fitted[op], "alpha_s"), num(fitted[op], "busbw_Bps")
+    half = alpha * bw / (finite(factors.get(op)) or 1.0)  # where latency = bandwidth time
+    mine = [r for r in rows if str(r.get("op")) == op and (num(r, "bytes") or 0) > 0
+            and num(r, "busbw_Bps") is not None]
+    out = [f"{op}: latency α = {seconds(alpha)} and bus bandwidth W = {si(bw, 'B/s')}, so a "
+           f"message must reach about {si(half, 'B')} before moving it costs more than "
+           "starting it"]
+    if mine:
+        big = max(mine, key=lambda r: num(r, "bytes"))
+        out[0] += (f"; the largest measured ({si(num(big, 'bytes'), 'B')}) reached "
+                   f"{si(num(big, 'busbw_Bps'), 'B/s')}, {percent(num(big, 'busbw_Bps') / bw)} "
+                   "of W")
+    out[0] += "."
+    rough = max(fitted.items(), key=lambda kv: num(kv[1], "rms_rel_error") or 0)
+    rms = num(rough[1], "rms_rel_error")
+    if rms and rms > 0.3:
+        out.append(f"The α–β line misses {rough[0]}'s samples by {percent(rms)} (rms): this "
+                   "link is not a straight line, so read the points, not the fit.")
+    largest = max((num(r, "bytes") or 0 for r in rows), default=0)
+    if largest and largest < half:
+        out.append(f"To see the bandwidth plateau, raise max_bytes past {si(half, 'B')} "
+                   f"(now {si(largest, 'B')}).")
+    else:
+        out.append("To see the latency floor, lower min_bytes: below "
+                   f"{si(half, 'B')} every {op} costs about {seconds(alpha)}.")
+    return out
+
+
+def roofline(result: dict) -> list[str]:
+    peak, bw = num(result, "peak_flops"), num(result, "copy_bandwidth_Bps")
+    rows = [r for r in (result.get("table") or [])[:200] if isinstance(r, dict)
+            and num(r, "flops_per_s") and num(r, "intensity_flop_per_byte")]
+    if not peak or not bw or not rows:
+        return []
+    ridge = peak / bw
+
+    def shape(r: dict) -> str:
+        return "×".join(name_of(r.get(k), 8) for k in ("M", "N", "K"))
+
+    out = [f"The ridge is at {ridge:.3g} FLOP/B (peak {si(peak, 'FLOP/s')} ÷ copy bandwidth "
+           f"{si(bw, 'B/s')}): a GEMM doing fewer FLOPs per byte is held back by memory, "
+           "more by compute."]
+    judged = [r for r in rows if num(r, "fraction_of_bound")]
+    if judged:
+        low = min(judged, key=lambda r: num(r, "fraction_of_bound"))
+        out.append(f"{shape(low)} reached {si(num(low, 'flops_per_s'), 'FLOP/s')}, "
+                   f"{percent(num(low, 'fraction_of_bound'))} of its roof at intensity "
+                   f"{num(low, 'intensity_flop_per_byte'):.3g} FLOP/B: the furthest below.")
+    below = [r for r in rows if num(r, "intensity_flop_per_byte") < ridge]
+    top = max(rows, key=lambda r: num(r, "intensity_flop_per_byte"))
+    if len(below) == len(rows):
+        out.append(f"To see the compute roof, add larger square sizes: the most intense, "
+                   f"{shape(top)}, does {num(top, 'intensity_flop_per_byte'):.3g} FLOP/B, "
+                   f"below the ridge at {ridge:.3g}.")
+    elif not below:
+        out.append(f"To see the memory slope, add thin shapes (small K) below {ridge:.3g} "
+                   "FLOP/B.")
+    else:
+        out.append(f"{len(below)} of {len(rows)} GEMMs sit under the memory slope and "
+                   f"{len(rows) - len(below)} under the compute roof; sizes near "
+                   f"{ridge:.3g} FLOP/B trace the corner between them.")
+    return out
+
+
+def mfu(result: dict) -> list[str]:
+    achieved, peak, value = (num(result, "achieved_flops"), num(result, "peak_flops"),
+                             num(result, "mfu"))
+    if not achieved or not peak:
+        return []
+    name = name_of(result.get("peak_name") or "the peak", 60)
+    out = [f"The model ran at {si(achieved, 'FLOP/s')} of {si(peak, 'FLOP/s')} ({name}): "
+           f"MFU {percent(value if value is not None else achieved / peak)}."]
+    step, tokens = num(result, "step_time_s", "median"), num(result, "tokens_per_step")
+    losses = result.get("loss_first_last")
+    if step and tokens:
+        text = f"Each step took {seconds(step)} for {tokens:g} tokens"
+        if isinstance(losses, list) and len(losses) == 2 and all(finite(x) is not None
+                                                                   for x in losses):
+            text += f"; the loss went {losses[0]:.3g} → {losses[1]:.3g}"
+        out.append(text + ".")
+    model = result.get("model") if isinstance(result.get("model"), dict) else {}
+    hidden, seq = num(model, "hidden"), num(model, "seq_len")
+    if hidden and seq and (value or achieved / peak) < 0.5:
+        out.append(f"MFU rises with bigger matrix multiplies: at hidden {hidden:g} and "
+                   f"seq_len {seq:g} per-operator overhead weighs; try hidden {4 * hidden:g}.")
+    return out

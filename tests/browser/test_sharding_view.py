@@ -1,0 +1,106 @@
+"""The sharding view in real Chromium against the real server (`commonplace up`), with a
+real finished ZeRO run stored as the runner stores it: on a phone and a desktop, no
+console errors (a CSP refusal is one), nothing wider than the screen, a tapped tile's
+details in the panel, the strategy switch changing the owners without a reload - with
+the script and without it - and the experiment page's view of its form."""
+
+from __future__ import annotations
+
+import pytest
+
+from tests.browser.harness import (
+    BROWSER,
+    assert_fits,
+    browser_context,
+    chromium_page,
+    hard_timeout,
+    screenshot,
+)
+from tests.real_runs import lab_output, store_run
+
+pytestmark = BROWSER
+TEST_SECONDS = 90
+
+
+@pytest.fixture
+def zero_run(tmp_path_factory, make_app, live_server) -> str:
+    """The run page's URL of a real finished ZeRO run (ddp, zero1, zero2, fsdp2)."""
+    run_id = store_run(make_app(), "zero", lab_output(tmp_path_factory, "zero"))
+    return f"{live_server}/runs/{run_id}"
+
+
+def owners(page, strategy: str, name: str) -> str:
+    tile = page.locator(f'.shard-panel[data-strategy="{strategy}"] '
+                        f'.shard-tile[data-name="{name}"]').first
+    return tile.get_attribute("data-owners")
+
+
+@pytest.mark.parametrize("device", ["phone", "desktop"])
+def test_tap_a_tile_and_switch_strategy(zero_run, live_server, device):
+    with hard_timeout(TEST_SECONDS), chromium_page(device) as (page, problems):
+        page.goto(zero_run)
+        page.locator("#shard-run").scroll_into_view_if_needed()
+        assert_fits(page)
+        ddp = page.locator('.shard-panel[data-strategy="ddp"]')
+        fsdp = page.locator('.shard-panel[data-strategy="fsdp2"]')
+        assert ddp.is_visible() and not fsdp.is_visible()
+        page.evaluate("window.__samePage = true")
+
+        tile = ddp.locator('.shard-tile[data-name="wte.weight"]')
+        tile.click()
+        detail = ddp.locator(".shard-detail")
+        detail.get_by_text("wte.weight").wait_for()
+        assert "every rank, a full copy" in detail.inner_text()
+        assert "all-reduced by DDP's reducer" in detail.inner_text()
+        assert tile.get_attribute("aria-pressed") == "true"
+        screenshot(page, f"sharding-{device}")
+
+        page.locator('label[for="shard-run-3"]').click()  # fsdp2
+        assert fsdp.is_visible() and not ddp.is_visible()
+        fsdp.locator('.shard-tile[data-name="wte.weight"]').focus()
+        page.keyboard.press("Enter")
+        fsdp.locator(".shard-detail").get_by_text("rank 0: rows 0–31").wait_for()
+        assert "all-gathered" in fsdp.locator(".shard-detail").inner_text().lower()
+        assert owners(page, "fsdp2", "wte.weight") != owners(page, "ddp", "wte.weight")
+
+        # a collapsed run of blocks opens to each block
+        each = fsdp.locator("details.shard-each").first
+        each.locator("summary").click()
+        assert each.locator(".shard-layer").count() >= 2
+        assert_fits(page)
+        assert page.evaluate("window.__samePage === true")  # no reload
+        screenshot(page, f"sharding-{device}-fsdp2")
+
+        # the experiment page: the form's values under every strategy it offers
+        page.goto(live_server + "/experiments/pipeline/run")
+        form = page.locator("#shard-form")
+        form.scroll_into_view_if_needed()
+        assert_fits(page)
+        gpipe = page.locator('.shard-panel[data-strategy="gpipe"]')
+        form.locator(".shard-tabs").get_by_text("gpipe", exact=True).click()
+        assert gpipe.is_visible()
+        gpipe.locator('.shard-tile[data-name="head.weight"]').click()
+        gpipe.locator(".shard-detail").get_by_text("rank 1: all of it").wait_for()
+        form.locator(".shard-tabs").get_by_text("single", exact=True).click()
+        assert page.locator('.shard-panel[data-strategy="single"]').is_visible()
+        assert not gpipe.is_visible()
+        assert owners(page, "single", "head.weight") == "rank 0: all of it (256 × 64)"
+        assert_fits(page)
+        screenshot(page, f"sharding-form-{device}")
+        assert problems == []
+
+
+def test_the_switch_works_without_javascript(zero_run):
+    with hard_timeout(TEST_SECONDS), browser_context(java_script_enabled=False,
+                                                     viewport={"width": 375, "height": 812}
+                                                     ) as context:
+        page = context.new_page()
+        page.goto(zero_run)
+        assert page.locator('.shard-panel[data-strategy="ddp"]').is_visible()
+        page.locator('label[for="shard-run-2"]').click()  # zero2
+        assert page.locator('.shard-panel[data-strategy="zero2"]').is_visible()
+        assert not page.locator('.shard-panel[data-strategy="ddp"]').is_visible()
+        assert_fits(page)
+        title = page.locator('.shard-panel[data-strategy="zero2"] .shard-tile').first \
+            .get_attribute("title")
+        assert "rank" in title

@@ -1,0 +1,354 @@
+"""The what-if calculator: its numbers are the lab's cost model's (jobs/lab/costmodel.py,
+memorymodel.py called directly here), the published reference points hold, every bad
+input is a 4xx naming its field, the page works without JavaScript, a runner's own
+calibration can price a configuration, and "Run this here" opens the lab's form prefilled.
+The browser half is tests/browser/test_calculator.py."""
+
+from __future__ import annotations
+
+import json
+
+import pytest
+
+from app.journal import runs
+from app.models import Runner
+from jobs.lab import costmodel, memorymodel, whatif
+from jobs.lab.costmodel import LinkFit
+from tests.helpers import OWNER, VIEWER, error_of, parse
+from tests.real_runs import lab_output
+from tests.strict_pages import assert_strict_page
+
+H100 = whatif.GPUS["h100"]
+
+
+def ask(client, **inputs) -> dict:
+    response = client.post("/api/v1/calculator", json=inputs)
+    assert response.status_code == 200, response.text
+    return response.json
+
+
+# -- the cost model's numbers -------------------------------------------------------------
+
+
+@pytest.mark.parametrize("precision", ["bf16_adamw", "fp32_sgd"])
+@pytest.mark.parametrize("zero,dp", [(0, 1), (0, 8), (1, 8), (2, 4), (3, 8)])
+def test_memory_is_the_memory_models(client, precision, zero, dp):
+    a = ask(client, model="1b", precision=precision, zero=zero, dp=dp, batch_size=64,
+            micro_batches=4)
+    L, h, s, v, heads = 18, 2048, 2048, 50257, 16
+    P = costmodel.param_count("gpt", L, h, s, v, tied=True)
+    assert a["model"]["params"] == P == a["memory"]["params_held"]
+    state = memorymodel.model_state(precision, P, stage=zero, d=dp)
+    parts = a["memory"]["parts_bytes"]
+    assert [parts[k] for k in ("params", "grads", "optimizer")] == pytest.approx(
+        [state["params"], state["grads"], state["optimizer"]])
+    e = memorymodel.element_bytes(precision)
+    n = 64 // (dp * 4) * s
+    assert parts["activations"] == pytest.approx(
+        memorymodel.activations("gpt", L, n, h, heads, v, e))
+    assert a["memory"]["total_bytes"] == pytest.approx(sum(parts.values()))
+
+
+def test_tensor_and_pipeline_ranks_hold_the_cost_models_share(client):
+    a = ask(client, model="7b", dp=1, tp=4, pp=4, zero=0, batch_size=32, micro_batches=8)
+    L, h, s, v = 32, 4096, 4096, 32000
+    split, replicated = costmodel.tp_split_params(L, h, s, v)
+    held = [r["params_held"] for r in a["memory"]["per_stage"]]
+    assert held == [costmodel.rank_params(L, h, s, v, t=4, p=4, rank=r) for r in range(4)]
+    # over the stages, a tensor-parallel rank holds its split share and every replica
+    assert sum(held) == split // 4 + replicated
+    first = a["memory"]["per_stage"][0]
+    assert first["micro_batches_in_flight"] == 4  # 1F1B: p - rank
+    assert first["parts_bytes"]["activations"] == pytest.approx(4 * memorymodel.activations(
+        "gpt", 8, 4 * s, h, 32, v, 2, t=4, first=True, last=False))  # b = 32 / 8
+
+
+def test_step_time_is_the_cost_models_pipeline(client):
+    """Compute from costmodel's FLOPs per rank at the achieved FLOP/s, the optimizer's
+    memory traffic, TP all-reduces and sends through LinkFit: costmodel.predict_pipeline."""
+    L, h, s, v, t, p, m, b = 12, 768, 1024, 50257, 2, 3, 6, 2
+    a = ask(client, model="124m", dp=1, tp=t, pp=p, zero=0, batch_size=b * m,
+            micro_batches=m, efficiency=0.4)
+    flops, link = H100["peak_flops"] * 0.4, LinkFit(H100["alpha_s"], H100["nvlink_busbw_Bps"])
+    fb, opt, inside = [], [], []
+    for r in range(p):
+        f = costmodel.rank_flops_per_token(L, h, s, v, t=t, p=p, rank=r, tied=True)
+        fb.append({"gemm": f["gemm"] * b * m * s / flops,
+                   "attention": f["attention"] * b * m * s / flops,
+                   "op_overhead": 0.0, "memory_traffic": 0.0})
+        state = memorymodel.model_state("bf16_adamw", costmodel.rank_params(
+            L, h, s, v, t=t, p=p, rank=r, tied=True))
+        opt.append({"gemm": 0.0, "attention": 0.0, "op_overhead": 0.0,
+                    "memory_traffic": 2 * state["total"] / H100["hbm_Bps"]})
+        tp = costmodel.tp_comm(len(costmodel.stage_layers(L, p, r)), b, s, h, 2)["all_reduce"]
+        inside.append({"TP all_reduce": m * tp["count"] * link.time(
+            "all_reduce", tp["bytes"] / tp["count"], t)})
+    t_p2p = link.time("send_recv", b * s * h * 2, 2)
+    want = costmodel.predict_pipeline(fb, opt, m, t_p2p, inside)
+    got = a["time"]
+    assert got["step_time_s"] == pytest.approx(want["step_time_s"])
+    assert got["terms_s"]["bubble"] == pytest.approx(want["terms_s"]["bubble"])
+    assert got["terms_s"]["PP send/recv"] == pytest.approx(want["terms_s"]["comm"])
+    assert got["critical_rank"] == want["critical_rank"]
+    model_flops = costmodel.flops_per_token("gpt", L, h, s, v, True) * b * m * s
+    assert a["mfu"] == pytest.approx(model_flops / (got["step_time_s"] * t * p
+                                                    * H100["peak_flops"]))
+
+
+def test_predict_pipeline_without_inside_terms_is_unchanged():
+    fb = [{"gemm": 2.0, "attention": 0.5, "op_overhead": 0.1, "memory_traffic": 0.0}] * 4
+    opt = [{"gemm": 0.0, "attention": 0.0, "op_overhead": 0.0, "memory_traffic": 0.2}] * 4
+    old = costmodel.predict_pipeline(fb, opt, 8, 0.01)
+    assert old == costmodel.predict_pipeline(fb, opt, 8, 0.01, [{}] * 4)
+    # equal stages: (m + p - 1) slots of (t_f + t_b)/m + 2 t_p2p, plus the optimizer
+    assert old["step_time_s"] == pytest.approx((8 + 3) * (2.6 / 8 + 0.02) + 0.2)
+
+
+# -- the published reference points -------------------------------------------------------
+
+
+@pytest.mark.parametrize("zero,dp,per_param", [
+    (0, 1, 16.0),  # 2 bf16 params + 2 bf16 grads + 12 fp32 master, m, v
+    (0, 8, 16.0),  # plain DP replicates it all
+    (1, 8, 4 + 12 / 8),  # ZeRO paper: optimizer state sharded
+    (2, 8, 2 + 14 / 8),  # ... and the gradients
+    (3, 8, 2.0),  # ... and the parameters: 16 / 8
+])
+def test_bytes_per_parameter_of_7b_with_mixed_precision_adam(client, zero, dp, per_param):
+    a = ask(client, model="7b", zero=zero, dp=dp, batch_size=8 * dp, micro_batches=8)
+    assert a["memory"]["bytes_per_param"] == pytest.approx(per_param)
+    assert a["model"]["params"] == costmodel.param_count("gpt", 32, 4096, 4096, 32000)
+
+
+@pytest.mark.parametrize("p,m", [(2, 1), (4, 4), (4, 16), (8, 32)])
+def test_pipeline_bubble_is_p_minus_1_over_m_plus_p_minus_1(client, p, m):
+    a = ask(client, model="7b", dp=1, pp=p, zero=0, micro_batches=m, batch_size=m)
+    assert a["bubble_fraction"] == pytest.approx((p - 1) / (m + p - 1))
+
+
+def test_tensor_parallel_all_reduces_four_times_b_s_h_per_layer(client):
+    L, s, h, b, m = 32, 4096, 4096, 2, 4
+    a = ask(client, model="7b", dp=1, tp=8, zero=0, batch_size=b * m, micro_batches=m)
+    tp = a["communication"]["TP all_reduce"]
+    assert tp["count"] == 4 * L * m
+    assert tp["bytes"] == 4 * L * m * b * s * h * 2
+    assert tp["ranks"] == 8 and tp["link"] == "in a node"
+
+
+def test_data_parallel_and_zero_move_what_the_zero_paper_says(client):
+    common = {"model": "1b", "dp": 8, "batch_size": 64, "micro_batches": 1}
+    P, e = costmodel.param_count("gpt", 18, 2048, 2048, 50257, tied=True), 2
+    dp = ask(client, zero=0, **common)["communication"]
+    assert dp["DP all_reduce"]["bytes"] == P * e  # once per step, whatever m
+    for stage in (1, 2):  # reduce-scatter + all-gather: DP's bytes, padded to d
+        z = ask(client, zero=stage, **common)["communication"]
+        for kind in ("DP reduce_scatter", "DP all_gather"):
+            assert P * e <= z[kind]["bytes"] < P * e * 1.001
+    z3 = ask(client, zero=3, **common)["communication"]
+    moved = z3["DP all_gather"]["bytes"] + z3["DP reduce_scatter"]["bytes"]
+    assert 2.8 * P * e < moved <= 3 * P * e * 1.001  # 3 P e (the root is gathered once)
+
+
+def test_pipeline_sends_an_activation_forward_and_a_gradient_back(client):
+    b, s, h, m = 2, 1024, 768, 4
+    a = ask(client, model="124m", dp=1, pp=2, zero=0, batch_size=b * m, micro_batches=m)
+    assert a["communication"]["PP send"] == {**a["communication"]["PP send"],
+                                             "bytes": m * b * s * h * 2, "count": m}
+
+
+# -- bad input ----------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("payload,field", [
+    ({"tp": "x"}, "tp"), ({"tp": True}, "tp"), ({"tp": 1.5}, "tp"), ({"tp": 0}, "tp"),
+    ({"tp": [2]}, "tp"), ({"tp": 3}, "tp"), ({"pp": 33}, "pp"),
+    ({"dp": 4096, "tp": 8, "batch_size": 4096 * 16}, "dp"), ({"batch_size": 100}, "batch_size"),
+    ({"batch_size": -1}, "batch_size"), ({"micro_batches": 10**9}, "micro_batches"),
+    ({"model": "13b"}, "model"), ({"model": 7}, "model"), ({"gpu": "h300"}, "gpu"),
+    ({"gpu": "run:999"}, "gpu"), ({"gpu": "run:abc"}, "gpu"), ({"precision": "fp8"}, "precision"),
+    ({"zero": 4}, "zero"), ({"zero": 3, "pp": 2, "dp": 1, "batch_size": 16}, "zero"),
+    ({"efficiency": 2}, "efficiency"), ({"efficiency": "nan"}, "efficiency"),
+    ({"overlap": "maybe"}, "overlap"), ({"memory_gb": -1}, "memory_gb"),
+    ({"bogus": 1}, "bogus"), ({"model": "custom", "hidden": 100, "heads": 3}, "heads"),
+    ({"model": "custom", "layers": 0}, "layers"),
+])
+def test_bad_inputs_are_refused_naming_the_field(client, payload, field):
+    for response in (client.post("/api/v1/calculator", json=payload),
+                     client.get("/api/v1/calculator", query_string={
+                         k: json.dumps(v) if isinstance(v, (bool, list)) else str(v)
+                         for k, v in payload.items()})):
+        assert response.status_code == 422, response.text
+        error = response.json["error"]
+        assert error["field"] == field and error["message"].startswith(field)
+
+
+@pytest.mark.parametrize("data,content_type,status", [
+    ("not json", "application/json", 422), ("[1, 2]", "application/json", 422),
+    ("tp=2", "application/x-www-form-urlencoded", 422),
+    (json.dumps({"model": "7b", "pad": "x" * 20_000}), "application/json", 413),
+])
+def test_a_malformed_or_oversized_body_is_a_4xx(client, data, content_type, status):
+    response = client.post("/api/v1/calculator", data=data, content_type=content_type)
+    assert response.status_code == status, response.text
+    assert response.json["error"]["message"]
+
+
+def test_viewers_may_ask_with_get_but_not_post(served):
+    viewer = served.as_user(VIEWER)
+    assert viewer("get", "/api/v1/calculator?model=124m&dp=2&batch_size=32").status_code == 200
+    assert viewer("get", "/calculator").status_code == 200
+    assert viewer("post", "/api/v1/calculator", json={}).status_code == 403
+    assert served.as_user(OWNER)("post", "/api/v1/calculator", json={}).status_code == 200
+
+
+# -- the page, without JavaScript ---------------------------------------------------------
+
+
+def test_the_page_renders_the_default_answer(client):
+    response = client.get("/calculator")
+    assert response.status_code == 200
+    assert_strict_page(response)
+    a = ask(client)
+    html = response.text
+    assert 'aria-current="page">Calculator</a>' in html
+    assert "6.72B" in html  # parameters of the default 7B preset
+    assert f"{a['mfu'] * 100:.1f}%" in html
+    form = parse(html)
+    assert form.forms[-1]["method"] == "get" and form.forms[-1]["action"] == "/calculator"
+    assert {"model", "tp", "pp", "dp", "zero", "micro_batches", "gpu"} <= set(form.inputs) | set(
+        form.selects)
+    assert "h100" in form.selects["gpu"]
+
+
+def test_the_form_recalculates_through_the_server(client):
+    html = client.get("/calculator", query_string={
+        "model": "70b", "dp": "4", "tp": "8", "pp": "4", "zero": "1", "batch_size": "64",
+        "micro_batches": "16", "overlap": ["false", "true"]}).text
+    a = ask(client, model="70b", dp=4, tp=8, pp=4, zero=1, batch_size=64, micro_batches=16)
+    assert "64.99B" in html and f"{a['bubble_fraction'] * 100:.1f}%" in html
+    assert 'data-comm-row="TP all_reduce">' in html  # shown (no hidden attribute)
+    unticked = client.get("/calculator?overlap=false").text
+    assert 'id="c-overlap" name="overlap" value="true" checked' not in unticked
+
+
+def test_a_bad_value_on_the_page_is_said_and_kept(client):
+    response = client.get("/calculator?model=7b&tp=5")
+    assert response.status_code == 422
+    assert_strict_page(response)
+    assert "tp: the tensor-parallel degree must divide heads=32" in response.text
+    assert 'name="tp" value="5"' in response.text
+    tp = [i for i in parse(response.text).inputs["tp"] if i.get("type") == "number"][0]
+    assert tp.get("aria-invalid") == "true"
+
+
+# -- a runner's own calibration -----------------------------------------------------------
+
+
+def store_calibrated_run(app, experiment: str, result: dict, runner_name: str) -> int:
+    """A SUCCEEDED run of `runner_name` holding `result`."""
+    with app.extensions["db"].write() as session:
+        runner = session.query(Runner).filter_by(name=runner_name).one_or_none()
+        if runner is None:
+            runner = Runner(name=runner_name, labels={})
+            session.add(runner)
+            session.flush()
+        run = runs.create(session, experiment, result["params"], actor="test")
+        session.flush()
+        run.runner_id = runner.id
+        for status in (runs.LEASED, runs.RUNNING):
+            runs.transition(session, run, status, actor=f"runner:{runner_name}")
+        runs.store_result(session, run, result)
+        runs.transition(session, run, runs.SUCCEEDED, actor=f"runner:{runner_name}")
+        return run.id
+
+
+def test_a_runners_calibration_prices_the_configuration(app, client, tmp_path_factory):
+    out = lab_output(tmp_path_factory, "data_parallel")
+    result = json.loads((out / "result.json").read_text())
+    cal = result["calibration"]
+    older = store_calibrated_run(app, "data_parallel", result, "cpu-box")
+    newest = store_calibrated_run(app, "data_parallel", result, "cpu-box")
+    junk = store_calibrated_run(app, "data_parallel",
+                                {**result, "calibration": {"flops": "fast"}}, "odd-box")
+
+    offered = client.get("/api/v1/calculator/gpus").json["gpus"]
+    mine = [g for g in offered if g["gpu"].startswith("run:")]
+    assert mine == [{"gpu": f"run:{newest}", "run_id": newest, "runner": "cpu-box",
+                     "label": f"calibration of runner cpu-box from run {newest}, "
+                              f"{result['environment']['device_model']}"}]
+    assert older != newest
+    page = client.get("/calculator").text
+    assert f'value="run:{newest}"' in page and f"run:{junk}" not in page
+
+    a = ask(client, model="custom", layers=4, hidden=64, heads=4, seq_len=32, vocab=256,
+            tied=False, precision="fp32_sgd", gpu=f"run:{newest}", dp=2, zero=0,
+            batch_size=8, micro_batches=1)
+    f = costmodel.rank_flops_per_token(4, 64, 32, 256)
+    assert a["time"]["terms_s"]["gemm"] == pytest.approx(f["gemm"] * 4 * 32 / cal["flops"])
+    assert a["time"]["terms_s"]["op_overhead"] > 0  # the runner's measured overhead
+    link = LinkFit(cal["links"]["all_reduce"]["alpha_s"], cal["links"]["all_reduce"]["busbw_Bps"])
+    reduce = a["communication"]["DP all_reduce"]
+    assert reduce["link"] == "calibrated"
+    assert reduce["time_s"] == pytest.approx(reduce["count"] * link.time(
+        "all_reduce", reduce["bytes"] / reduce["count"], 2))
+    assert a["gpu"]["peak_flops"] == cal["peak_flops"]
+    assert any("device memory assumed 16 GB" in line for line in a["assumptions"])
+
+    bad = client.post("/api/v1/calculator", json={"gpu": f"run:{junk}"})
+    assert bad.status_code == 422 and bad.json["error"]["field"] == "gpu"
+
+
+# -- run this here ------------------------------------------------------------------------
+
+
+def test_a_small_configuration_opens_the_lab_form_prefilled(client):
+    a = ask(client, model="custom", layers=4, hidden=64, heads=4, seq_len=32, vocab=256,
+            tied=False, dp=1, tp=2, pp=1, zero=0, batch_size=8, micro_batches=1)
+    assert a["lab"]["ok"] and a["lab"]["experiment"] == "tensor_parallel"
+    page = client.get("/calculator", query_string={k: str(v).lower() if isinstance(v, bool)
+                                                   else str(v) for k, v in a["inputs"].items()})
+    link = [x for x in page.text.split('"') if x.startswith("/experiments/tensor_parallel/run?")]
+    assert link, "no Run this here link"
+    form = client.get(link[0].replace("&amp;", "&"))
+    assert form.status_code == 200
+    inputs = parse(form.text).inputs
+    assert inputs["param.world_size"][0]["value"] == "2"
+    assert inputs["param.hidden"][0]["value"] == "64"
+    assert inputs["param.batch_size"][0]["value"] == "8"
+
+
+@pytest.mark.parametrize("inputs,why", [
+    ({"dp": 2, "tp": 2, "zero": 0, "batch_size": 32, "model": "124m"}, "one kind"),
+    ({"dp": 16, "zero": 0, "batch_size": 256, "model": "124m"}, "world_size"),
+    ({"dp": 2, "zero": 0, "batch_size": 32, "model": "7b"}, "does not fit"),
+    ({"dp": 2, "zero": 1, "batch_size": 32, "micro_batches": 4, "model": "124m"},
+     "one micro-batch"),
+])
+def test_what_the_lab_cannot_run_says_why(client, inputs, why):
+    lab = ask(client, **inputs)["lab"]
+    assert not lab["ok"] and why in lab["why"]
+
+
+def test_the_run_form_takes_parameters_from_the_query(client):
+    html = client.get("/experiments/pipeline/run?param.world_size=4&param.micro_batches=8"
+                      "&param.strategies=gpipe&param.strategies=1f1b").text
+    inputs = parse(html).inputs
+    assert inputs["param.world_size"][0]["value"] == "4"
+    assert inputs["param.micro_batches"][0]["value"] == "8"
+    ticked = [i["value"] for i in inputs["param.strategies"] if "checked" in i]
+    assert ticked == ["gpipe", "1f1b"]
+
+
+@pytest.mark.parametrize("query,field", [
+    ("param.world_size=many", "world_size"), ("param.world_size=99", "world_size"),
+    ("param.heads=3", "heads"), ("param.device=tpu", "device"),
+])
+def test_a_bad_prefill_is_the_forms_error(client, query, field):
+    response = client.get(f"/experiments/pipeline/run?{query}")
+    assert response.status_code == 422
+    assert error_of(response.text, f"p-{field}")
+
+
+def test_an_unknown_prefill_parameter_is_refused(client):
+    response = client.get("/experiments/pipeline/run?param.colour=red")
+    assert response.status_code == 422 and "param.colour" in response.text

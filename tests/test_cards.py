@@ -1,0 +1,270 @@
+"""Result cards on real finished lab runs (tests/real_runs.py): a chart on every card, memory
+per rank, what the run teaches in words (every sentence computed from the result's own
+numbers), per-step curves, the pipeline's stages; the card in the Atom feed as an image
+served at /runs/<id>/card.svg; and cards that never break a page whatever a runner sent."""
+
+from __future__ import annotations
+
+import copy
+import json
+import re
+import xml.etree.ElementTree as ET
+from html import escape
+
+import feedparser
+import pytest
+
+from app.journal import card_training, cards, charts, lessons, posting
+from app.models import Run
+from app.notebook import atom
+from tests.helpers import OWNER, TAILNET_PEER, add_token, load
+from tests.real_runs import lab_output, store_run
+
+EXPERIMENTS = ["pipeline", "zero", "data_parallel", "collectives", "gemm_roofline", "gpt_mfu"]
+NUMBER = re.compile(r"\d")
+
+
+def result_of(tmp_path_factory, experiment: str) -> dict:
+    return json.loads((lab_output(tmp_path_factory, experiment) / "result.json").read_text())
+
+
+def card_of(app, tmp_path_factory, experiment: str) -> tuple[int, str]:
+    run_id = store_run(app, experiment, lab_output(tmp_path_factory, experiment))
+    return run_id, cards.card(load(app.extensions["db"], Run, run_id))
+
+
+@pytest.mark.parametrize("experiment", EXPERIMENTS)
+def test_every_card_has_a_chart_a_lesson_and_an_image_for_the_feed(app, tmp_path_factory,
+                                                                    experiment):
+    run_id, html = card_of(app, tmp_path_factory, experiment)
+    svgs = re.findall(r"<svg class=\"card-chart\"[^>]*>", html)
+    assert svgs and all('role="img"' in s and "aria-label=" in s for s in svgs)
+    assert html.count("<title>") >= len(svgs)
+    assert "style=" not in html and "<script" not in html  # strict CSP, stored as it is
+    lesson = re.search(r'<p class="card-lesson">(.*?)</p>', html, re.S)
+    sentences = [s for s in re.split(r"(?<=[.!?])\s+(?=[A-Z0-9a-z_])", lesson[1]) if s]
+    assert 2 <= len(sentences) <= 4, sentences
+    assert all(NUMBER.search(s) for s in sentences), sentences  # numbers, never canned text
+    image = re.search(rf'data-feed-img="/runs/{run_id}/card\.svg\?v=([0-9a-f]{{16}})"', html)
+    svg, digest = cards.image(load(app.extensions["db"], Run, run_id))
+    assert image and image[1] == digest
+    root = ET.fromstring(svg.encode())  # a well-formed standalone document
+    assert root.tag.endswith("svg") and root.get("role") == "img"
+    assert "style=" not in svg and "<script" not in svg and "currentColor" not in svg
+
+
+def test_a_training_card_shows_key_numbers_first_and_the_rest_behind_details(app,
+                                                                           tmp_path_factory):
+    _, html = card_of(app, tmp_path_factory, "pipeline")
+    keys = html.index('class="run-table card-keys"')
+    assert keys < html.index("<details>")
+    header = re.search(r'card-keys"><thead>(.*?)</thead>', html, re.S)[1]
+    assert len(re.findall("<th", header)) == 5  # strategy, ok, step, meas/pred, tokens/s
+    for summary in ("Step time and loss, step by step", "Pipeline: bubble and stages",
+                    "Each strategy in detail"):
+        assert f"<summary>{summary}</summary>" in html
+    assert "Step time per strategy" in html and "Memory per rank" in html
+
+
+def test_the_lab_records_each_timed_step(tmp_path_factory):
+    result = result_of(tmp_path_factory, "pipeline")
+    steps = result["params"]["steps"]
+    for s in result["strategies"]:
+        per_step = s["per_step"]
+        assert [p["step"] for p in per_step] == list(range(steps))
+        times = [p["time_s"] for p in per_step]
+        assert min(times) <= s["step_time_s"]["median"] <= max(times) and min(times) > 0
+        losses = [p["loss"] for p in per_step]
+        # the same batch every step: the loss falls, as the gate's reference loss does
+        assert losses[-1] < losses[0] and abs(losses[0] - 4.2) < 1.5
+
+
+def test_per_step_curves_and_numbers_are_in_the_card(tmp_path_factory):
+    result = result_of(tmp_path_factory, "zero")
+    html = card_training.per_step(result["strategies"])
+    assert html.count('<svg class="card-chart"') == 2
+    first = result["strategies"][0]
+    assert charts.seconds(first["per_step"][0]["time_s"]) in html
+    assert f"{first['per_step'][-1]['loss']:.4g}" in html
+
+
+def test_memory_per_rank_is_measured_beside_predicted_for_every_strategy(tmp_path_factory):
+    result = result_of(tmp_path_factory, "zero")
+    chart = card_training.memory_chart(result["strategies"])
+    for s in result["strategies"]:
+        for m in s["memory"]:
+            assert f"{s['strategy']} · rank {m['rank']}" in chart.body
+            assert charts.si(m["peak"]["measured"], "B") in chart.body or \
+                charts.si(sum(m["measured"][k] for k in ("params", "grads", "optimizer"))
+                          + m["saved_activation_peak_bytes"], "B") in chart.body
+    assert all(escape(k) in chart.body for k in card_training.MEMORY_KEYS)
+
+
+def test_the_zero_lesson_quotes_the_model_state_it_saved(tmp_path_factory):
+    result = result_of(tmp_path_factory, "zero")
+    totals = {s["strategy"]: s["memory"][0]["measured"]["total"] for s in result["strategies"]}
+    small, big = min(totals, key=totals.get), max(totals, key=totals.get)
+    text = " ".join(lessons.training(result))
+    assert f"{small} holds {charts.si(totals[small], 'B')}" in text
+    assert f"{big}'s {charts.si(totals[big], 'B')}" in text
+
+
+def test_the_pipeline_lesson_weighs_micro_batch_overhead_against_the_bubble(tmp_path_factory):
+    """Told as the owner saw it: GPipe slower than naive model parallel. The step times are
+    set so (whatever this machine measured); the terms are the run's own."""
+    result = copy.deepcopy(result_of(tmp_path_factory, "pipeline"))
+    by_name = {s["strategy"]: s for s in result["strategies"]}
+    naive, gpipe = by_name["naive_mp"], by_name["gpipe"]
+    for s in result["strategies"]:
+        s["step_time_s"]["median"] = 0.05
+    naive["step_time_s"]["median"], gpipe["step_time_s"]["median"] = 0.01, 0.09
+    m = result["params"]["micro_batches"]
+    extra = gpipe["prediction"]["terms_s"]["op_overhead"] - \
+        naive["prediction"]["terms_s"]["op_overhead"]
+    sentence = lessons.training(result)[0]
+    assert sentence.startswith("gpipe is slower than naive model parallel here (90 ms vs 10 ms")
+    assert f"into {m} micro-batches adds {charts.seconds(extra)}" in sentence
+    assert f"{charts.seconds(extra / m)} per micro-batch × {m}" in sentence
+
+
+def test_the_pipeline_card_shows_bubble_layers_and_activations_per_stage(tmp_path_factory):
+    result = result_of(tmp_path_factory, "pipeline")
+    html = card_training.pipeline(result["strategies"])
+    gpipe = next(s for s in result["strategies"] if s["strategy"] == "gpipe")
+    assert charts.percent(gpipe["bubble"]["measured_idle_fraction"]) in html
+    assert charts.percent(gpipe["bubble"]["predicted"]) in html
+    stage = gpipe["extra"][0]
+    layers = stage["layers"]
+    assert f"{layers[0]}–{layers[-1]} ({len(layers)})" in html
+    held = gpipe["memory"][0]
+    assert (f"{charts.si(held['saved_activation_peak_bytes'], 'B')} / "
+            f"{charts.si(held['predicted_activation_bytes'], 'B')}") in html
+
+
+def test_collective_and_roofline_lessons_quote_their_fits(tmp_path_factory):
+    coll = result_of(tmp_path_factory, "collectives")
+    fit = coll["fits"]["all_reduce"]
+    text = " ".join(lessons.collectives(coll))
+    assert f"α = {charts.seconds(fit['alpha_s'])}" in text
+    assert f"W = {charts.si(fit['busbw_Bps'], 'B/s')}" in text
+    roof = result_of(tmp_path_factory, "gemm_roofline")
+    text = " ".join(lessons.roofline(roof))
+    assert f"{roof['peak_flops'] / roof['copy_bandwidth_Bps']:.3g} FLOP/B" in text
+    mfu = result_of(tmp_path_factory, "gpt_mfu")
+    text = " ".join(lessons.mfu(mfu))
+    assert charts.percent(mfu["mfu"]) in text and mfu["peak_name"] in text
+
+
+def test_the_feed_shows_the_card_as_an_image_and_a_summary(app, client, tmp_path_factory):
+    run_id = store_run(app, "pipeline", lab_output(tmp_path_factory, "pipeline"))
+    assert posting.post_cards(app.extensions["db"], "UTC") == [run_id]
+    feed = feedparser.parse(client.get("/feed.atom").data)
+    assert not feed.bozo, feed.get("bozo_exception")
+    content = next(e for e in feed.entries if f"/runs/{run_id}" in e.content[0].value)
+    html = content.content[0].value
+    assert "<svg" not in html and "<details" not in html and "<table" not in html
+    img = re.search(r"<img [^>]*>", html)[0]  # (feedparser made its address absolute)
+    src = re.search(rf'src="http://localhost(/runs/{run_id}/card\.svg\?v=[0-9a-f]{{16}})"', img)
+    assert src and 'alt="Step time measured (predicted)' in img
+    assert 'class="card-lesson"' in html  # the summary in words travels with the image
+    image = client.get(src[1])
+    assert image.status_code == 200 and image.mimetype == "image/svg+xml"
+    assert image.headers["Content-Security-Policy"].startswith("default-src 'none'")
+    assert "immutable" in image.headers["Cache-Control"]
+    again = client.get(src[1], headers={"If-None-Match": image.headers["ETag"]})
+    assert again.status_code == 304
+    assert "no-cache" in client.get(f"/runs/{run_id}/card.svg?v=stale").headers["Cache-Control"]
+    # the page keeps its inline charts: only the feed swaps them
+    page = client.get(f"/runs/{run_id}").text
+    assert '<svg class="card-chart"' in page
+
+
+def test_a_feed_token_reads_the_card_images_of_published_entries_only(make_app,
+                                                                      tmp_path_factory):
+    app = make_app(AUTH_MODE="serve", OWNERS=[OWNER])
+    db = app.extensions["db"]
+    secret = add_token(db, "reader", "feed")
+    run_id = store_run(app, "zero", lab_output(tmp_path_factory, "zero"))
+    assert posting.post_cards(db, "UTC") == [run_id]
+    unposted = store_run(app, "gpt_mfu", lab_output(tmp_path_factory, "gpt_mfu"))  # in no entry
+    client, peer = app.test_client(), {"environ_base": TAILNET_PEER}
+    feed = feedparser.parse(client.get(f"/feed.atom?token={secret}", **peer).data)
+    html = feed.entries[0].content[0].value
+    src = re.search(rf"/runs/{run_id}/card\.svg\?v=[0-9a-f]{{16}}&(?:amp;)?token=([^\"]+)\"",
+                    html)
+    assert src and src[1] == secret
+    image = client.get(f"/runs/{run_id}/card.svg?token={secret}", **peer)
+    assert image.status_code == 200 and image.mimetype == "image/svg+xml"
+    assert client.get(f"/runs/{run_id}/card.svg", **peer).status_code == 403  # no token
+    assert client.get(f"/runs/{run_id}?token={secret}", **peer).status_code == 403  # the page
+    assert client.get(f"/runs/{run_id}/card.svg?token=wrong", **peer).status_code == 403
+    assert client.get(f"/runs/{unposted}/card.svg?token={secret}", **peer).status_code == 404
+
+
+def test_for_feed_keeps_images_on_this_site():
+    inner = '<table><tr><td>x</td></tr></table><div>nested</div>'
+    marked = atom.feed_alternative(inner, "/runs/3/card.svg?v=abc123", 'a "quoted" alt')
+    out = atom.for_feed(f"<p>before</p>{marked}<p>after</p>", token="t&k")
+    assert out == ('<p>before</p><p><img src="/runs/3/card.svg?v=abc123&amp;token=t%26k" '
+                   'alt="a &quot;quoted&quot; alt"></p><p>after</p>')
+    with pytest.raises(ValueError):
+        atom.feed_alternative(inner, "//evil.example/x.svg", "")
+    forged = ('<div class="feed-alternative" data-feed-img="//evil.example/x.svg" '
+              'data-feed-alt="">x</div><!--/feed-alternative-->')
+    assert atom.for_feed(forged, token="secret") == forged  # not ours: left alone
+
+
+NAN, INF = float("nan"), float("inf")
+HOSTILE = [
+    {"strategies": "not a list"},
+    {"strategies": [None, 3, "x", [], {"strategy": None}]},
+    {"strategies": [{"strategy": "<script>alert(1)</script>", "label": {"a": 1},
+                     "correctness": {"passed": True, "steps_checked": "3"},
+                     "step_time_s": {"median": NAN, "p10": INF},
+                     "prediction": {"step_time_s": -1, "terms_s": {"comm": "x", "gemm": NAN},
+                                    "unmodelled": "not a list", "residual_s": True},
+                     "memory": [{"peak": "x", "measured": [1]}, None, {"rank": {"r": 1}}],
+                     "per_step": [1, {"step": "a", "time_s": None}, {"step": 1, "loss": INF}],
+                     "bubble": {"measured_idle_fraction": "x"}, "extra": "x",
+                     "tokens_per_s": -5, "ratios": None, "mfu": [1]}]},
+    {"strategies": [{"strategy": f"s{i}", "correctness": {"passed": True},
+                     "step_time_s": {"median": 1e-3 * (i + 1)},
+                     "prediction": {"step_time_s": 1e-3, "terms_s": {"comm": 1e-3}},
+                     "memory": [{"rank": r, "peak": {"measured": 1e9, "predicted": 1e9},
+                                 "measured": {"params": 1e8, "total": 1e8},
+                                 "predicted": {"params": 1e8, "total": 1e8}}
+                                for r in range(100)],
+                     "per_step": [{"step": k, "time_s": 1e-3, "loss": 1.0}
+                                  for k in range(5000)],
+                     "tokens_per_s": 1e308} for i in range(500)]},
+    {"experiment": "collectives", "fits": {"all_reduce": {"alpha_s": -1, "busbw_Bps": 0},
+                                           "x": None, "<b>": {"alpha_s": 1e-300,
+                                                              "busbw_Bps": 1e308}},
+     "table": [{"op": "all_reduce", "bytes": b, "busbw_Bps": v} for b, v in
+               [(0, 1), (-1, 5), (1e308, 1e308), ("x", NAN), (1024, 1e-300)]] + [None, 7]},
+    {"fits": {"all_reduce": {"alpha_s": 1e-4, "busbw_Bps": 1e9}}, "factors": {"all_reduce": 0},
+     "table": [{"op": "all_reduce", "bytes": 1024, "busbw_Bps": 1e6}] * 3},
+    {"table": [{"M": "<script>", "flops_per_s": 1e308, "intensity_flop_per_byte": 1e-308}],
+     "peak_flops": 1e308, "copy_bandwidth_Bps": 1e-308},
+    {"table": "x", "peak_flops": NAN},
+    {"mfu": "x", "achieved_flops": INF, "peak_flops": 0, "loss_first_last": ["a", None]},
+    {"mfu": 0.5, "achieved_flops": 1.0, "peak_flops": 2.0, "peak_name": "<img src=x>",
+     "model": {"hidden": "64"}, "step_time_s": {"median": 0}},
+]
+
+
+@pytest.mark.parametrize("result", HOSTILE, ids=range(len(HOSTILE)))
+def test_a_card_renders_whatever_a_runner_sent(app, client, db, result):
+    with db.write() as session:
+        run = Run(experiment="data_parallel", params={"world_size": 2}, status="SUCCEEDED",
+                  result=result, environment={"device": "cpu"})
+        session.add(run)
+        session.flush()
+        run_id = run.id
+    html = cards.card(load(db, Run, run_id))
+    assert "could not be drawn" not in html  # handled, not caught
+    assert "<script" not in html and "<img src=x" not in html and "<b>" not in html
+    assert len(html) < 3_000_000
+    page = client.get(f"/runs/{run_id}")
+    assert page.status_code == 200
+    assert client.get(f"/runs/{run_id}/card.svg").status_code in (200, 404)
