@@ -181,9 +181,9 @@ VIEW_RUNS = {  # small enough for seconds on two cores, as the views' tests use
     "zero": {"world_size": 2, "hidden": 32, "heads": 4, "layers": 4, "seq_len": 16,
              "vocab": 64, "batch_size": 8, "steps": 3, "warmup": 1, "device": "cpu"},
 }
-CALC_QUERIES = ["preset=124m&gpu=h100&dp=8", "preset=7b&gpu=h200&dp=8&zero=3",
-                "preset=70b&gpu=h100&tp=8&pp=4&dp=2&micro_batches=16",
-                "preset=1b&gpu=a100&pp=4&micro_batches=8", "preset=7b&gpu=h100&tp=4&dp=2"]
+CALC_QUERIES = ["model=124m&gpu=h100&dp=8", "model=7b&gpu=h200&dp=8&zero=3",
+                "model=70b&gpu=h100&tp=8&pp=4&dp=2&micro_batches=16",
+                "model=1b&gpu=a100&pp=4&micro_batches=8", "model=7b&gpu=h100&tp=4&dp=2"]
 
 
 def start_web(data_dir: Path) -> tuple[subprocess.Popen, int]:

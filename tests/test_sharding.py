@@ -38,7 +38,8 @@ def tiles(panel: str) -> list[dict[str, str]]:
                          panel, re.S):
         data = {k: unescape(v) for k, v in re.findall(r'data-(\w+)="([^"]*)"', m[1])}
         data["fills"] = sorted(set(re.findall(r'<rect class="(r\d|all)"', m[2])))
-        out.append(data)
+        if "of" not in data:  # a collapsed run's own blocks point at their row's tiles
+            out.append(data)
     return out
 
 

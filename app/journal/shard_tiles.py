@@ -107,6 +107,10 @@ def swatch(cls: str) -> str:
             f'focusable="false"><rect class="{cls}" width="10" height="10"/></svg>')
 
 
+def label(t: Tensor) -> str:
+    return t.short.replace(".weight", ".w").replace(".bias", ".b")
+
+
 def tile(tensors: list[Tensor], e: int, where: str, block_comm: tuple[str, ...]) -> str:
     """A tile for the tensor `tensors[0]` stands for: itself, or the same tensor of every
     block in a run of identical blocks (its traffic then listed per block if it differs)."""
@@ -119,11 +123,10 @@ def tile(tensors: list[Tensor], e: int, where: str, block_comm: tuple[str, ...])
             "params": f"{t.numel:,}", "bytes": nbytes(t.numel * e), "owners": owners,
             "held": held_text(t, e), "comm": " ¶ ".join(comm) or "nothing"}
     attrs = " ".join(f'data-{k}="{escape(v)}"' for k, v in data.items())
-    label = t.short.replace(".weight", ".w").replace(".bias", ".b")
     cls = "shard-tile" + (" shard-vector" if len(t.shape) == 1 else "")
     return (f'<button type="button" class="{cls}" tabindex="0" {attrs} '
             f'title="{escape(name)} {escape(shape_text(t.shape))}: {escape(owners)}">'
-            f'<span class="shard-name">{escape(label)}</span>'
+            f'<span class="shard-name">{escape(label(t))}</span>'
             f'<span class="shard-shape">{escape(shape_text(t.shape))}</span>{bar(t)}</button>')
 
 
@@ -132,6 +135,19 @@ def tiles(blocks: list[Block], e: int, where: str) -> str:
     return '<div class="shard-tiles">' + "".join(
         tile([b.tensors[j] for b in blocks], e, where, blocks[0].comm)
         for j in range(len(blocks[0].tensors))) + "</div>"
+
+
+def ref_tiles(b: Block) -> str:
+    """One block of a collapsed run, drawn again: its own names, the bars of the run's row
+    (identical by construction, see `signature`), and for details a pointer to the row's
+    tile of the same tensor (data-of), which already lists any per-block difference -
+    so a run of L blocks does not repeat every tile's details L times."""
+    return '<div class="shard-tiles">' + "".join(
+        f'<button type="button" class="shard-tile shard-ref'
+        f'{" shard-vector" if len(t.shape) == 1 else ""}" tabindex="0" '
+        f'data-name="{escape(t.name)}" data-of="{j}" title="{escape(t.name)}">'
+        f'<span class="shard-name">{escape(label(t))}</span>{bar(t)}</button>'
+        for j, t in enumerate(b.tensors)) + "</div>"
 
 
 def _span(blocks: list[Block]) -> str:
@@ -160,7 +176,7 @@ def row(blocks: list[Block], e: int) -> str:
         out.append(f'<details class="shard-each"><summary>each of the {n} blocks</summary>')
         for b in blocks[:MAX_TILED_LAYERS]:
             out.append(f'<div class="shard-layer"><p class="shard-layer-head">'
-                       f'{escape(b.label)}</p>{tiles([b], e, b.label)}</div>')
+                       f'{escape(b.label)}</p>{ref_tiles(b)}</div>')
         if n > MAX_TILED_LAYERS:
             rest = blocks[MAX_TILED_LAYERS:]
             out.append(f'<p class="hint">{escape(_span(rest))}: laid out as block '

@@ -17,6 +17,8 @@ out rather than guessed at, and a strategy that cannot lay the model out says wh
 
 from __future__ import annotations
 
+import functools
+import json
 from html import escape
 from typing import Any
 
@@ -89,6 +91,22 @@ def for_params(experiment: str, params: dict, uid: str = "shard-form") -> str:
 
 
 def _view(model: dict, params: dict, chosen: list, uid: str) -> str:
+    """Drawn once per distinct input: a finished run's page is read far more often than
+    its result changes, and drawing every strategy's tiles is most of the page's time."""
+    try:
+        key = json.dumps([model, params, chosen, uid], sort_keys=True, allow_nan=False)
+    except (TypeError, ValueError):  # not plain JSON data: draw it, keep nothing
+        return _draw(model, params, chosen, uid)
+    return _drawn(key)
+
+
+@functools.lru_cache(maxsize=32)  # a view is ~100-300 kB of HTML
+def _drawn(key: str) -> str:
+    model, params, chosen, uid = json.loads(key)
+    return _draw(model, params, chosen, uid)
+
+
+def _draw(model: dict, params: dict, chosen: list, uid: str) -> str:
     try:
         m = Model.of(model)
     except (ValueError, TypeError, AttributeError):

@@ -9,25 +9,38 @@
   var FIELDS = [["where", "in"], ["shape", "shape"], ["params", "parameters"],
     ["bytes", "bytes"], ["owners", "owned by"], ["held", "kept in memory"]];
 
+  // A block of a collapsed run points at its row's tile of the same tensor (data-of).
+  function source(tile) {
+    if (tile.dataset.of === undefined) return tile;
+    var row = tile.closest(".shard-row");
+    var first = row && row.querySelector(".shard-tiles");
+    return (first && first.children[Number(tile.dataset.of)]) || tile;
+  }
+
   function show(tile) {
     var panel = tile.closest(".shard-panel");
     var out = panel && panel.querySelector(".shard-detail");
     if (!out) return;
     var title = document.createElement("strong");
     title.textContent = tile.dataset.name;
+    var src = source(tile);
+    var data = src.dataset;
+    var layer = src === tile ? null : tile.closest(".shard-layer");
+    var head = layer && layer.querySelector(".shard-layer-head");
     var list = document.createElement("dl");
     FIELDS.forEach(function (field) {
       var dt = document.createElement("dt");
       var dd = document.createElement("dd");
       dt.textContent = field[1];
-      dd.textContent = tile.dataset[field[0]] || "";
+      dd.textContent = field[0] === "where" && head ? head.textContent :
+        data[field[0]] || "";
       list.append(dt, dd);
     });
     var dt = document.createElement("dt");
     dt.textContent = "communicated";
     var dd = document.createElement("dd");
     var lines = document.createElement("ul");
-    (tile.dataset.comm || "").split(" ¶ ").forEach(function (line) {
+    (data.comm || "").split(" ¶ ").forEach(function (line) {
       var li = document.createElement("li");
       li.textContent = line;
       lines.append(li);

@@ -67,6 +67,12 @@ def test_tap_a_tile_and_switch_strategy(zero_run, live_server, device):
         each = fsdp.locator("details.shard-each").first
         each.locator("summary").click()
         assert each.locator(".shard-layer").count() >= 2
+        # a block of it names itself and shows its row's details (data-of)
+        second = each.locator(".shard-layer").nth(1)
+        second.locator(".shard-tile").first.click()
+        detail = fsdp.locator(".shard-detail").inner_text()
+        assert second.locator(".shard-layer-head").inner_text() in detail
+        assert "rank 0:" in detail and "blocks.1." in detail
         assert_fits(page)
         assert page.evaluate("window.__samePage === true")  # no reload
         screenshot(page, f"sharding-{device}-fsdp2")
