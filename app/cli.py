@@ -17,8 +17,7 @@ from pathlib import Path
 import click
 import sqlalchemy as sa
 
-from app import ROOT, backups, create_app
-from app import db as dbmod
+from app import ROOT, backups, create_app, upgrades
 from app.config import from_environment, listen_addresses
 from app.models import Token, utcnow
 from app.notebook import rerender
@@ -38,7 +37,7 @@ def _db(app):
 
 def migrate(app) -> None:
     database = _db(app)
-    backup = dbmod.upgrade(database, Path(app.config["DATA_DIR"]) / "backups")
+    backup = upgrades.upgrade(database, Path(app.config["DATA_DIR"]) / "backups")
     if backup:
         click.echo(f"backed up the database to {backup}")
     rendered = rerender.refresh_all(database)
@@ -208,19 +207,39 @@ def db_upgrade() -> None:
 @main.command("import")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
 def import_cmd(folder: Path) -> None:
-    """Import a folder of markdown files (front matter, or YYYY-MM-DD*.md names)."""
+    """Import a folder of markdown files (front matter, or YYYY-MM-DD*.md names).
+    Run it again after an interruption: what is in already is left as it is."""
     app = _app()
     migrate(app)
-    report = import_folder(_db(app), folder)
+    report = import_folder(_db(app), folder, progress=_import_progress(time.monotonic()))
     click.echo(f"created {report.created}, updated {report.updated}, "
                f"unchanged {report.unchanged}, errors {len(report.errors)}, "
-               f"skipped {len(report.skipped)}")
+               f"skipped {len(report.skipped)} in {report.seconds:.1f} s "
+               f"({report.per_second:.0f} entries/s)")
     for skipped in report.skipped:
         click.echo(f"  skipped {skipped}", err=True)
     for error in report.errors:
         click.echo(f"  {error}", err=True)
     if report.errors:
         raise SystemExit(1)
+
+
+def _import_progress(started: float):
+    """A bar on stderr when it is a terminal, else a line every tenth of the way."""
+    tty, shown = sys.stderr.isatty(), [-1]
+
+    def show(done: int, total: int) -> None:
+        rate = done / max(time.monotonic() - started, 1e-9)
+        if tty:
+            bar = "#" * (30 * done // max(total, 1))
+            end = "\n" if done >= total else ""
+            click.echo(f"\r[{bar:<30}] {done}/{total} {rate:.0f}/s", nl=False, err=True)
+            click.echo(end, nl=False, err=True)
+        elif 10 * done // max(total, 1) > shown[0]:
+            shown[0] = 10 * done // max(total, 1)
+            click.echo(f"imported {done}/{total} ({rate:.0f}/s)", err=True)
+
+    return show
 
 
 @main.command("export")

@@ -15,10 +15,6 @@ from collections.abc import Iterator
 from pathlib import Path
 
 import sqlalchemy as sa
-from alembic import command
-from alembic.config import Config as AlembicConfig
-from alembic.runtime.migration import MigrationContext
-from alembic.script import ScriptDirectory
 from flask import Flask, current_app, g, request
 from sqlalchemy.orm import Session
 
@@ -32,7 +28,10 @@ def create_engine(url: str) -> sa.Engine:
     path = sa.make_url(url).database
     if path and path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    engine = sa.create_engine(url, connect_args={"check_same_thread": False})
+    # LIFO: a request takes the connection used last, whose page cache (and the counts
+    # app/notebook/browse.py keeps per connection) are warm; the others stay idle.
+    engine = sa.create_engine(url, connect_args={"check_same_thread": False},
+                              pool_use_lifo=True)
 
     @sa.event.listens_for(engine, "connect")
     def _configure(dbapi_conn, _record):
@@ -112,41 +111,10 @@ def get_session() -> Session:
     return g.db_session
 
 
-# -- migrations ---------------------------------------------------------------------------
-
-
-def alembic_config(url: str) -> AlembicConfig:
-    cfg = AlembicConfig()
-    cfg.set_main_option("script_location", str(MIGRATIONS_DIR))
-    cfg.set_main_option("sqlalchemy.url", url.replace("%", "%%"))
-    return cfg
-
-
-def pending_migrations(db: Database) -> list[str]:
-    script = ScriptDirectory.from_config(alembic_config(db.url))
-    with db.engine.connect() as conn:
-        current = set(MigrationContext.configure(conn).get_current_heads())
-    head = script.get_current_head()
-    if head in current:
-        return []
-    return [rev.revision for rev in script.iterate_revisions(head, tuple(current) or "base")]
-
-
-def upgrade(db: Database, backup_dir: Path) -> Path | None:
-    """Apply pending migrations, taking a backup of an existing SQLite file first.
-    Returns the backup's path, or None when nothing needed doing or there was nothing to save."""
-    if not pending_migrations(db):
-        return None
-    saved = None
-    with db.engine.connect() as conn:
-        has_tables = bool(sa.inspect(conn).get_table_names())
-    if has_tables and db.url.startswith("sqlite"):
-        saved = backup(db, backup_dir, reason="pre-upgrade")
-    with db.engine.begin() as conn:
-        cfg = alembic_config(db.url)
-        cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "head")
-    return saved
+# -- migrations: app/upgrades.py -----------------------------------------------------------
+# Alembic (with Mako and much of SQLAlchemy's DDL) is ~11 MB of a web worker that never
+# migrates, so the migrations live in app/upgrades.py, which only the processes that
+# migrate import (the CLI's `up` and `db upgrade`, tests, benches).
 
 
 def backup(db: Database, backup_dir: Path, reason: str = "backup") -> Path:

@@ -1,6 +1,7 @@
 """The tables: the notebook's (entry, revision, link, tag, attachment, token, setting,
-idempotency_key), then the experiment journal's (runner, schedule, run, run_event, metric,
-run_artifact). Every change here needs a migration in migrations/versions/."""
+idempotency_key), then the experiment journal's (runner, schedule, run, run_param,
+run_metric, run_event, metric, run_artifact). Every change here needs a migration in
+migrations/versions/."""
 
 from __future__ import annotations
 
@@ -210,6 +211,8 @@ class Run(Base):
         # by mistake cannot enqueue the same fire twice.
         sa.UniqueConstraint("schedule_id", "scheduled_for", name="uq_run_schedule_fire"),
         sa.Index("ix_run_status", "status", "id"),
+        sa.Index("ix_run_created_at", "created_at"),  # the run list's week filter
+        sa.Index("ix_run_parent_id", "parent_id"),  # a run's reruns (its page, compare)
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -244,6 +247,32 @@ class Run(Base):
     carded_entry_id: Mapped[int | None]  # the letter its card was appended to
 
     runner: Mapped[Runner | None] = relationship()
+
+
+class RunParam(Base):
+    """A run's parameter as an indexed row (a list parameter: one row per element), for
+    the run list's ?param.<name>=<value> filters; app/journal/run_metrics.py fills it."""
+
+    __tablename__ = "run_param"
+    __table_args__ = (sa.Index("ix_run_param_key_value", "key", "value", "run_id"),)
+
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("run.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    key: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
+    value: Mapped[str] = mapped_column(sa.String(200), primary_key=True)
+
+
+class RunMetric(Base):
+    """One scalar result of a run (e.g. 1f1b.step_time_s, mfu), for sorting the run list;
+    derived from its result by app/journal/run_metrics.py."""
+
+    __tablename__ = "run_metric"
+    __table_args__ = (sa.Index("ix_run_metric_key_value", "key", "value", "run_id"),)
+
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("run.id", ondelete="CASCADE"),
+                                        primary_key=True)
+    key: Mapped[str] = mapped_column(sa.String(100), primary_key=True)
+    value: Mapped[float]
 
 
 class RunEvent(Base):

@@ -1,17 +1,24 @@
 """What the journal's background processes cost while nothing happens.
 
-    .venv/bin/python bench/idle.py [--seconds 60]
+    .venv/bin/python bench/idle.py [--seconds 60] [--entries 100000]
 
 Starts `commonplace up` (web + scheduler + local runner) on a free loopback port in a
 fresh data directory, lets it settle, then samples each process's CPU time (utime+stime
 from /proc) over the window and its resident memory. The baseline in the same run is an
 idle `python -c "import time; time.sleep(…)"` — the floor any Python process pays.
+
+With --entries N the data directory first holds a notebook of N entries (bench/web.py's
+`seed`), and before the idle window every page kind is read a few times on each worker
+(home, entries, the letter, the site map, a tag, search, the API), so the workers' memory
+is what a worker that has served that notebook holds (goal: <= 60 MB at 100k entries).
 """
 
 from __future__ import annotations
 
 import argparse
+import http.client
 import os
+import random
 import signal
 import socket
 import subprocess
@@ -58,21 +65,61 @@ def cmdline(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
 
 
+def read_pages(port: int, ids: list[tuple[int, str]], rounds: int = 40) -> None:
+    """Every page kind, `rounds` times (keep-alive connections, so both workers serve)."""
+    rng = random.Random(1)
+    for _ in range(rounds):
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        for path in ("/", "/entries/{}/{}".format(*rng.choice(ids)), "/weeks/2020-W10",
+                     "/sitemap", "/sitemap?year=2015", "/tags/ml", "/search?q=pipeline",
+                     f"/api/v1/entries/{rng.choice(ids)[0]}"):
+            conn.request("GET", path)
+            conn.getresponse().read()
+        conn.close()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--entries", type=int, default=0,
+                        help="seed a notebook of this many entries first (bench/web.py)")
     args = parser.parse_args()
     data = Path(tempfile.mkdtemp(prefix="cp-idle-"))
     port = free_port()
     env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data), "COMMONPLACE_AUTH": "dev",
            "COMMONPLACE_BIND": f"127.0.0.1:{port}", "COMMONPLACE_TIMEZONE": "UTC"}
-    up = subprocess.Popen([sys.executable, "-m", "app.cli", "up"], cwd=ROOT, env=env,
+    ids = []
+    if args.entries:
+        sys.path.insert(0, str(ROOT / "bench"))
+        import web  # noqa: PLC0415  (the seeding bench, only when asked for a notebook)
+        ids = web.seed(data, args.entries, random.Random(7))
+        env["COMMONPLACE_DATABASE_URL"] = f"sqlite:///{data}/c.db"
+    # With a seeded notebook, the web process alone (`commonplace web`, gunicorn as
+    # configured): its workers are what is measured, and `up` would first re-render every
+    # seeded note (minutes at 100k).
+    command = "web" if ids else "up"
+    up = subprocess.Popen([sys.executable, "-m", "app.cli", command], cwd=ROOT, env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     baseline = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
     try:
-        time.sleep(15)  # migrations, imports, registration
+        time.sleep(3 if ids else 15)  # migrations, imports, registration
+        deadline = time.monotonic() + 600  # `up` first brings a big notebook up to date
+        while ids:
+            try:
+                http.client.HTTPConnection("127.0.0.1", port, timeout=1).connect()
+                break
+            except OSError:
+                if time.monotonic() > deadline or up.poll() is not None:
+                    raise SystemExit("the web did not start") from None
+                time.sleep(1)
+        if ids:
+            read_pages(port, ids)
         procs = {"baseline (idle python)": baseline.pid}
-        for pid in children(up.pid):
+        if command == "web":  # exec'd into the gunicorn master
+            procs["web (gunicorn master)"] = up.pid
+            for i, worker in enumerate(children(up.pid)):
+                procs[f"web worker {i + 1}"] = worker
+        for pid in children(up.pid) if command == "up" else []:
             line = cmdline(pid)
             name = ("scheduler" if " scheduler" in line else "runner" if " runner" in line
                     else "web (gunicorn master)" if "gunicorn" in line else line[:40])

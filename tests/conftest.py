@@ -11,8 +11,7 @@ from pathlib import Path
 
 import pytest
 
-from app import create_app
-from app import db as dbmod
+from app import create_app, upgrades
 from tests.helpers import OWNER, ROOT, VIEWER, Served, free_port, stop_process, wait_for_http
 
 
@@ -31,7 +30,7 @@ def make_app(data_dir):
                     "TESTING": True}
         settings.update(config)
         app = create_app(settings)
-        dbmod.upgrade(app.extensions["db"], data_dir / "backups")
+        upgrades.upgrade(app.extensions["db"], data_dir / "backups")
         return app
 
     return make

@@ -15,7 +15,7 @@ from pathlib import Path
 import pytest
 from alembic import command
 
-from app import backups
+from app import backups, upgrades
 from app import db as dbmod
 from app.journal import posting, run_files, runs
 from app.notebook import attachments, entries
@@ -136,16 +136,16 @@ def test_an_archive_of_the_previous_schema_restores_and_migrates(tmp_path, make_
     old.mkdir()
     url = f"sqlite:///{old}/commonplace.db"
     database = dbmod.Database(url)
-    cfg = dbmod.alembic_config(url)
+    cfg = upgrades.alembic_config(url)
     with database.engine.begin() as conn:
         cfg.attributes["connection"] = conn
-        command.upgrade(cfg, "0002")  # the schema before the newest migration
+        command.upgrade(cfg, "0002")  # an older schema: an upgrade is pending
     path, manifest = backups.create(old / "commonplace.db", old, tmp_path / "out")
     assert manifest.schema_revision == "0002"
     restored = tmp_path / "restored"
     backups.restore(path, restored)
     app = make_app(DATA_DIR=restored, DATABASE_URL=f"sqlite:///{restored}/commonplace.db")
-    assert dbmod.pending_migrations(app.extensions["db"]) == []
+    assert upgrades.pending_migrations(app.extensions["db"]) == []
 
 
 def test_the_newest_backup_and_its_age(tmp_path, archive):

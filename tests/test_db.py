@@ -4,6 +4,7 @@ SQLite runs in WAL mode with foreign keys and a busy timeout."""
 import sqlite3
 
 from app import db as dbmod
+from app import upgrades
 
 
 def test_upgrade_backs_up_an_existing_database_first(tmp_path):
@@ -12,17 +13,17 @@ def test_upgrade_backs_up_an_existing_database_first(tmp_path):
         conn.execute("CREATE TABLE precious (v TEXT)")
         conn.execute("INSERT INTO precious VALUES ('keep me')")
     database = dbmod.Database(f"sqlite:///{path}")
-    assert dbmod.pending_migrations(database)[-1] == "0001"  # all of them, oldest last
-    backup = dbmod.upgrade(database, tmp_path / "backups")
+    assert upgrades.pending_migrations(database)[-1] == "0001"  # all of them, oldest last
+    backup = upgrades.upgrade(database, tmp_path / "backups")
     assert backup is not None and backup.parent == tmp_path / "backups"
     with sqlite3.connect(backup) as conn:
         assert conn.execute("SELECT v FROM precious").fetchall() == [("keep me",)]
         assert "entry" not in {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
-    assert dbmod.pending_migrations(database) == []
-    assert dbmod.upgrade(database, tmp_path / "backups") is None  # nothing pending, no backup
+    assert upgrades.pending_migrations(database) == []
+    assert upgrades.upgrade(database, tmp_path / "backups") is None  # nothing pending, no backup
     # a brand-new database has nothing to save
     fresh = dbmod.Database(f"sqlite:///{tmp_path / 'new.db'}")
-    assert dbmod.upgrade(fresh, tmp_path / "backups2") is None
+    assert upgrades.upgrade(fresh, tmp_path / "backups2") is None
     assert not (tmp_path / "backups2").exists()
 
 

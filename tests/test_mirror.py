@@ -141,6 +141,7 @@ def test_cli_import_export_and_token(tmp_path, data_dir, monkeypatch):
     result = runner.invoke(cli.main, ["import", str(source)])
     assert result.exit_code == 0, result.output
     assert "created 1" in result.output and "skipped 0" in result.output
+    assert "entries/s" in result.output
     result = runner.invoke(cli.main, ["export", str(tmp_path / "dst")])
     assert result.exit_code == 0 and "exported 1" in result.output
     result = runner.invoke(cli.main, ["token", "create", "phone", "--role", "feed"])

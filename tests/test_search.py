@@ -3,7 +3,7 @@
 import pytest
 
 from app import errors
-from app.notebook import entries, letters, search
+from app.notebook import entries, letters, ranking, search
 
 
 @pytest.fixture
@@ -107,3 +107,94 @@ def test_odd_but_harmless_queries_run(notebook, q):
 
 def test_empty_query_returns_nothing(notebook):
     assert titles(notebook, "   ") == []
+
+
+# -- ranking past the window (issue 14): a common word is ranked over its newest matches ---
+
+
+@pytest.fixture
+def small_window(monkeypatch):
+    """The windows as small as a handful of entries, so a test needs no 100k notebook."""
+    monkeypatch.setattr(ranking, "WINDOW", 4)
+    monkeypatch.setattr(ranking, "HEAD_WINDOW", 2)
+
+
+def add(db, *rows):
+    with db.write() as session:
+        for date, title, body, tags in rows:
+            entries.create(session, author="x", date=date, title=title, body=body, tags=tags)
+
+
+def test_newer_beats_older_on_a_tie(db):
+    add(db, ("2024-01-01", "One", "same words here", []),
+        ("2024-02-01", "Two", "same words here", []))
+    assert titles(db, "words") == ["Two", "One"]
+
+
+def test_title_beats_body_mentions_past_the_window(db, small_window):
+    add(db, ("2020-01-01", "Gloo notes", "old", []),
+        *[(f"2024-01-{d:02d}", f"Day {d}", "measured gloo today", []) for d in range(1, 10)])
+    found = titles(db, "gloo")
+    assert found[0] == "Gloo notes"
+    assert found[1:5] == ["Day 9", "Day 8", "Day 7", "Day 6"]  # the window, ranked
+    assert found[5:] == ["Day 5", "Day 4", "Day 3", "Day 2", "Day 1"]  # older, newest first
+
+
+def test_window_ranks_by_bm25_inside_it(db, small_window):
+    add(db, *[(f"2024-01-{d:02d}", f"Day {d}", "nccl " + "filler " * 30, []) for d in range(1, 8)],
+        ("2024-01-08", "Dense", "nccl nccl nccl", []))
+    assert titles(db, "nccl")[0] == "Dense"
+
+
+def test_pages_past_the_window_are_disjoint(db, small_window):
+    add(db, *[(f"2024-01-{d:02d}", f"Day {d}", "bubble", []) for d in range(1, 13)])
+    with db.read() as session:
+        first = search.search(session, "bubble", limit=5)
+        second = search.search(session, "bubble", limit=5, offset=5)
+        third = search.search(session, "bubble", limit=5, offset=10)
+    seen = [h.entry.title for r in (first, second, third) for h in r.hits]
+    assert sorted(seen) == sorted(f"Day {d}" for d in range(1, 13))
+    assert first.has_more and second.has_more and not third.has_more
+
+
+def test_filters_apply_past_the_window(db, small_window):
+    add(db, *[(f"2024-01-{d:02d}", f"Day {d}", "pipeline stage", ["pp"] if d % 3 else [])
+              for d in range(1, 13)],
+        ("2019-03-05", "Old pipeline", "pipeline", ["pp"]))
+    assert set(titles(db, "pipeline tag:pp")) == (
+        {f"Day {d}" for d in range(1, 13) if d % 3} | {"Old pipeline"})
+    assert titles(db, "pipeline to:2020-01-01") == ["Old pipeline"]
+    assert set(titles(db, "pipeline week:2024-W02")) == {f"Day {d}" for d in range(8, 15)
+                                                          if d <= 12}
+    assert titles(db, "pipeline -stage") == ["Old pipeline"]
+
+
+def test_tag_from_the_body_still_filters(db, small_window):
+    add(db, *[(f"2024-01-{d:02d}", f"Day {d}", "shard", []) for d in range(1, 8)],
+        ("2024-01-09", "Body tag", "shard notes #zero", []))
+    assert titles(db, "shard tag:zero") == ["Body tag"]
+
+
+def test_snippets_highlight_past_the_window(db, small_window):
+    add(db, *[(f"2024-01-{d:02d}", f"Day {d}", f"intro text then collective number {d}", [])
+              for d in range(1, 9)])
+    with db.read() as session:
+        for q in ("collective", "coll*", "collec*"):  # an indexed prefix and a longer one
+            hits = search.search(session, q).hits
+            assert len(hits) == 8
+            assert all("<mark>collective</mark>" in h.snippet_html for h in hits), q
+
+
+def test_title_index_follows_edits_and_deletes(db, small_window):
+    add(db, *[(f"2024-01-{d:02d}", f"Day {d}", "warmup", []) for d in range(1, 8)],
+        ("2020-01-01", "Old", "warmup", []))
+    with db.write() as session:
+        old = next(h.entry for h in search.search(session, "warmup", limit=50).hits
+                   if h.entry.title == "Old")
+        entries.update(session, old, {"title": "Warmup schedule"}, base_revision=old.revision,
+                       author="x")
+    assert titles(db, "warmup")[0] == "Warmup schedule"
+    with db.write() as session:
+        entry = search.search(session, "warmup").hits[0].entry
+        entries.delete(session, entry)
+    assert "Warmup schedule" not in titles(db, "warmup")

@@ -268,7 +268,7 @@ def runs_rerun(ctx: Ctx, run_id, watching, exit_status, interval, as_json):
 @json_option
 @pass_ctx
 def runs_compare(ctx: Ctx, run_ids, as_json):
-    """Compare two to eight runs: the parameters that differ, and the results side by
+    """Compare two to ten runs: the parameters that differ, and the results side by
     side (× against the first run).
 
     \b
@@ -276,8 +276,8 @@ def runs_compare(ctx: Ctx, run_ids, as_json):
       cpl runs compare 41 42
       cpl runs compare 40 41 42 --json
     """
-    if not 2 <= len(run_ids) <= 8:
-        raise click.BadParameter("compare two to eight runs", param_hint="RUN_IDS")
+    if not 2 <= len(run_ids) <= 10:
+        raise click.BadParameter("compare two to ten runs", param_hint="RUN_IDS")
     data = ctx.api.get("/api/v1/compare", ids=",".join(map(str, run_ids)))
     if as_json:
         found, params, results = comparison(data)

@@ -3,6 +3,8 @@ results reach the weekly letter. Built on the notebook; knows nothing of HTTP.
 
     runs.py        THE run state machine: create, lease, heartbeat, finish, cancel, reap
     run_files.py   a run's log and artifacts on disk (the one place their paths are made)
+    run_metrics.py a run's parameters and scalar results as indexed rows (filter, sort)
+    run_query.py   the run list's query: filters, sorts, keyset paging
     schedules.py   cron validation, next fires, firing due schedules (idempotent)
     cards.py       the ```run embed: a run's result card (HTML + inline SVG)
     posting.py     a finished run's card into its week's letter

@@ -21,9 +21,8 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from app.errors import BadState, Invalid, NotFound, Stale, TooLarge
-from app.journal import results, runners
+from app.journal import results, run_metrics, runners
 from app.models import Metric, Run, RunEvent, Runner, utcnow
-from app.notebook.isoweeks import week_span_utc
 from jobs.lab import contract, registry
 
 QUEUED, LEASED, RUNNING = "QUEUED", "LEASED", "RUNNING"
@@ -127,6 +126,7 @@ def enqueue(session: Session, experiment: str, params: dict, requires: dict, *, 
     run = Run(experiment=experiment, params=params, requires=requires, trigger=trigger,
               created_by=actor, created_at=utcnow(), progress={}, environment={}, **links)
     transition(session, run, QUEUED, actor=actor, reason=reason)
+    run_metrics.index_params(session, run)
     return run
 
 
@@ -225,6 +225,7 @@ def add_metrics(session: Session, run: Run, points) -> int:
 def store_result(session: Session, run: Run, result) -> None:
     run.result = results.check_result(result)
     merge_environment(run, result.get("environment"))
+    run_metrics.index_result(session, run)  # the scalar results the run list sorts by
 
 
 def merge_environment(run: Run, env) -> None:
@@ -282,33 +283,6 @@ def expire_queued(session: Session, max_age_s: float, now: dt.datetime | None = 
 def differing_params(group: list[Run]) -> set[str]:
     keys = set().union(*(r.params.keys() for r in group))
     return {k for k in keys if len({repr(r.params.get(k)) for r in group}) > 1}
-
-
-def query(filters, timezone: str = "UTC") -> sa.Select:
-    """Runs newest first, filtered by status (comma-separated), experiment, ISO week of
-    creation (in the owner's zone) and schedule id — the run list of the pages and the API."""
-    stmt = sa.select(Run).order_by(Run.id.desc())
-    status = filters.get("status")
-    if status:
-        wanted = [s.strip().upper() for s in status.split(",")]
-        if any(s not in STATUSES for s in wanted):
-            raise Invalid(f"status is one of {', '.join(STATUSES)}", "status")
-        stmt = stmt.where(Run.status.in_(wanted))
-    if filters.get("experiment"):
-        stmt = stmt.where(Run.experiment == filters["experiment"])
-    week = filters.get("week")
-    if week:
-        try:
-            start, end = week_span_utc(week, timezone)
-        except ValueError as exc:
-            raise Invalid(str(exc), "week") from None
-        stmt = stmt.where(Run.created_at >= start, Run.created_at < end)
-    schedule_id = filters.get("schedule")
-    if schedule_id:
-        if not schedule_id.isdigit() or int(schedule_id) > 2**63 - 1:
-            raise Invalid("schedule is a schedule id", "schedule")
-        stmt = stmt.where(Run.schedule_id == int(schedule_id))
-    return stmt
 
 
 def events(session: Session, run: Run) -> list[RunEvent]:

@@ -4,6 +4,8 @@ Queries on every entry page are built once at import (their SQL compiles once)."
 
 from __future__ import annotations
 
+import sqlite3
+from collections.abc import Callable
 from dataclasses import dataclass
 
 import sqlalchemy as sa
@@ -101,50 +103,118 @@ def recent(session: Session, limit: int = 20, kind: str | None = "entry", *,
     return list(session.scalars(query))
 
 
+# -- counts over the whole notebook ---------------------------------------------------------
+# The site map's years and tags, and a tag page's total, are counts over every entry: their
+# cost grows with the notebook. They change only when something is written, so each
+# database connection keeps the last answer with the version of the database it was read
+# at, and recounts only after a write. SQLite says cheaply whether anything changed:
+# `PRAGMA data_version` moves when another connection (any process) committed, and the
+# connection's own total_changes when it wrote itself. Other databases count every time.
+
+
+def _version(session: Session) -> tuple[int, int] | None:
+    conn = session.connection()
+    dbapi = conn.connection.dbapi_connection
+    if not isinstance(dbapi, sqlite3.Connection):
+        return None
+    return conn.exec_driver_sql("PRAGMA data_version").scalar_one(), dbapi.total_changes
+
+
+def _counted(session: Session, key: tuple, count: Callable[[], list]) -> list:
+    version = _version(session)
+    if version is None:
+        return count()
+    cache = session.connection().info.setdefault("notebook_counts", {})
+    kept = cache.get(key)
+    if kept is None or kept[0] != version:
+        kept = cache[key] = (version, count())
+    return list(kept[1])
+
+
 def tag_counts(session: Session, *, include_drafts: bool = True) -> list[tuple[str, int]]:
     """Tags with how many entries carry them; a tag only drafts carry is not shown to a
     reader who may not see drafts."""
-    query = (sa.select(EntryTag.tag, sa.func.count()).group_by(EntryTag.tag)
-             .order_by(sa.func.count().desc(), EntryTag.tag))
-    if not include_drafts:
-        query = query.join(Entry, Entry.id == EntryTag.entry_id).where(
-            Entry.status == "published")
-    return list(session.execute(query))
+    def count() -> list[tuple[str, int]]:
+        query = (sa.select(EntryTag.tag, sa.func.count()).group_by(EntryTag.tag)
+                 .order_by(sa.func.count().desc(), EntryTag.tag))
+        if not include_drafts:
+            query = query.join(Entry, Entry.id == EntryTag.entry_id).where(
+                Entry.status == "published")
+        return [(t, n) for t, n in session.execute(query)]
+    return _counted(session, ("tags", include_drafts), count)
+
+
+def tag_count(session: Session, tag: str, *, include_drafts: bool = True) -> int:
+    return dict(tag_counts(session, include_drafts=include_drafts)).get(tag, 0)
 
 
 def tagged(session: Session, tag: str, *, limit: int | None = None, offset: int = 0,
            include_drafts: bool = True) -> tuple[list[Entry], int]:
-    """A page of the entries with `tag`, newest first, and how many there are in all."""
-    where = [EntryTag.tag == tag]
-    if not include_drafts:
-        where.append(Entry.status == "published")
-    query = (sa.select(Entry).join(EntryTag, EntryTag.entry_id == Entry.id).where(*where)
+    """A page of the entries with `tag`, newest first, and how many there are in all.
+
+    Two plans, chosen by how common the tag is: a rare tag's rows are found through
+    ix_entry_tag_tag and sorted (cost: the tag's entries); a common tag's page is found by
+    walking entries newest first (ix_entry_date), checking each for the tag, until the page
+    is full (cost: about the page's end x entries / tagged). Each is used where it is the
+    cheaper, so no tag page reads the whole notebook."""
+    total = tag_count(session, tag, include_drafts=include_drafts)
+    if not total:
+        return [], 0
+    where = [Entry.status == "published"] if not include_drafts else []
+    query = (sa.select(Entry)
              .options(sa.orm.defer(Entry.body_md), sa.orm.defer(Entry.body_html),
                       sa.orm.defer(Entry.toc_html))
              .order_by(Entry.date.desc(), Entry.id.desc()).offset(offset))
     if limit is not None:
         query = query.limit(limit)
-    total = session.scalar(sa.select(sa.func.count()).select_from(EntryTag)
-                           .join(Entry, EntryTag.entry_id == Entry.id).where(*where))
+    size = session.scalar(sa.select(sa.func.max(Entry.id))) or 0  # rowid: an O(1) estimate
+    wanted = offset + (limit if limit is not None else total)
+    if wanted * size < total * total:  # walk by date: ~wanted*size/total rows, < total
+        has_tag = (sa.select(EntryTag.entry_id)
+                   .where(EntryTag.entry_id == Entry.id, EntryTag.tag == tag).exists())
+        query = query.where(has_tag, *where)
+    else:
+        query = query.join(EntryTag, EntryTag.entry_id == Entry.id).where(
+            EntryTag.tag == tag, *where)
     return list(session.scalars(query)), total
 
 
 def years(session: Session, *, include_drafts: bool = True) -> list[tuple[str, int]]:
     """ISO years that have entries, newest first, with how many each holds."""
-    year = sa.func.substr(Entry.iso_week, 1, 4)
-    query = sa.select(year, sa.func.count()).group_by(year).order_by(year.desc())
-    if not include_drafts:
-        query = query.where(Entry.status == "published")
-    return [(y, n) for y, n in session.execute(query)]
+    def count() -> list[tuple[str, int]]:
+        year = sa.func.substr(Entry.iso_week, 1, 4)
+        query = sa.select(year, sa.func.count()).group_by(year).order_by(year.desc())
+        if not include_drafts:
+            query = query.where(Entry.status == "published")
+        return [(y, n) for y, n in session.execute(query)]
+    return _counted(session, ("years", include_drafts), count)
 
 
-def of_year(session: Session, year: str, *, include_drafts: bool = True) -> list[Entry]:
+def week_counts(session: Session, year: str, *, include_drafts: bool = True) -> dict[str, int]:
+    """One ISO year's weeks that hold ordinary entries, with how many each holds."""
+    def count() -> list[tuple[str, int]]:
+        # kind is counted, not filtered: `kind = 'entry'` in the WHERE makes SQLite walk
+        # ix_entry_kind_date (every entry) instead of the year's range of ix_entry_iso_week.
+        written = sa.func.sum(sa.case((Entry.kind == "entry", 1), else_=0))
+        query = (sa.select(Entry.iso_week, written)
+                 .where(Entry.iso_week >= f"{year}-W", Entry.iso_week < f"{year}-X")
+                 .group_by(Entry.iso_week).having(written > 0))
+        if not include_drafts:
+            query = query.where(Entry.status == "published")
+        return [(w, n) for w, n in session.execute(query)]
+    return dict(_counted(session, ("weeks", year, include_drafts), count))
+
+
+def of_year(session: Session, year: str, *, include_drafts: bool = True,
+            letters_only: bool = False) -> list[Entry]:
     """One ISO year's entries and letters (titles and dates only), by week."""
     query = (sa.select(Entry)
              .options(sa.orm.load_only(Entry.id, Entry.kind, Entry.date, Entry.iso_week,
                                        Entry.title, Entry.slug, Entry.status))
              .where(Entry.iso_week >= f"{year}-W", Entry.iso_week < f"{year}-X")
              .order_by(Entry.iso_week.desc(), Entry.kind.desc(), Entry.date, Entry.id))
+    if letters_only:  # through ix_entry_kind_date: one row per week the notebook has lived
+        query = query.where(Entry.kind == "week")
     if not include_drafts:
         query = query.where(Entry.status == "published")
     return list(session.scalars(query))

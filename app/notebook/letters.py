@@ -37,8 +37,13 @@ def set_letter_template(session: Session, text: str) -> None:
         session.add(Setting(key=TEMPLATE_KEY, value=text))
 
 
+# Built once: every home and letter view runs it.
+FIND_LETTER = sa.select(Entry).where(Entry.kind == "week",
+                                     Entry.iso_week == sa.bindparam("week"))
+
+
 def find_letter(session: Session, week: str) -> Entry | None:
-    return session.scalar(sa.select(Entry).where(Entry.kind == "week", Entry.iso_week == week))
+    return session.scalar(FIND_LETTER, {"week": week})
 
 
 def ensure_letter(session: Session, week: str, author: str) -> tuple[Entry, bool]:
@@ -74,12 +79,34 @@ def ensure_this_week(db, timezone: str, author: str = "commonplace") -> tuple[st
     return week, created
 
 
+def this_weeks_letter(db, session: Session, timezone: str,
+                      author: str = "commonplace") -> tuple[str, Entry]:
+    """This week and its letter, read in `session` (a request's read session). Only when the
+    letter is missing is it created, in a write transaction of its own; `session` then
+    starts a new snapshot, which holds it. So the common case is one statement on the
+    request's own connection: no second connection, no write lock."""
+    week = iso_week(today(timezone))
+    letter = find_letter(session, week)
+    if letter is None:
+        with db.write() as writing:
+            ensure_letter(writing, week, author)
+        session.rollback()  # end the read snapshot taken before the letter existed
+        letter = find_letter(session, week)
+    return week, letter
+
+
 def week_entries(session: Session, week: str) -> list[Entry]:
-    """The week's ordinary entries, oldest first (the letter page lists them)."""
-    return list(
-        session.scalars(
-            sa.select(Entry)
-            .where(Entry.iso_week == week, Entry.kind == "entry")
-            .order_by(Entry.date, Entry.id)
-        )
+    """The week's ordinary entries, oldest first (the letter page lists them: titles,
+    dates and tags, never bodies).
+
+    Selected by week alone, the kind checked here: with `kind = 'entry'` in the WHERE,
+    SQLite walks ix_entry_kind_date (every entry, in date order) instead of the week's few
+    rows in ix_entry_iso_week, and the letter page cost grew with the notebook."""
+    rows = session.scalars(
+        sa.select(Entry)
+        .options(sa.orm.defer(Entry.body_md), sa.orm.defer(Entry.body_html),
+                 sa.orm.defer(Entry.toc_html))
+        .where(Entry.iso_week == week)
+        .order_by(Entry.date, Entry.id)
     )
+    return [e for e in rows if e.kind == "entry"]

@@ -5,6 +5,13 @@ small query language parsed here into a safe FTS5 expression plus filters.
 
 User words are always quoted before they reach FTS5, so nothing typed can become an FTS5
 operator by accident; OR and a leading '-' (exclude) are the operators we offer.
+
+Ranking (app/notebook/ranking.py): up to 400 matches (that the filters allow) come in
+bm25's order, weights title 10, tags 5, body 1, ties to the newer entry. Past that, bm25
+runs only over a window, so a word in every entry of a 100k notebook costs what a rare one
+does: first the matches with a query word in the title or tags (the newest 100, ranked by
+how well title and tags match), then the newest 400 matches by bm25, then older ones,
+newest first. Snippets and filters are the same either way.
 """
 
 from __future__ import annotations
@@ -19,10 +26,10 @@ from sqlalchemy.orm import Session
 
 from app.errors import BadQuery
 from app.models import Entry, EntryTag
+from app.notebook import ranking
 from app.notebook.isoweeks import WEEK_RE
+from app.notebook.ranking import run as _run
 
-# Title and tags matter more than a passing mention in the body.
-WEIGHTS = (10.0, 5.0, 1.0)  # title, tags, body
 FILTERS = {"tag", "from", "to", "week", "kind"}
 MAX_QUERY = 500
 TOKEN_RE = re.compile(r'"[^"]*"|\S+')
@@ -141,25 +148,24 @@ def search(session: Session, text: str, *, limit: int = 20, offset: int = 0,
     if not query.terms and not (query.tags or query.date_from or query.date_to
                                 or query.week or query.kind):
         return Results(query, [], False)
-    conditions = []
-    if query.tags:
-        for tag in query.tags:
-            conditions.append(
-                sa.exists().where(EntryTag.entry_id == Entry.id, EntryTag.tag == tag)
-            )
-    if query.date_from:
-        conditions.append(Entry.date >= query.date_from)
-    if query.date_to:
-        conditions.append(Entry.date <= query.date_to)
-    if query.week:
-        conditions.append(Entry.iso_week == query.week)
-    if query.kind:
-        conditions.append(Entry.kind == query.kind)
+    checks = []  # looked up for the few rows a window holds
+    for tag in query.tags:
+        checks.append(sa.exists().where(EntryTag.entry_id == Entry.id, EntryTag.tag == tag))
     if not include_drafts:
-        conditions.append(Entry.status == "published")
+        checks.append(Entry.status == "published")
+    ranges = []  # indexed on entry: their ids bound the walk through the index
+    if query.date_from:
+        ranges.append(Entry.date >= query.date_from)
+    if query.date_to:
+        ranges.append(Entry.date <= query.date_to)
+    if query.week:
+        ranges.append(Entry.iso_week == query.week)
+    if query.kind:
+        ranges.append(Entry.kind == query.kind)
+    conditions = ranges + checks
 
     if query.terms:
-        rows = _ranked(session, query, conditions, limit + 1, offset)
+        rows = _ranked(session, query, ranges, checks, limit + 1, offset)
     else:
         stmt = (
             sa.select(Entry, sa.literal(0.0), sa.literal(""))
@@ -176,62 +182,23 @@ def search(session: Session, text: str, *, limit: int = 20, offset: int = 0,
     return Results(query, hits, len(rows) > limit)
 
 
-def _run(session: Session, stmt) -> list:
-    try:
-        return session.execute(stmt).all()
-    except sa.exc.OperationalError as exc:  # FTS5 syntax we failed to prevent
-        session.rollback()
-        raise BadQuery(f"cannot search for that: {exc.orig}") from None
-
-
-# Scoring happens inside the FTS index, never across a join: joining every match to
-# `entry` before ranking costs ~3x on a word that half the notebook contains. With filters,
-# FTS5 still ranks alone and we walk its ranked matches, keeping those the filters allow,
-# until the page is full. (Handing FTS5 a rowid list instead costs a doclist seek per id.)
-FILTER_SET = 5000  # up to this many filtered entries, membership is a Python set
-BATCH = 500
-
-
-def _ranked(session: Session, query: Query, conditions: list, limit: int, offset: int) -> list:
-    want = limit + offset
-    stmt = sa.text(
-        "SELECT rowid, bm25(entry_fts, :w0, :w1, :w2) AS score FROM entry_fts "
-        "WHERE entry_fts MATCH :q ORDER BY score" + ("" if conditions else " LIMIT :want")
-    ).bindparams(q=query.fts, w0=WEIGHTS[0], w1=WEIGHTS[1], w2=WEIGHTS[2])
-    if not conditions:
-        return _page(session, query, _run(session, stmt.bindparams(want=want))[offset:])
-    allowed = set(session.scalars(sa.select(Entry.id).where(*conditions).limit(FILTER_SET + 1)))
-    if not allowed:
-        return []
-    if len(allowed) <= FILTER_SET:
-        def keep(batch):
-            return [row for row in batch if row[0] in allowed]
-    else:  # a broad filter: most matches pass, so ask the database batch by batch
-        def keep(batch):
-            ok = set(session.scalars(sa.select(Entry.id).where(
-                Entry.id.in_([row[0] for row in batch]), *conditions)))
-            return [row for row in batch if row[0] in ok]
-    kept: list = []
-    try:
-        result = session.execute(stmt)
-        while len(kept) < want and (batch := result.fetchmany(BATCH)):
-            kept.extend(keep(batch))
-        result.close()
-    except sa.exc.OperationalError as exc:
-        session.rollback()
-        raise BadQuery(f"cannot search for that: {exc.orig}") from None
-    return _page(session, query, kept[offset:want])
+def _ranked(session: Session, query: Query, ranges: list, checks: list, limit: int,
+            offset: int) -> list:
+    fts = query.fts
+    tag_words = [_quote(t) for t in query.tags if re.search(r"[^\W_]", t)]
+    if tag_words:  # found by the index too, checked exactly by ranking's filter
+        fts = f"({fts}) AND {{tags body}} : ({' '.join(tag_words)})"
+    top = ranking.rank(session, query.terms, fts, ranges, checks, offset, limit + offset)
+    return _page(session, query, top)
 
 
 def _page(session: Session, query: Query, top: list) -> list:
     """Entries and snippets for a page of (rowid, score), in rank order."""
     if not top:
         return []
-    ids = ",".join(str(int(i)) for i, _ in top)
-    snippets = dict(_run(session, sa.text(
-        "SELECT rowid, snippet(entry_fts, 2, :o, :c, '…', 16) FROM entry_fts "
-        f"WHERE entry_fts MATCH :q AND rowid IN ({ids})"
-    ).bindparams(q=query.fts, o=MARK_OPEN, c=MARK_CLOSE)))
+    snippets = ranking.matches(session, query.terms, query.fts, [i for i, _ in top],
+                               "snippet(entry_fts, 2, :o, :c, '…', 16)",
+                               o=MARK_OPEN, c=MARK_CLOSE)
     found = {e.id: e for e in session.scalars(
         sa.select(Entry).where(Entry.id.in_([i for i, _ in top])))}
     return [(found[i], score, snippets.get(i, "")) for i, score in top if i in found]

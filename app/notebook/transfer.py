@@ -1,16 +1,18 @@
 """Whole folders of plain markdown in and out: `commonplace import DIR` and `export DIR`.
 
-Import is a use of the ordinary save (app/notebook/entries.py), so every imported file
-is a revision, rendered, indexed and mirrored like a save from the editor. It is
-idempotent: a file imported before with the same content changes nothing; a changed one
-becomes a new revision of the same entry. Each file is its own transaction, so an import
-interrupted half way leaves a consistent notebook.
+Every imported file is a revision, rendered, indexed and mirrored like a save from the
+editor. It is idempotent: a file imported before with the same content changes nothing; a
+changed one becomes a new revision of the same entry. `import_folder` does it in bulk
+(app/notebook/bulk_import.py: batches of a few hundred files per transaction, rendering in
+a process pool), with the result of `import_folder_slowly`, a save per file through
+app/notebook/entries.py, kept as the reference the tests compare it with. An import
+interrupted half way leaves a consistent notebook, and running it again finishes the job.
 """
 
 from __future__ import annotations
 
 import os
-from dataclasses import dataclass, field
+from collections.abc import Callable
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -18,19 +20,13 @@ import yaml
 
 from app.errors import Refusal
 from app.models import Entry
-from app.notebook import entries
+from app.notebook import bulk_import, entries
+from app.notebook.import_plan import ImportReport
 from app.notebook.isoweeks import iso_week
 from app.notebook.mirror import parse_file, relpath, to_text
 from jobs.lab.durable import write_atomic
 
-
-@dataclass
-class ImportReport:
-    created: int = 0
-    updated: int = 0
-    unchanged: int = 0
-    errors: list[str] = field(default_factory=list)
-    skipped: list[str] = field(default_factory=list)
+__all__ = ["ImportReport", "export_folder", "import_folder", "import_folder_slowly"]
 
 
 def markdown_files(folder: Path, report: ImportReport) -> list[Path]:
@@ -54,9 +50,20 @@ def markdown_files(folder: Path, report: ImportReport) -> list[Path]:
     return sorted(found)
 
 
-def import_folder(db, folder: Path, author: str = "import") -> ImportReport:
-    """Ingest every *.md under `folder`. Idempotent: a file already imported with the same
-    content changes nothing; a changed one becomes a new revision of the same entry."""
+def import_folder(db, folder: Path, author: str = "import", *, workers: int | None = None,
+                  progress: Callable[[int, int], None] | None = None) -> ImportReport:
+    """Ingest every *.md under `folder`, in bulk. Idempotent: a file already imported with
+    the same content changes nothing; a changed one becomes a new revision of the same
+    entry. `progress(done, total)` is called after each committed batch."""
+    report = ImportReport()
+    paths = markdown_files(folder, report)
+    return bulk_import.run(db, paths, report, author=author, workers=workers,
+                           progress=progress)
+
+
+def import_folder_slowly(db, folder: Path, author: str = "import") -> ImportReport:
+    """The same import as a save per file, one transaction each (entries.create/update):
+    the reference for import_folder's result, and the bench's point of comparison."""
     report = ImportReport()
     for path in markdown_files(folder, report):
         try:

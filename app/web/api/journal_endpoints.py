@@ -10,8 +10,17 @@ from flask import current_app, jsonify, request, send_file
 
 from app.db import get_session
 from app.errors import Invalid, NotFound, refuse_unknown
-from app.journal import cron_phrases, rank_events, run_files, runners, runs, schedules, trace
-from app.models import Metric, Run, Schedule
+from app.journal import (
+    cron_phrases,
+    rank_events,
+    run_files,
+    run_query,
+    runners,
+    runs,
+    schedules,
+    trace,
+)
+from app.models import Metric, Run, RunArtifact, RunEvent, Schedule
 from app.web.access import author
 from app.web.api.blueprint import bp
 from app.web.hardening import INERT_CSP
@@ -23,7 +32,9 @@ def iso(moment) -> str | None:
     return None if moment is None else moment.isoformat() + "Z"
 
 
-def run_json(run: Run, *, full: bool = False) -> dict:
+def run_json(run: Run, *, full: bool = False, details: dict | None = None) -> dict:
+    """A run as the API shows it; `full` adds its result, events, reruns and artifacts
+    (`details`: those of several runs read at once by `full_details`)."""
     data = {
         "id": run.id, "experiment": run.experiment, "status": run.status,
         "reason": run.reason, "reason_code": run.reason_code, "trigger": run.trigger,
@@ -38,20 +49,37 @@ def run_json(run: Run, *, full: bool = False) -> dict:
     }
     if full:
         session = get_session()
+        events, reruns, artifacts = (details or full_details(session, [run]))[run.id]
         data.update(
             requires=run.requires, exit_code=run.exit_code, environment=run.environment,
             result=run.result, log_size=run.log_size,
             events=[{"at": iso(e.at), "from": e.from_status, "to": e.to_status,
-                     "actor": e.actor, "reason": e.reason} for e in runs.events(session, run)],
-            reruns=list(session.scalars(sa.select(Run.id).where(Run.parent_id == run.id))),
+                     "actor": e.actor, "reason": e.reason} for e in events],
+            reruns=reruns,
             artifacts=[{"name": a.name, "size": a.size, "content_type": a.content_type,
                         "url": f"/api/v1/runs/{run.id}/artifacts/{a.name}"}
-                       for a in run_files.artifacts(session, run)],
+                       for a in artifacts],
             letter_entry_id=run.carded_entry_id,
         )
         if run.status == runs.QUEUED:
             data["waiting"] = runners.availability(session, run.requires or {})[1]
     return data
+
+
+def full_details(session, group: list[Run]) -> dict[int, tuple[list, list, list]]:
+    """Each run's events, reruns and artifacts: three queries however many runs."""
+    ids = [run.id for run in group]
+    out: dict[int, tuple[list, list, list]] = {i: ([], [], []) for i in ids}
+    for event in session.scalars(sa.select(RunEvent).where(RunEvent.run_id.in_(ids))
+                                 .order_by(RunEvent.id)):
+        out[event.run_id][0].append(event)
+    for child, parent in session.execute(sa.select(Run.id, Run.parent_id)
+                                         .where(Run.parent_id.in_(ids)).order_by(Run.id)):
+        out[parent][1].append(child)
+    for artifact in session.scalars(sa.select(RunArtifact).where(RunArtifact.run_id.in_(ids))
+                                    .order_by(RunArtifact.name)):
+        out[artifact.run_id][2].append(artifact)
+    return out
 
 
 def schedule_json(schedule: Schedule) -> dict:
@@ -91,11 +119,19 @@ def get_experiment(name: str):
 
 @bp.get("/runs")
 def list_runs():
+    """The run list (app/journal/run_query.py): filters, a sort by any scalar result, and
+    keyset paging by next_cursor (offset still works)."""
     limit = int_arg("limit", 50, 1, 500)
     offset = int_arg("offset", 0, 0, 10_000_000)
-    query = runs.query(request.args, current_app.config["TIMEZONE"])
-    rows = list(get_session().scalars(query.limit(limit + 1).offset(offset)))
-    return jsonify(runs=[run_json(r) for r in rows[:limit]], has_more=len(rows) > limit)
+    found = run_query.listing(request.args, current_app.config["TIMEZONE"])
+    rows, cursor = found.page(get_session(), limit, offset=offset)
+    items = []
+    for run, value in rows:
+        items.append(run_json(run))
+        if found.sort:
+            items[-1]["sort_value"] = value
+    return jsonify(runs=items, has_more=bool(cursor), next_cursor=cursor or None,
+                   sort=found.sort or None, order=found.order)
 
 
 @bp.post("/runs")
@@ -186,13 +222,18 @@ def compare_runs():
         ids = [int(x) for x in raw.split(",") if x.strip()]
     except ValueError:
         raise Invalid("ids is a comma-separated list of run ids", "ids") from None
-    if not 2 <= len(ids) <= 8:
-        raise Invalid("compare two to eight runs", "ids")
+    if not 2 <= len(ids) <= run_query.MAX_COMPARE:
+        raise Invalid(f"compare two to {run_query.MAX_COMPARE} runs", "ids")
     if any(not 0 < i < 2**63 for i in ids):
         raise Invalid("ids are run ids (positive integers)", "ids")
     session = get_session()
-    found = [runs.get(session, i) for i in ids]
-    return jsonify(runs=[run_json(r, full=True) for r in found],
+    by_id = {r.id: r for r in session.scalars(sa.select(Run).where(Run.id.in_(ids)))}
+    for i in ids:
+        if i not in by_id:
+            raise NotFound(f"no run {i}")
+    found = [by_id[i] for i in ids]
+    details = full_details(session, found)
+    return jsonify(runs=[run_json(r, full=True, details=details) for r in found],
                    differing_params=sorted(runs.differing_params(found)))
 
 

@@ -203,11 +203,11 @@ def get_week(week: str):
     except ValueError as exc:
         raise Invalid(str(exc), "week") from None
     timezone = current_app.config["TIMEZONE"]
-    if week == isoweeks.iso_week(isoweeks.today(timezone)):
-        # Before the request's session reads anything, so its snapshot holds a new letter.
-        letters.ensure_this_week(current_app.extensions["db"], timezone)
     session = get_session()
-    letter = letters.find_letter(session, week)
+    if week == isoweeks.iso_week(isoweeks.today(timezone)):  # created on demand
+        letter = letters.this_weeks_letter(current_app.extensions["db"], session, timezone)[1]
+    else:
+        letter = letters.find_letter(session, week)
     if letter is None or not visible(letter):
         raise NotFound(f"no letter for {week}")
     items = [e for e in letters.week_entries(session, week) if visible(e)]

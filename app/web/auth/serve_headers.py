@@ -86,6 +86,9 @@ def login_from_header(raw: str) -> tuple[str, str]:
     `login_key(configured login)`, `shown` is the login for people to read. Refuses a
     value serve would never send for anyone."""
     value = raw.strip(" \t")
+    if not value:  # serve sends no header at all for no identity; blank is someone else
+        raise Denied(403, "the Tailscale-User-Login header is blank",
+                     seen_as="nobody (a malformed identity header)")
     # serve sends printable ASCII only: non-ASCII logins are encoded, and WSGI hands us
     # header bytes as latin-1, so anything else was typed by someone other than serve.
     if not all(" " <= ch <= "~" for ch in value):
@@ -108,5 +111,6 @@ def login_from_header(raw: str) -> tuple[str, str]:
 
 
 def login_key(login: str) -> str:
-    """What a configured login is compared as: serve's header for it, ASCII-folded."""
-    return ascii_lower(serve_header_value(login))
+    """What a configured login is compared as: serve's header for it as HTTP delivers it
+    (surrounding spaces and tabs are not part of a header's value), ASCII-folded."""
+    return ascii_lower(serve_header_value(login).strip(" \t"))

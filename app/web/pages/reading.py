@@ -34,10 +34,10 @@ def current_week() -> str:
     return isoweeks.iso_week(today())
 
 
-def ensure_current_letter() -> None:
-    """Create this week's letter if it is missing. Runs before the request's own session
-    reads anything, so that session's snapshot already contains the letter."""
-    letters.ensure_this_week(current_app.extensions["db"], current_app.config["TIMEZONE"])
+def current_letter():
+    """This week's letter, created if it is missing (letters.this_weeks_letter)."""
+    return letters.this_weeks_letter(current_app.extensions["db"], get_session(),
+                                     current_app.config["TIMEZONE"])[1]
 
 
 # -- template helpers ---------------------------------------------------------------------
@@ -100,9 +100,8 @@ def _longdate(day: dt.date) -> str:
 
 @bp.get("/")
 def home():
-    ensure_current_letter()
+    letter = current_letter()
     session = get_session()
-    letter = letters.find_letter(session, current_week())
     if letter is not None and not visible(letter):
         letter = None  # a draft letter is the owner's until it is published
     recent = browse.recent(session, 15, include_drafts=can_write())
@@ -134,10 +133,9 @@ def week_or_404(week: str) -> str:
 @bp.get("/weeks/<week>")
 def week(week: str):
     week_or_404(week)
-    if week == current_week():
-        ensure_current_letter()
     session = get_session()
-    letter = letters.find_letter(session, week)
+    letter = (current_letter() if week == current_week()
+              else letters.find_letter(session, week))
     if letter is not None and not visible(letter):
         letter = None
     items = [e for e in letters.week_entries(session, week) if visible(e)]
@@ -160,21 +158,37 @@ def start_letter(week: str):
     return redirect(url_for("notes.week", week=week), code=303)
 
 
+# A year with more entries than this is shown as its weeks (letter, how many entries, a
+# link to the week's page that lists them) rather than every title: the page stays the
+# same size however many entries a year holds.
+SITEMAP_TITLES = 400
+
+
 @bp.get("/sitemap")
 def sitemap():
     """Every page by ISO year and week, one year at a time (a page stays small however
     long the notebook grows), and the index of tags."""
     session = get_session()
-    years = browse.years(session, include_drafts=can_write())
+    drafts = can_write()
+    years = browse.years(session, include_drafts=drafts)
     year = request.args.get("year") or (years[0][0] if years else "")
     if year and not (len(year) == 4 and year.isdigit()):
         abort(400, description="year is four digits, e.g. 2024")
-    rows = browse.of_year(session, year, include_drafts=can_write()) if year else []
+    compact = dict(years).get(year, 0) > SITEMAP_TITLES
+    rows = browse.of_year(session, year, include_drafts=drafts,
+                          letters_only=compact) if year else []
     weeks_of_year = [(wk, list(group))
                      for wk, group in itertools.groupby(rows, lambda e: e.iso_week)]
+    counts = {}
+    if compact:
+        counts = browse.week_counts(session, year, include_drafts=drafts)
+        letters_of = dict(weeks_of_year)
+        weeks_of_year = [(wk, letters_of.get(wk, []))
+                         for wk in sorted(set(counts) | set(letters_of), reverse=True)]
     return render_template("notes/sitemap.html", years=years, year=year,
-                           weeks_of_year=weeks_of_year, count=sum(n for _, n in years),
-                           tags=browse.tag_counts(session, include_drafts=can_write()))
+                           weeks_of_year=weeks_of_year, week_counts=counts,
+                           count=sum(n for _, n in years),
+                           tags=browse.tag_counts(session, include_drafts=drafts))
 
 
 TAG_PAGE = 50

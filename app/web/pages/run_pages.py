@@ -14,7 +14,7 @@ from flask import abort, current_app, redirect, render_template, request, url_fo
 
 from app.db import get_session
 from app.errors import Invalid
-from app.journal import cards, run_files, runners, runs
+from app.journal import cards, run_files, run_metrics, run_query, runners, runs
 from app.models import Run, Schedule
 from app.web.access import author, require_owner
 from app.web.pages import learning
@@ -25,7 +25,7 @@ from jobs.lab import registry
 
 PAGE = 50
 LOG_TAIL = 16 * 1024  # bytes of log the page starts with; the script fetches the rest
-MAX_COMPARE = 8
+MAX_COMPARE = run_query.MAX_COMPARE
 
 
 @bp.app_template_global("experiment_title")
@@ -140,39 +140,40 @@ def create_run(name: str):
 # -- the run list -------------------------------------------------------------------------
 
 
+LIST_ARGS = ("status", "experiment", "week", "schedule", "params", "sort", "order")
+
+
 def _filters() -> dict[str, str]:
-    return {key: request.args.get(key, "").strip()
-            for key in ("status", "experiment", "week", "schedule")}
+    return {key: request.args.get(key, "").strip() for key in LIST_ARGS}
 
 
 @bp.get("/runs")
 def run_list():
+    """Runs newest first or sorted by a result, filtered (app/journal/run_query.py: the
+    same arguments as GET /api/v1/runs); paged by keyset."""
     filters = _filters()
-    error, rows, more = "", [], False
-    before = request.args.get("before", "")
+    named = {k: request.args.getlist(k) for k in request.args if k.startswith("param.")}
+    error, rows, cursor, found = "", [], "", None
     try:
-        # Ids are checked here (runs.query checks the schedule id too): past SQLite's
-        # integer range a number cannot even be bound, and that must be a 400, never a 500.
-        if before and not is_id(before):
-            raise Invalid("before is a run id", "before")
-        if filters["schedule"] and not is_id(filters["schedule"]):
-            raise Invalid("schedule is a schedule id", "schedule")
-        query = runs.query(filters, current_app.config["TIMEZONE"])
-        if before:
-            query = query.where(Run.id < int(before))
-        rows = list(get_session().scalars(query.limit(PAGE + 1)))
+        found = run_query.listing(request.args, current_app.config["TIMEZONE"])
+        rows, cursor = found.page(get_session(), PAGE)
     except Invalid as exc:
         error = exc.message
-    more = len(rows) > PAGE
-    rows = rows[:PAGE]
     schedule = None
     if is_id(filters["schedule"]):
         schedule = get_session().get(Schedule, int(filters["schedule"]))
+    sort = found.sort if found else ""
+    sorts = dict(run_metrics.LABELS)
+    if filters["sort"] and filters["sort"] not in sorts:
+        sorts[filters["sort"]] = filters["sort"]  # 1f1b.step_time_s from a link
+    paged = bool(request.args.get("before") or request.args.get("cursor"))
     body = render_template(
-        "experiments/runs.html", rows=rows, filters=filters, error=error, more=more,
-        before=before, statuses=runs.STATUSES, experiments=registry.EXPERIMENTS,
-        schedule=schedule, filtered=any(filters.values()),
-        active={k: v for k, v in filters.items() if v},
+        "experiments/runs.html", rows=rows, filters=filters, error=error,
+        cursor=cursor, paged=paged, statuses=runs.STATUSES, experiments=registry.EXPERIMENTS,
+        schedule=schedule, filtered=any(filters.values()) or bool(named), sort=sort,
+        sorts=sorts, order=found.order if found else "", shown=run_metrics.shown,
+        sort_label=sorts.get(sort, sort),
+        active={**{k: v for k, v in filters.items() if v}, **named},
     )
     return body, 400 if error else 200
 

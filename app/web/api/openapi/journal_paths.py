@@ -3,7 +3,7 @@ protocol (docs/RUNNER.md). Limits come from the modules that enforce them."""
 
 from __future__ import annotations
 
-from app.journal import run_files, runs, schedules
+from app.journal import run_files, run_metrics, run_query, runs, schedules
 from app.web.api.openapi.schema import ERRORS as COMMON_ERRORS
 from app.web.api.openapi.schema import body, json_response, query, ref
 
@@ -16,6 +16,11 @@ SCHEDULE_ID = {"name": "schedule_id", "in": "path", "required": True,
                "schema": {"type": "integer", "minimum": 1}}
 NAME = {"name": "name", "in": "path", "required": True,
         "schema": {"type": "string", "pattern": run_files.ARTIFACT_NAME_RE.pattern}}
+
+
+RUN_LIST = ("Filters are AND-ed. A sorted list holds only the runs that have that result, "
+            "ties broken by run id. Page with cursor=next_cursor (keyset) or offset. "
+            "A bad argument is a 422 naming it; an unknown parameter name matches nothing.")
 
 
 EPOCH = {"epoch": {"type": "integer", "minimum": 0}}
@@ -71,7 +76,9 @@ def paths() -> dict:
                             "schema": {"type": "string"}}],
             "responses": {"200": json_response(OBJ), **ERRORS}}},
         "/api/v1/runs": {
-            "get": {"summary": "Runs, newest first",
+            "get": {"summary": "Runs, newest first or sorted by a result, filtered by any "
+                               "parameter",
+                    "description": RUN_LIST,
                     "parameters": [
                         query("status", {"type": "string",
                                           "description": "comma-separated: " +
@@ -79,9 +86,33 @@ def paths() -> dict:
                         query("experiment", {"type": "string"}),
                         query("week", {"type": "string", "pattern": r"^\d{4}-W\d{2}$"}),
                         query("schedule", {"type": "integer", "minimum": 1}),
+                        {"name": "param.{name}", "in": "query", "style": "form",
+                         "schema": {"type": "string"},
+                         "description": "param.<name>=<value>, repeatable, AND-ed: runs "
+                                        "whose parameter has this value (a list parameter: "
+                                        "holds it), e.g. param.strategies=1f1b; at most "
+                                        f"{run_query.MAX_PARAM_FILTERS}"},
+                        query("params", {"type": "string", "description": "the same as "
+                                         "space-separated name=value pairs"}),
+                        query("sort", {"type": "string",
+                                       "pattern": run_metrics.SORT_KEY_PATTERN,
+                                       "description": "a scalar result: " +
+                                       ", ".join(run_metrics.METRICS) + "; alone (the "
+                                       "run's best correct strategy) or after a strategy "
+                                       "or collective: 1f1b.step_time_s"}),
+                        query("order", {"type": "string", "enum": ["asc", "desc"],
+                                        "description": "default: best first"}),
+                        query("cursor", {"type": "string", "description": "next_cursor of "
+                                         "the previous page"}),
+                        query("before", {"type": "integer", "minimum": 1,
+                                         "description": "newest first: runs older than "
+                                                        "this id"}),
                         query("limit", {"type": "integer", "minimum": 1, "maximum": 500}),
                         query("offset", {"type": "integer", "minimum": 0})],
-                    "responses": {"200": json_response(OBJ), **ERRORS}},
+                    "responses": {"200": json_response(OBJ, "{runs, has_more, next_cursor, "
+                                                            "sort, order}; with sort each "
+                                                            "run has sort_value"),
+                                  **ERRORS}},
             "post": {"summary": "Queue a run; omitted params take their defaults",
                      "requestBody": body({"type": "object", "required": ["experiment"],
                                            "additionalProperties": False, "properties": {
@@ -132,7 +163,8 @@ def paths() -> dict:
             "responses": {"200": json_response(OBJ, "A Chrome Trace Event JSON object"),
                           **ERRORS}}},
         "/api/v1/compare": {"get": {
-            "summary": "Two to eight runs side by side, with the parameters that differ",
+            "summary": f"Two to {run_query.MAX_COMPARE} runs side by side, with the "
+                       "parameters that differ",
             "parameters": [{"name": "ids", "in": "query", "required": True,
                             "schema": {"type": "string", "pattern": r"^\d+(,\d+)+$"}}],
             "responses": {"200": json_response(OBJ), **ERRORS}}},

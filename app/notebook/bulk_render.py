@@ -1,0 +1,83 @@
+"""The half of a bulk import that runs in worker processes: reading files and rendering
+markdown, the CPU-bound part, with nothing of the database.
+
+A note is rendered once, through the one pipeline (app/notebook/render), with every wiki
+link pointing at a placeholder; `place_links` then writes each link's real address and
+class in, as resolved against the notebook when the note's batch commits (and again when
+a later batch brings an entry it links to). Placeholders carry a secret per-import nonce,
+so no note's text can spell one. A note whose text has an embed (```` ```run ````) needs
+the database to render and is left to the importing process (`template` returns None).
+"""
+
+from __future__ import annotations
+
+import re
+from collections.abc import Callable
+from dataclasses import dataclass
+from pathlib import Path
+
+import yaml
+
+from app.notebook.entries import tag_url
+from app.notebook.mirror import Parsed, parse_file
+from app.notebook.render import Resolved, WikiLink, render
+
+
+@dataclass
+class Template:
+    html: str  # links as placeholders: class="wikilink" href="CPLINK<nonce>T<i>E"
+    toc_html: str
+    targets: list[str]  # placeholder i is a link to targets[i]
+    links: list[WikiLink]
+    tags: list[str]
+    text: str
+
+
+def read(path: Path) -> Parsed | str:
+    """A parsed file, or the reason it cannot be imported (as the per-file import said)."""
+    try:
+        return parse_file(path, follow_symlinks=False)
+    except (OSError, ValueError, yaml.YAMLError, UnicodeDecodeError) as exc:
+        return f"{path}: {exc}"
+
+
+def template(job: tuple[str, str, tuple[str, ...]]) -> Template | None:
+    body, nonce, embed_names = job
+    if nonce in body:
+        return None  # (never, in practice) rendered by the importer with the real resolver
+    targets: list[str] = []
+    embedded: list[str] = []
+
+    def resolve(target: str) -> Resolved:  # called once per distinct target
+        targets.append(target)
+        return Resolved(f"CPLINK{nonce}T{len(targets) - 1}E", True, False)
+
+    def embed(source: str) -> str:
+        embedded.append(source)
+        return ""
+
+    done = render(body, resolve_link=resolve, tag_url=tag_url,
+                  embeds=dict.fromkeys(embed_names, embed))
+    if embedded:
+        return None
+    return Template(done.html, done.toc_html, targets, done.links, done.tags, done.text)
+
+
+def placeholder_re(nonce: str) -> re.Pattern[str]:
+    return re.compile(rf'class="wikilink" href="CPLINK{nonce}T(\d+)E"')
+
+
+def place_links(found: re.Pattern[str], tpl: Template,
+                resolve: Callable[[str], Resolved]) -> tuple[str, str]:
+    """The template's HTML and table of contents with every link resolved."""
+    if not tpl.targets:
+        return tpl.html, tpl.toc_html
+    resolved = [resolve(target) for target in tpl.targets]
+
+    def one(m: re.Match[str]) -> str:
+        url, exists, *draft = resolved[int(m.group(1))]
+        cls = ("wikilink draft" if draft and draft[0] else
+               "wikilink" if exists else "wikilink missing")
+        return f'class="{cls}" href="{url.replace("&", "&amp;").replace(chr(34), "&quot;")}"'
+
+    return found.sub(one, tpl.html), found.sub(one, tpl.toc_html)

@@ -1,0 +1,172 @@
+"""Ranked search inside FTS5 at any size: bm25 over a bounded window of the matches, not
+over every match, so a word in every entry costs what a rare one does. search.py parses
+the query language and calls rank(); this module owns the statements.
+"""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+from sqlalchemy.orm import Session
+
+from app.errors import BadQuery
+from app.models import Entry
+
+# Title and tags matter more than a passing mention in the body.
+WEIGHTS = (10.0, 5.0, 1.0)  # title, tags, body
+
+
+def run(session: Session, stmt) -> list:
+    try:
+        return session.execute(stmt).all()
+    except sa.exc.OperationalError as exc:  # FTS5 syntax we failed to prevent
+        session.rollback()
+        raise BadQuery(f"cannot search for that: {exc.orig}") from None
+
+
+# Ranking. bm25 over every match costs O(matches): ~85 ms for a word in every one of 100k
+# entries, however small the page. So bm25 runs over a bounded window, inside FTS5, walking
+# the doclists newest first (ORDER BY rowid DESC stops early; bm25 runs on rows walked):
+#
+#   * up to WINDOW matches (that the filters allow): all of them, in bm25's own order
+#     (weights title 10, tags 5, body 1), ties to the newer entry;
+#   * more than that: first the heads, the newest HEAD_WINDOW matches with a query word in
+#     the title or tags (found in entry_fts_heads, an index of titles and tags alone, and
+#     ranked by how well those match), then the others among the newest WINDOW matches in
+#     bm25's order, then older matches, newest first, unscored (score 0.0).
+#
+# So a word in the title or tags always beats a mention in the body, as bm25's weights
+# nearly always decide anyway, and among a common word's thousands of body mentions the
+# recent ones compete. Filters apply before windowing: dates, weeks and kinds bound the
+# walk by id spans; a tag: is matched in the index too (its words in the tags or body,
+# where #tags live) then checked exactly, so the tag's words add to the score.
+#
+# Why ranges and not id lists: FTS5 runs `MATCH ... AND rowid IN (...)` once per id, and
+# bm25 there counts every match again per id (~3 ms each for a common word); an id list
+# is fine only without bm25 (snippets, checking a few ids), and not for a prefix longer
+# than the index keeps, which merges its terms again per id (then one walk instead).
+HEAD_WINDOW = 100
+WINDOW = 400
+FILTER_SET = 5000  # up to this many entries in a date range, membership is a Python set
+BATCH = 200
+SPANS = 4  # an id set is walked as at most this many id ranges, split at its widest gaps
+INDEXED_PREFIX = 4  # the index keeps prefixes up to this long (migration 0005)
+
+
+def rank(session: Session, terms: list[str], fts: str, ranges: list, checks: list,
+         offset: int, want: int) -> list[tuple[int, float]]:
+    """(rowid, score) of the matches of fts (the query's terms, a tag: in the index too) at
+    [offset:want] in the order above; ranges and checks are the filters on Entry."""
+    keep, spans = _filter(session, ranges, checks)
+    if not spans:
+        return []
+    body, floor = _window(session, "entry_fts", fts, keep, spans, WINDOW, True)
+    if floor is None:  # every match seen: bm25 alone
+        return _order(body)[offset:want]
+    heads = _heads(session, terms, fts, keep, spans)
+    head_ids = {rowid for rowid, _ in heads}
+    ranked = _order(heads) + _order([row for row in body if row[0] not in head_ids])
+    if len(ranked) < want:  # past the window: older matches, newest first
+        older = [(lo, floor - 1 if hi is None else min(hi, floor - 1))
+                 for lo, hi in spans if lo is None or lo < floor]
+        rest, _ = _window(session, "entry_fts", fts, keep, older,
+                          want - len(ranked) + len(head_ids), False)
+        ranked += [row for row in rest if row[0] not in head_ids]
+    return ranked[offset:want]
+
+
+def _order(rows: list) -> list:
+    return sorted(rows, key=lambda row: (row[1], -row[0]))
+
+
+def _heads(session: Session, terms: list[str], fts: str, keep, spans) -> list:
+    """Up to HEAD_WINDOW matches of fts among the newest 2 x HEAD_WINDOW entries with a (not
+    excluded) query word in the title or tags, scored by bm25 over entry_fts_heads (10, 5)."""
+    words = [t for t in terms if t != "OR" and not t.startswith("NOT ")]
+    if not words:
+        return []
+    found, _ = _window(session, "entry_fts_heads", " OR ".join(words), None, spans,
+                       HEAD_WINDOW * 2, True)
+    if keep is not None:
+        found = keep(found)
+    found_ids = [rowid for rowid, _ in found]
+    matching = matches(session, terms, fts, found_ids)
+    return [row for row in found if row[0] in matching][:HEAD_WINDOW]
+
+
+def matches(session: Session, terms: list[str], fts: str, ids: list[int],
+            column: str = "0", **params) -> dict:
+    """{rowid: column} for those ids that match fts: one seek per id, or, where a prefix
+    is longer than the index keeps (each seek would merge its terms again), one walk."""
+    if not ids:
+        return {}
+    listed = ",".join(str(int(i)) for i in ids)
+    long_prefix = any(t.endswith("*") and len(t.removeprefix("NOT ")) - 3 > INDEXED_PREFIX
+                      for t in terms)  # '"coll"*' is a prefix of 4
+    where = (f"+rowid IN ({listed}) AND rowid >= {min(ids)} AND rowid <= {max(ids)}"
+             if long_prefix else f"rowid IN ({listed})")
+    return dict(run(session, sa.text(
+        f"SELECT rowid, {column} FROM entry_fts WHERE entry_fts MATCH :q AND {where}"
+    ).bindparams(q=fts, **params)))
+
+
+def _filter(session: Session, ranges: list, checks: list):
+    """(keep, spans): keep(batch) drops what the filters refuse (None: no filters); spans
+    are (lowest, highest) id ranges worth walking, newest first; [] when nothing is."""
+    allowed = None
+    spans: list = [(None, None)]
+    if ranges:
+        ids = set(session.scalars(sa.select(Entry.id).where(*ranges).limit(FILTER_SET + 1)))
+        if not ids:
+            return None, []
+        if len(ids) <= FILTER_SET:
+            allowed, spans = ids, _spans(sorted(ids, reverse=True))
+        else:  # a broad range: ask the database per batch, within its lowest/highest id
+            spans = [tuple(session.execute(
+                sa.select(sa.func.min(Entry.id), sa.func.max(Entry.id)).where(*ranges)).one())]
+            checks = ranges + checks
+    if allowed is None and not checks:
+        return None, spans
+
+    def keep(batch):
+        rows = [row for row in batch if allowed is None or row[0] in allowed]
+        if rows and checks:
+            ok = set(session.scalars(sa.select(Entry.id).where(
+                Entry.id.in_([row[0] for row in rows]), *checks)))
+            rows = [row for row in rows if row[0] in ok]
+        return rows
+    return keep, spans
+
+
+def _spans(ids: list[int]) -> list[tuple[int, int]]:
+    """Ids (descending) as at most SPANS ranges, newest first, split at the widest gaps."""
+    gaps = sorted(range(1, len(ids)), key=lambda i: ids[i - 1] - ids[i])[-(SPANS - 1):]
+    cuts = [0] + sorted(i for i in gaps if ids[i - 1] - ids[i] > 1) + [len(ids)]
+    return [(ids[b - 1], ids[a]) for a, b in zip(cuts, cuts[1:], strict=False)]
+
+
+def _window(session: Session, table: str, fts: str, keep, spans, n: int, score: bool):
+    """The newest n matches of fts in table that keep allows, walking spans in turn, as
+    (rowid, bm25 or 0.0); and the lowest rowid walked when it stopped before the end."""
+    weights = WEIGHTS if table == "entry_fts" else WEIGHTS[:2]  # entry_fts_heads: title, tags
+    rank = f"bm25({table}, {', '.join(map(str, weights))})" if score else "0.0"
+    kept: list = []
+    for lo, hi in spans:
+        where = f"{table} MATCH :q"
+        where += "" if lo is None else f" AND rowid >= {int(lo)}"
+        where += "" if hi is None else f" AND rowid <= {int(hi)}"
+        sql = f"SELECT rowid, {rank} FROM {table} WHERE {where} ORDER BY rowid DESC"
+        if keep is None:
+            rows = run(session, sa.text(sql + f" LIMIT {n - len(kept)}").bindparams(q=fts))
+            kept += [tuple(row) for row in rows]
+        else:
+            try:
+                result = session.execute(sa.text(sql).bindparams(q=fts))
+                while len(kept) < n and (batch := result.fetchmany(BATCH)):
+                    kept += [tuple(row) for row in keep(batch)][:n - len(kept)]
+                result.close()
+            except sa.exc.OperationalError as exc:
+                session.rollback()
+                raise BadQuery(f"cannot search for that: {exc.orig}") from None
+        if len(kept) >= n:
+            return kept, kept[-1][0]
+    return kept, None

@@ -1,0 +1,329 @@
+"""The run list, its filters and sorts, and compare, at 10,000 finished runs (issue 14).
+
+    .venv/bin/python bench/runs.py                    # 10,000 runs
+    .venv/bin/python bench/runs.py --runs 2000 --requests 100 --shapes /tmp/runs
+
+A fresh data directory is migrated and filled with --runs finished runs whose results are
+real lab outputs (every <shapes>/<experiment>/result.json, e.g. from
+`python -m jobs.lab run <experiment> --out <shapes>/<experiment>`) with every number varied
+per run, stored through the product's own functions as a runner stores them (runs.create,
+transitions, runs.store_result) in write transactions of 500 runs; creation times are
+spread over ten years. Then:
+
+1. in-process, the list's SQL before and after issue 14 (every column of the newest 100 —
+   what the list loaded before — against the listing's columns), and the EXPLAIN QUERY
+   PLAN of each query the list and its filters run;
+2. a real server (`python -m app.cli web`: gunicorn, gthread, the repository's
+   gunicorn.conf.py) driven sequentially over one keep-alive connection, then by
+   --threads concurrent clients for --seconds: /healthz (the baseline), the newest 100
+   (API and page), filtered by experiment and by a parameter, sorted by a result, filter
+   and sort together, and compare of ten runs (page and API). It prints p50/p95, the p95
+   over the baseline's, and the goal: p95 <= 25 ms for a list, <= 50 ms for compare.
+The client shares the machine's cores with the server: compare ratios within one run.
+"""
+
+from __future__ import annotations
+
+import argparse
+import copy
+import http.client
+import json
+import os
+import random
+import shutil
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import tempfile
+import time
+from concurrent.futures import ThreadPoolExecutor
+from datetime import datetime, timedelta
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+import sqlalchemy as sa  # noqa: E402
+
+from app import create_app, upgrades  # noqa: E402
+from app.journal import run_query, runs  # noqa: E402
+from app.models import Run  # noqa: E402
+
+BATCH = 500
+LIST_GOAL, COMPARE_GOAL = 25.0, 50.0
+
+
+def vary(value, rng: random.Random, scale: float):
+    """The same shape, every float moved: a different run of the same experiment."""
+    if isinstance(value, float):
+        return value * scale * rng.uniform(0.9, 1.1)
+    if isinstance(value, dict):
+        return {k: vary(v, rng, scale) for k, v in value.items()}
+    if isinstance(value, list):
+        return [vary(v, rng, scale) for v in value]
+    return value
+
+
+def params_for(experiment: str, i: int, rng: random.Random) -> dict:
+    params = {"seed": i % 100}
+    if experiment not in ("collectives", "gemm_roofline"):
+        params["steps"] = rng.randint(3, 20)
+    if experiment == "pipeline":
+        params["micro_batches"] = rng.choice([2, 4, 8])
+    return params
+
+
+def seed(app, shapes: dict[str, dict], n: int, rng: random.Random) -> None:
+    database = app.extensions["db"]
+    names = sorted(shapes)
+    start = datetime(2016, 1, 4)
+    for first in range(0, n, BATCH):
+        with database.write() as session:
+            for i in range(first, min(n, first + BATCH)):
+                experiment = names[i % len(names)]
+                run = runs.create(session, experiment, params_for(experiment, i, rng),
+                                  actor="bench")
+                run.created_at = start + timedelta(hours=i * 87600 / n)
+                runs.transition(session, run, runs.LEASED, actor="runner:bench")
+                runs.transition(session, run, runs.RUNNING, actor="runner:bench")
+                runs.store_result(session, run, vary(shapes[experiment], rng,
+                                                     rng.uniform(0.5, 1.5)))
+                runs.transition(session, run, runs.SUCCEEDED, actor="runner:bench")
+        print(f"  {min(n, first + BATCH)} runs stored", end="\r", flush=True)
+    with database.engine.connect() as conn:
+        conn.exec_driver_sql("PRAGMA optimize")
+    print()
+
+
+# -- what the database does ---------------------------------------------------------------
+
+QUERIES = {  # kind -> run list arguments
+    "newest": {},
+    "experiment": {"experiment": "pipeline"},
+    "param": {"param.micro_batches": "8"},
+    "sort": {"sort": "step_time_s"},
+    "filter+sort": {"experiment": "pipeline", "param.micro_batches": "8", "sort": "bubble"},
+    "week": {"week": "2021-W10"},
+    "param, all": {"param.device": "auto"},
+    "narrow filter+sort": {"status": "failed", "sort": "mfu"},  # matches nothing
+}
+
+
+def sql_of(stmt) -> str:
+    return str(stmt.compile(dialect=sa.dialects.sqlite.dialect(),
+                            compile_kwargs={"literal_binds": True}))
+
+
+def in_process(app, repeat: int) -> None:
+    database = app.extensions["db"]
+    print("\nin-process, the newest 100 (ms, median of", repeat, "):")
+    with database.read() as session:
+        def clock(fn) -> float:
+            times = []
+            for _ in range(repeat):
+                session.expunge_all()
+                t0 = time.perf_counter()
+                fn()
+                times.append((time.perf_counter() - t0) * 1000)
+            return statistics.median(times)
+
+        before = clock(lambda: list(session.scalars(
+            sa.select(Run).order_by(Run.id.desc()).limit(101))))
+        after = clock(lambda: run_query.listing({}).page(session, 100))
+        print(f"  every column (the list before)   {before:8.2f}")
+        print(f"  the listing's columns (now)      {after:8.2f}   {before / after:5.1f}x faster")
+    print("\nEXPLAIN QUERY PLAN of the list's queries (limit 101), and the SQL's own time "
+          "(median ms):")
+    with database.engine.connect() as conn:
+        for kind, args in QUERIES.items():
+            sql = sql_of(run_query.listing(args).stmt.limit(101))
+            plan = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + sql).all()
+            times = []
+            for _ in range(repeat):
+                t0 = time.perf_counter()
+                conn.exec_driver_sql(sql).all()
+                times.append((time.perf_counter() - t0) * 1000)
+            print(f"  {kind}: {args}  {statistics.median(times):.2f} ms")
+            for row in plan:
+                print(f"      {row[-1]}")
+
+
+# -- the server ---------------------------------------------------------------------------
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_web(data_dir: Path) -> tuple[subprocess.Popen, int]:
+    port = free_port()
+    env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir),
+           "COMMONPLACE_DATABASE_URL": f"sqlite:///{data_dir}/c.db",
+           "COMMONPLACE_BIND": f"127.0.0.1:{port}", "COMMONPLACE_AUTH": "dev",
+           "COMMONPLACE_TIMEZONE": "UTC"}
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "web"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            http.client.HTTPConnection("127.0.0.1", port, timeout=1).connect()
+            return proc, port
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                stop(proc)
+                raise RuntimeError("server did not start") from None
+            time.sleep(0.2)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def timed(conn: http.client.HTTPConnection, path: str) -> float:
+    start = time.perf_counter()
+    conn.request("GET", path)
+    response = conn.getresponse()
+    body = response.read()
+    elapsed = time.perf_counter() - start
+    if response.status != 200:
+        raise RuntimeError(f"{path} answered {response.status}: {body[:300]!r}")
+    return elapsed * 1000
+
+
+def pct(values: list[float], q: int) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
+
+
+def kinds(n: int) -> dict[str, tuple[object, float]]:
+    """kind -> (path maker, goal for its p95 in ms)."""
+    def ten(rng):
+        return ",".join(str(i) for i in rng.sample(range(1, n + 1), 10))
+
+    return {
+        "healthz": (lambda rng: "/healthz", 0),
+        "api newest 100": (lambda rng: "/api/v1/runs?limit=100", LIST_GOAL),
+        "page newest 50": (lambda rng: "/runs", LIST_GOAL),
+        "api experiment": (lambda rng: "/api/v1/runs?limit=100&experiment=" + rng.choice(
+            ["pipeline", "zero", "collectives", "gpt_mfu"]), LIST_GOAL),
+        "api param": (lambda rng: "/api/v1/runs?limit=100&param.micro_batches="
+                      + rng.choice("248"), LIST_GOAL),
+        "api param, all": (lambda rng: "/api/v1/runs?limit=100&param.device=auto",
+                           LIST_GOAL),  # a parameter every run has: the widest filter
+        "api week": (lambda rng: f"/api/v1/runs?limit=100&week={rng.randint(2016, 2025)}-W"
+                     f"{rng.randint(10, 50)}", LIST_GOAL),
+        "api sort": (lambda rng: "/api/v1/runs?limit=100&sort=" + rng.choice(
+            ["step_time_s", "mfu", "bubble", "busbw_Bps", "peak_memory_bytes",
+             "1f1b.step_time_s"]), LIST_GOAL),
+        "api filter+sort": (lambda rng: "/api/v1/runs?limit=100&experiment=pipeline"
+                            "&param.micro_batches=" + rng.choice("248") + "&sort="
+                            + rng.choice(["bubble", "mfu", "step_time_s"]), LIST_GOAL),
+        "page filter+sort": (lambda rng: "/runs?experiment=zero&params=steps%3D"
+                             + str(rng.randint(3, 20)) + "&sort=peak_memory_bytes",
+                             LIST_GOAL),
+        "api next page": (lambda rng: "/api/v1/runs?limit=100&sort=mfu&cursor="
+                          + f"{rng.uniform(0.01, 0.3)!r},{n}", LIST_GOAL),
+        "page compare 10": (lambda rng: "/runs/compare?ids=" + ten(rng), COMPARE_GOAL),
+        "api compare 10": (lambda rng: "/api/v1/compare?ids=" + ten(rng), COMPARE_GOAL),
+    }
+
+
+def drive(port: int, make, seconds: float, threads: int) -> list[float]:
+    stop_at = time.perf_counter() + seconds
+    samples: list[list[float]] = [[] for _ in range(threads)]
+
+    def client(i: int) -> None:
+        rng = random.Random(i)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        while time.perf_counter() < stop_at:
+            samples[i].append(timed(conn, make(rng)))
+        conn.close()
+
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(client, range(threads)))
+    return [x for row in samples for x in row]
+
+
+def serve(data_dir: Path, n: int, args) -> None:
+    proc, port = start_web(data_dir)
+    rng = random.Random(args.seed)
+    try:
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        every = kinds(n)
+        for make, _ in every.values():
+            for _ in range(10):  # warm: templates, caches, every worker thread
+                timed(conn, make(rng))
+        seq: dict[str, list[float]] = {kind: [] for kind in every}
+        load = os.getloadavg()[0]
+        for _ in range(args.requests):  # interleaved: a noisy neighbour hits every kind
+            for kind, (make, _) in every.items():
+                seq[kind].append(timed(conn, make(rng)))
+        load = max(load, os.getloadavg()[0])
+        conn.close()
+        table = {kind: (seq[kind], drive(port, make, args.seconds, args.threads), goal)
+                 for kind, (make, goal) in every.items()}
+    finally:
+        stop(proc)
+    print(f"\nload average during the sequential part: up to {load:.1f} "
+          f"on {os.cpu_count()} cores (others' work on this machine skews p95)")
+    base_seq, base_busy = pct(table["healthz"][0], 95), pct(table["healthz"][1], 95)
+    print(f"\nsequential ({args.requests} requests, one keep-alive connection) and "
+          f"{args.threads} concurrent clients for {args.seconds:g}s; ms; x = p95 over "
+          "/healthz's p95")
+    print(f"  {'kind':<17} {'p50':>7} {'p95':>7} {'x':>6} {'goal':>6}  | "
+          f"{'busy p50':>8} {'p95':>7} {'x':>6}  n")
+    for kind, (seq, busy, goal) in table.items():
+        p95 = pct(seq, 95)
+        verdict = "" if not goal else ("ok" if p95 <= goal else "MISS")
+        print(f"  {kind:<17} {pct(seq, 50):7.2f} {p95:7.2f} {p95 / base_seq:5.1f}x "
+              f"{goal or '':>6} {verdict:<4}| {pct(busy, 50):8.2f} {pct(busy, 95):7.2f} "
+              f"{pct(busy, 95) / base_busy:5.1f}x  {len(busy)}")
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    parser.add_argument("--runs", type=int, default=10_000)
+    parser.add_argument("--shapes", type=Path, default=Path("/tmp/runs"),
+                        help="a folder of <experiment>/result.json (real lab outputs)")
+    parser.add_argument("--requests", type=int, default=200, help="sequential, per kind")
+    parser.add_argument("--seconds", type=float, default=3.0, help="concurrent, per kind")
+    parser.add_argument("--threads", type=int, default=4)
+    parser.add_argument("--seed", type=int, default=14)
+    parser.add_argument("--keep", action="store_true", help="keep the data directory")
+    args = parser.parse_args()
+    shapes = {p.parent.name: json.loads(p.read_text())
+              for p in sorted(args.shapes.glob("*/result.json"))}
+    if not shapes:
+        sys.exit(f"no */result.json under {args.shapes}: run the lab first (module doc)")
+    print(f"result shapes from {args.shapes}: {', '.join(sorted(shapes))}")
+    data_dir = Path(tempfile.mkdtemp(prefix="cp-bench-runs-"))
+    try:
+        app = create_app({"DATA_DIR": data_dir, "DATABASE_URL": f"sqlite:///{data_dir}/c.db",
+                          "AUTH_MODE": "dev", "TIMEZONE": "UTC"})
+        upgrades.upgrade(app.extensions["db"], data_dir / "backups")
+        t0 = time.perf_counter()
+        seed(app, {k: copy.deepcopy(v) for k, v in shapes.items()}, args.runs,
+             random.Random(args.seed))
+        size = (data_dir / "c.db").stat().st_size / 1e6
+        print(f"{args.runs} runs stored in {time.perf_counter() - t0:.0f}s "
+              f"(database {size:.0f} MB)")
+        in_process(app, 20)
+        app.extensions["db"].engine.dispose()
+        serve(data_dir, args.runs, args)
+    finally:
+        if args.keep:
+            print("data kept in", data_dir)
+        else:
+            shutil.rmtree(data_dir, ignore_errors=True)
+
+
+if __name__ == "__main__":
+    main()

@@ -1,0 +1,194 @@
+"""The bulk import (app/notebook/bulk_import.py) against the import it replaced, a save per
+file (transfer.import_folder_slowly): the same folder gives the same rows, the same
+rendered HTML, the same index and the same mirror files, in small batches through a real
+process pool; and an import killed (SIGKILL) half way leaves a consistent notebook that a
+second run completes to the same result as one uninterrupted import."""
+
+from __future__ import annotations
+
+import datetime as dt
+import os
+import random
+import signal
+import sqlite3
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+import pytest
+import yaml
+
+from app import create_app, upgrades
+from app.notebook import bulk_import, transfer
+from tests.helpers import ROOT
+
+TAGS = ["ml", "gpu", "home", "work/infra"]
+
+
+def write(folder: Path, name: str, text: str) -> None:
+    path = folder / name
+    path.parent.mkdir(parents=True, exist_ok=True)
+    path.write_text(text)
+
+
+def corpus(folder: Path, n: int = 120, seed: int = 3, twice: bool = True) -> None:
+    """Notes linking back and forth (titles, dates, weeks, drafts), plus the odd cases."""
+    rng = random.Random(seed)
+    titles = [f"Note {rng.choice(['alpha', 'beta', 'Über'])} {i % 40}" for i in range(n)]
+    for i in range(n):
+        date = dt.date(2020, 1, 1) + dt.timedelta(days=i // 3)
+        links = " ".join(f"[[{titles[rng.randrange(n)]}]]" for _ in range(rng.randint(0, 3)))
+        extra = rng.choice(["", f"[[{date - dt.timedelta(days=2)}]]", "[[2020-W03|that week]]",
+                            "[[Nobody wrote this]]", "#ideas", "\n\n```python\nx = 1\n```"])
+        status = "draft" if i % 17 == 0 else "published"
+        tags = rng.sample(TAGS, rng.randint(0, 2))
+        name = f"{date.year}/{date.isoformat()}-{titles[i].lower().replace(' ', '-')}-{i}.md"
+        front = yaml.safe_dump({"title": titles[i], "date": date, "tags": tags, "status": status},
+                               sort_keys=False, allow_unicode=True, default_flow_style=None)
+        write(folder, name, f"---\n{front}---\n# {titles[i]}\n\n{links} {extra} done\n")
+    write(folder, "2020/2020-W03.md", "---\ntitle: Week 2020-W03\ndate: 2020-01-13\n"
+                                      "kind: week\nweek: 2020-W03\n---\nsee [[Note alpha 3]]\n")
+    write(folder, "2020/2020-01-05-twice.md", "---\ntitle: Twice\n---\nfirst\n")
+    if twice:  # a second file naming the same entry: it updates it (on every import)
+        write(folder, "2020/2020-01-05-twice-2.md", "---\ntitle: Twice\n---\nsecond [[Twice]]\n")
+    write(folder, "2020/2020-01-06-run.md", "# Run\n\n```run\nid: 999\n```\n[[Twice]]\n")
+    write(folder, "2020/2020-01-07-bad.md", "---\ntitle: Bad\ntags: ['9x']\n---\nx\n")
+    write(folder, "2020/2020-01-08-broken.md", "---\ntitle: [unclosed\n---\nx\n")
+
+
+def snapshot(data: Path) -> dict:
+    """Everything an import leaves: rows (timestamps aside), the index, mirror files."""
+    db = sqlite3.connect(data / "commonplace.db")
+    tables = {
+        "entry": "SELECT id, kind, date, iso_week, title, slug, body_md, body_html, toc_html, "
+                 "tags, status, revision FROM entry ORDER BY id",
+        "revision": "SELECT entry_id, number, date, title, body_md, tags, status, author, note "
+                    "FROM revision ORDER BY entry_id, number",
+        "link": "SELECT source_id, target_key, text, context FROM link "
+                "ORDER BY source_id, target_key",
+        "tag": "SELECT entry_id, tag FROM entry_tag ORDER BY entry_id, tag",
+        "fts": "SELECT rowid, title, tags, body FROM entry_fts ORDER BY rowid",
+    }
+    found = {name: db.execute(sql).fetchall() for name, sql in tables.items()}
+    assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    db.close()
+    notes = data / "notes"
+    found["files"] = {str(p.relative_to(notes)): p.read_text() for p in notes.rglob("*.md")}
+    return found
+
+
+def differences(a: dict, b: dict) -> dict:
+    return {name: [row for row in a[name] if row not in b[name]][:3] for name in a
+            if a[name] != b[name]}
+
+
+@pytest.fixture
+def two(tmp_path, monkeypatch):
+    """Two fresh notebooks; small batches, so a folder of 120 files makes many."""
+    monkeypatch.setattr(bulk_import, "BATCH", 16)
+    monkeypatch.setattr(bulk_import, "CHUNK", 5)
+
+    def make(name):
+        data = tmp_path / name
+        app = create_app({"DATA_DIR": data, "DATABASE_URL": f"sqlite:///{data}/commonplace.db",
+                          "AUTH_MODE": "dev", "OWNERS": [], "VIEWERS": [], "TIMEZONE": "UTC",
+                          "TESTING": True})
+        upgrades.upgrade(app.extensions["db"], data / "backups")
+        return app.extensions["db"], data
+
+    return make("slow"), make("bulk")
+
+
+def test_bulk_import_equals_a_save_per_file(tmp_path, two):
+    (slow, slow_dir), (bulk, bulk_dir) = two
+    source = tmp_path / "in"
+    corpus(source)
+    seen = []
+    a = transfer.import_folder_slowly(slow, source)
+    b = transfer.import_folder(bulk, source, workers=2, progress=lambda d, t: seen.append((d, t)))
+    assert (b.created, b.updated, b.unchanged) == (a.created, a.updated, a.unchanged)
+    assert sorted(b.errors) == sorted(a.errors) and len(a.errors) == 2
+    assert seen[-1] == (126, 126) and len(seen) > 5
+    assert differences(snapshot(bulk_dir), snapshot(slow_dir)) == {}
+    # the export gives the files back as they came in (the ones without front matter and
+    # "twice", which "twice-2" updated, aside)
+    out = tmp_path / "out"
+    transfer.export_folder(bulk, out)
+    exported = {p.read_text() for p in out.rglob("*.md")}
+    notes = [p for p in source.rglob("*.md") if "title: Note" in p.read_text()]
+    assert len(notes) == 120 and all(p.read_text() in exported for p in notes)
+
+
+def test_a_second_import_over_a_notebook_links_both_ways(tmp_path, two):
+    """Half the folder first, then all of it changed a little: updates, new entries that
+    entries from the first import link to, and nothing else moves."""
+    (slow, slow_dir), (bulk, bulk_dir) = two
+    source = tmp_path / "in"
+    corpus(source)
+    files = sorted(source.rglob("*.md"))
+    half = tmp_path / "half"
+    for path in files[::2]:
+        write(half, str(path.relative_to(source)), path.read_text())
+    for path in files[5::9]:
+        path.write_text(path.read_text() + "\nmore [[Twice]]\n")
+    for db in (slow, bulk):
+        first = (transfer.import_folder_slowly if db is slow else transfer.import_folder)
+        first(db, half)
+    a = transfer.import_folder_slowly(slow, source)
+    b = transfer.import_folder(bulk, source, workers=2)
+    assert (b.created, b.updated, b.unchanged) == (a.created, a.updated, a.unchanged)
+    assert a.updated > 0 and a.unchanged > 0
+    assert differences(snapshot(bulk_dir), snapshot(slow_dir)) == {}
+    # again: only the two files naming one entry ("twice", "twice-2") take turns
+    again = transfer.import_folder(bulk, source, workers=0)
+    slow_again = transfer.import_folder_slowly(slow, source)
+    assert (again.created, again.updated) == (slow_again.created, slow_again.updated) == (0, 2)
+    assert differences(snapshot(bulk_dir), snapshot(slow_dir)) == {}
+
+
+KILLED_IMPORT = """
+import sys
+from app import create_app
+from app.notebook import bulk_import, transfer
+bulk_import.BATCH = 8
+app = create_app()
+transfer.import_folder(app.extensions["db"], sys.argv[1], workers=1)
+"""
+
+
+def test_an_import_killed_half_way_is_consistent_and_a_rerun_finishes_it(tmp_path, two):
+    (whole, whole_dir), (_, killed_dir) = two
+    source = tmp_path / "in"
+    corpus(source, n=300, twice=False)
+    transfer.import_folder(whole, source, workers=0)
+    env = {**os.environ, "COMMONPLACE_DATA_DIR": str(killed_dir), "COMMONPLACE_TIMEZONE": "UTC"}
+    env.pop("COMMONPLACE_DATABASE_URL", None)
+    child = subprocess.Popen([sys.executable, "-c", KILLED_IMPORT, str(source)], cwd=ROOT,
+                             env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    count, deadline = 0, time.monotonic() + 60
+    while child.poll() is None and time.monotonic() < deadline:
+        try:
+            with sqlite3.connect(killed_dir / "commonplace.db", timeout=5) as db:
+                count = db.execute("SELECT count(*) FROM entry").fetchone()[0]
+        except sqlite3.OperationalError:
+            pass
+        if count >= 40:
+            break
+        time.sleep(0.005)
+    child.send_signal(signal.SIGKILL)
+    child.wait()
+    half = snapshot(killed_dir)
+    assert 0 < len(half["entry"]) < 300, "the import finished before it could be killed"
+    # consistent: each entry has its revisions, its index row, its HTML resolved as it
+    # would be with only these entries in the notebook
+    assert len(half["fts"]) == len(half["entry"])
+    assert {(r[0], r[1]) for r in half["revision"]} == {
+        (e[0], n) for e in half["entry"] for n in range(1, e[11] + 1)}
+    assert all(e[7] for e in half["entry"] if e[6])
+    app = create_app({"DATA_DIR": killed_dir, "TIMEZONE": "UTC", "AUTH_MODE": "dev",
+                      "DATABASE_URL": f"sqlite:///{killed_dir}/commonplace.db",
+                      "OWNERS": [], "VIEWERS": [], "TESTING": True})
+    rerun = transfer.import_folder(app.extensions["db"], source, workers=0)
+    assert rerun.unchanged == len(half["entry"]) and rerun.created == 303 - len(half["entry"])
+    assert differences(snapshot(killed_dir), snapshot(whole_dir)) == {}
