@@ -31,10 +31,7 @@ import json
 import os
 import random
 import shutil
-import signal
-import socket
 import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,6 +47,7 @@ import sqlalchemy as sa  # noqa: E402
 from app import create_app, upgrades  # noqa: E402
 from app.journal import run_query, runs  # noqa: E402
 from app.models import Run  # noqa: E402
+from bench.serving import pct, start_web, stop  # noqa: E402
 
 BATCH = 500
 LIST_GOAL, COMPARE_GOAL = 25.0, 50.0
@@ -153,40 +151,6 @@ def in_process(app, repeat: int) -> None:
 # -- the server ---------------------------------------------------------------------------
 
 
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
-
-
-def start_web(data_dir: Path) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir),
-           "COMMONPLACE_DATABASE_URL": f"sqlite:///{data_dir}/c.db",
-           "COMMONPLACE_BIND": f"127.0.0.1:{port}", "COMMONPLACE_AUTH": "dev",
-           "COMMONPLACE_TIMEZONE": "UTC"}
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "web"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            http.client.HTTPConnection("127.0.0.1", port, timeout=1).connect()
-            return proc, port
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                stop(proc)
-                raise RuntimeError("server did not start") from None
-            time.sleep(0.2)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
 
 def timed(conn: http.client.HTTPConnection, path: str) -> float:
     start = time.perf_counter()
@@ -198,9 +162,6 @@ def timed(conn: http.client.HTTPConnection, path: str) -> float:
         raise RuntimeError(f"{path} answered {response.status}: {body[:300]!r}")
     return elapsed * 1000
 
-
-def pct(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 def kinds(n: int) -> dict[str, tuple[object, float]]:

@@ -28,14 +28,9 @@ import argparse
 import datetime as dt
 import html
 import http.client
-import os
 import random
 import shutil
-import signal
-import socket
 import sqlite3
-import statistics
-import subprocess
 import sys
 import tempfile
 import time
@@ -50,6 +45,7 @@ import sqlalchemy as sa  # noqa: E402
 from app import create_app, upgrades  # noqa: E402
 from app.notebook import search  # noqa: E402
 from app.notebook.isoweeks import iso_week  # noqa: E402
+from bench.serving import pct, start_web, stop  # noqa: E402
 
 COMMON = ("pipeline tensor gradient bubble stage rank bandwidth latency collective reduce "
           "scatter gather broadcast shard optimizer activation memory checkpoint micro batch "
@@ -175,37 +171,6 @@ def raw(conn, text: str) -> list:
         "WHERE entry_fts MATCH ? ORDER BY s LIMIT 20", (fts,)).fetchall()
 
 
-def start_web(data_dir: Path) -> tuple[subprocess.Popen, int]:
-    """The real server, as bench/web.py starts it."""
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        port = sock.getsockname()[1]
-    env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir),
-           "COMMONPLACE_DATABASE_URL": f"sqlite:///{data_dir}/c.db",
-           "COMMONPLACE_BIND": f"127.0.0.1:{port}", "COMMONPLACE_AUTH": "dev",
-           "COMMONPLACE_TIMEZONE": "UTC"}
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "web"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            http.client.HTTPConnection("127.0.0.1", port, timeout=1).connect()
-            return proc, port
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                proc.kill()
-                raise RuntimeError("server did not start") from None
-            time.sleep(0.2)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
-
 
 def get(conn: http.client.HTTPConnection, path: str) -> float:
     start = time.perf_counter()
@@ -217,9 +182,6 @@ def get(conn: http.client.HTTPConnection, path: str) -> float:
         raise RuntimeError(f"{path} answered {response.status}: {body[:200]!r}")
     return elapsed
 
-
-def pct(values: list[float], q: int) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[q - 1]
 
 
 def plans(database, text: str) -> list[str]:

@@ -52,9 +52,6 @@ import json
 import os
 import random
 import shutil
-import signal
-import socket
-import statistics
 import subprocess
 import sys
 import tempfile
@@ -71,6 +68,7 @@ from app import create_app, upgrades  # noqa: E402
 from app.notebook.isoweeks import iso_week  # noqa: E402
 from app.notebook.render import render  # noqa: E402
 from app.web.auth.identity import hash_token  # noqa: E402
+from bench.serving import free_port, pct, start_web, stop, wait_listening  # noqa: E402
 from tests.real_runs import store_run  # noqa: E402  (a finished run, stored as a runner does)
 
 WORDS = ("pipeline tensor gradient bubble stage rank bandwidth latency collective reduce "
@@ -85,11 +83,6 @@ TOKEN = "cp_bench-token-for-the-api-kind"  # an owner token `seed` stores
 QUERIES = ["pipeline", "bubble schedule", '"tensor parallel"', "collect*", "nvlink -gloo",
            "tag:ml attention", "zq00042", "measure OR predict", "week:2024-W13", "kind:week"]
 
-
-def free_port() -> int:
-    with socket.socket() as sock:
-        sock.bind(("127.0.0.1", 0))
-        return sock.getsockname()[1]
 
 
 def seed(data_dir: Path, n: int, rng: random.Random) -> list[tuple[int, str]]:
@@ -153,9 +146,6 @@ def timed(conn: http.client.HTTPConnection, path: str | tuple[str, dict]) -> flo
         raise RuntimeError(f"{path} answered {response.status}: {body[:200]!r}")
     return elapsed * 1000
 
-
-def pct(values: list[float], q: float) -> float:
-    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
 
 
 def one_connection(port: int) -> http.client.HTTPConnection:
@@ -276,39 +266,6 @@ CALC_QUERIES = ["model=124m&gpu=h100&dp=8", "model=7b&gpu=h200&dp=8&zero=3",
                 "model=70b&gpu=h100&tp=8&pp=4&dp=2&micro_batches=16",
                 "model=1b&gpu=a100&pp=4&micro_batches=8", "model=7b&gpu=h100&tp=4&dp=2"]
 
-
-def start_web(data_dir: Path) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir),
-           "COMMONPLACE_DATABASE_URL": f"sqlite:///{data_dir}/c.db",
-           "COMMONPLACE_BIND": f"127.0.0.1:{port}", "COMMONPLACE_AUTH": "dev",
-           "COMMONPLACE_TIMEZONE": "UTC"}
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "web"], cwd=ROOT, env=env,
-                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_listening(proc, port)
-    return proc, port
-
-
-def wait_listening(proc: subprocess.Popen, port: int) -> None:
-    deadline = time.monotonic() + 30
-    while True:
-        try:
-            http.client.HTTPConnection("127.0.0.1", port, timeout=1).connect()
-            return
-        except OSError:
-            if time.monotonic() > deadline or proc.poll() is not None:
-                stop(proc)
-                raise RuntimeError("server did not start") from None
-            time.sleep(0.2)
-
-
-def stop(proc: subprocess.Popen) -> None:
-    proc.send_signal(signal.SIGTERM)
-    try:
-        proc.wait(timeout=15)
-    except subprocess.TimeoutExpired:
-        proc.kill()
-        proc.wait()
 
 
 def run_views(requests: int) -> None:

@@ -1,0 +1,62 @@
+"""What every bench that times the real server shares: a free loopback port, `commonplace
+web` (gunicorn as configured) on a data directory, waiting for it to listen, stopping it,
+and percentiles."""
+
+from __future__ import annotations
+
+import http.client
+import os
+import signal
+import socket
+import statistics
+import subprocess
+import sys
+import time
+from pathlib import Path
+
+ROOT = Path(__file__).resolve().parent.parent
+
+
+def free_port() -> int:
+    with socket.socket() as sock:
+        sock.bind(("127.0.0.1", 0))
+        return sock.getsockname()[1]
+
+
+def start_web(data_dir: Path) -> tuple[subprocess.Popen, int]:
+    """The real web server on <data_dir>/c.db, dev identity (loopback is the owner)."""
+    port = free_port()
+    env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir),
+           "COMMONPLACE_DATABASE_URL": f"sqlite:///{data_dir}/c.db",
+           "COMMONPLACE_BIND": f"127.0.0.1:{port}", "COMMONPLACE_AUTH": "dev",
+           "COMMONPLACE_TIMEZONE": "UTC"}
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "web"], cwd=ROOT, env=env,
+                            stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_listening(proc, port)
+    return proc, port
+
+
+def wait_listening(proc: subprocess.Popen, port: int) -> None:
+    deadline = time.monotonic() + 30
+    while True:
+        try:
+            http.client.HTTPConnection("127.0.0.1", port, timeout=1).connect()
+            return
+        except OSError:
+            if time.monotonic() > deadline or proc.poll() is not None:
+                stop(proc)
+                raise RuntimeError("server did not start") from None
+            time.sleep(0.2)
+
+
+def stop(proc: subprocess.Popen) -> None:
+    proc.send_signal(signal.SIGTERM)
+    try:
+        proc.wait(timeout=15)
+    except subprocess.TimeoutExpired:
+        proc.kill()
+        proc.wait()
+
+
+def pct(values: list[float], q: float) -> float:
+    return statistics.quantiles(values, n=100, method="inclusive")[int(q) - 1]
