@@ -47,7 +47,7 @@ import sqlalchemy as sa  # noqa: E402
 from app import create_app, upgrades  # noqa: E402
 from app.journal import run_query, runs  # noqa: E402
 from app.models import Run  # noqa: E402
-from bench.serving import pct, start_web, stop  # noqa: E402
+from bench.serving import pct, start_web, stop, timed  # noqa: E402
 
 BATCH = 500
 LIST_GOAL, COMPARE_GOAL = 25.0, 50.0
@@ -149,19 +149,6 @@ def in_process(app, repeat: int) -> None:
 
 
 # -- the server ---------------------------------------------------------------------------
-
-
-
-def timed(conn: http.client.HTTPConnection, path: str) -> float:
-    start = time.perf_counter()
-    conn.request("GET", path)
-    response = conn.getresponse()
-    body = response.read()
-    elapsed = time.perf_counter() - start
-    if response.status != 200:
-        raise RuntimeError(f"{path} answered {response.status}: {body[:300]!r}")
-    return elapsed * 1000
-
 
 
 def kinds(n: int) -> dict[str, tuple[object, float]]:

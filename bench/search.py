@@ -45,7 +45,7 @@ import sqlalchemy as sa  # noqa: E402
 from app import create_app, upgrades  # noqa: E402
 from app.notebook import search  # noqa: E402
 from app.notebook.isoweeks import iso_week  # noqa: E402
-from bench.serving import pct, start_web, stop  # noqa: E402
+from bench.serving import insert_notes, pct, start_web, stop, timed  # noqa: E402
 
 COMMON = ("pipeline tensor gradient bubble stage rank bandwidth latency collective reduce "
           "scatter gather broadcast shard optimizer activation memory checkpoint micro batch "
@@ -120,15 +120,7 @@ def seed(data_dir: Path, n: int, rng: random.Random) -> list[str]:
                         "updated_at": now})
         fts.append({"id": eid, "t": f"Week {week}", "g": "", "b": body})
     with database.engine.begin() as conn:
-        conn.execute(sa.text(
-            "INSERT INTO entry (id, kind, date, iso_week, title, slug, body_md, body_html, "
-            "toc_html, tags, status, revision, created_at, updated_at) VALUES (:id, :kind, "
-            ":date, :iso_week, :title, :slug, :body_md, :body_html, :toc_html, :tags, :status, "
-            ":revision, :created_at, :updated_at)"), entries)
-        conn.execute(sa.text("INSERT INTO entry_fts (rowid, title, tags, body) "
-                             "VALUES (:id, :t, :g, :b)"), fts)
-        conn.execute(sa.text("INSERT INTO entry_tag (entry_id, tag) VALUES (:entry_id, :tag)"),
-                     tags)
+        insert_notes(conn, entries, fts, tags)
         conn.exec_driver_sql("INSERT INTO entry_fts (entry_fts) VALUES ('optimize')")
     with database.engine.connect() as conn:
         conn.exec_driver_sql("PRAGMA optimize")
@@ -169,19 +161,6 @@ def raw(conn, text: str) -> list:
         "SELECT rowid, bm25(entry_fts, 10.0, 5.0, 1.0) AS s, "
         "snippet(entry_fts, 2, '<b>', '</b>', '…', 16) FROM entry_fts "
         "WHERE entry_fts MATCH ? ORDER BY s LIMIT 20", (fts,)).fetchall()
-
-
-
-def get(conn: http.client.HTTPConnection, path: str) -> float:
-    start = time.perf_counter()
-    conn.request("GET", path)
-    response = conn.getresponse()
-    body = response.read()
-    elapsed = (time.perf_counter() - start) * 1000
-    if response.status != 200:
-        raise RuntimeError(f"{path} answered {response.status}: {body[:200]!r}")
-    return elapsed
-
 
 
 def plans(database, text: str) -> list[str]:
@@ -254,8 +233,8 @@ def main() -> None:
                         took["raw"], cpu["raw"] = both(lambda t: raw(raw_conn, t), text)
                     if http_conn is not None:
                         page, api = paths(text)
-                        took["page"] = get(http_conn, page)
-                        took["api"] = get(http_conn, api)
+                        took["page"] = timed(http_conn, page)
+                        took["api"] = timed(http_conn, api)
                     if round_:
                         for k, v in took.items():
                             samples[k].setdefault(kind, []).append(v)

@@ -1,6 +1,6 @@
 """What every bench that times the real server shares: a free loopback port, `commonplace
 web` (gunicorn as configured) on a data directory, waiting for it to listen, stopping it,
-and percentiles."""
+one timed GET, percentiles, and seeding notes straight into the tables."""
 
 from __future__ import annotations
 
@@ -13,6 +13,8 @@ import subprocess
 import sys
 import time
 from pathlib import Path
+
+import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parent.parent
 
@@ -56,6 +58,33 @@ def stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def timed(conn: http.client.HTTPConnection, path: str | tuple[str, dict]) -> float:
+    """One GET in ms, refused unless 200; `path` may carry its headers: (path, headers)."""
+    path, headers = path if isinstance(path, tuple) else (path, {})
+    start = time.perf_counter()
+    conn.request("GET", path, headers=headers)
+    response = conn.getresponse()
+    body = response.read()
+    elapsed = time.perf_counter() - start
+    if response.status != 200:
+        raise RuntimeError(f"{path} answered {response.status}: {body[:200]!r}")
+    return elapsed * 1000
+
+
+def insert_notes(conn, entries: list[dict], fts: list[dict], tags: list[dict]) -> None:
+    """Seed rows straight into the notebook's tables (entries, their search rows, tags)."""
+    conn.execute(sa.text(
+        "INSERT INTO entry (id, kind, date, iso_week, title, slug, body_md, body_html, "
+        "toc_html, tags, status, revision, created_at, updated_at) VALUES (:id, :kind, "
+        ":date, :iso_week, :title, :slug, :body_md, :body_html, :toc_html, :tags, :status, "
+        ":revision, :created_at, :updated_at)"), entries)
+    conn.execute(sa.text("INSERT INTO entry_fts (rowid, title, tags, body) "
+                         "VALUES (:id, :t, :g, :b)"), fts)
+    if tags:
+        conn.execute(sa.text("INSERT INTO entry_tag (entry_id, tag) VALUES (:entry_id, :tag)"),
+                     tags)
 
 
 def pct(values: list[float], q: float) -> float:

@@ -68,7 +68,15 @@ from app import create_app, upgrades  # noqa: E402
 from app.notebook.isoweeks import iso_week  # noqa: E402
 from app.notebook.render import render  # noqa: E402
 from app.web.auth.identity import hash_token  # noqa: E402
-from bench.serving import free_port, pct, start_web, stop, wait_listening  # noqa: E402
+from bench.serving import (  # noqa: E402
+    free_port,
+    insert_notes,
+    pct,
+    start_web,
+    stop,
+    timed,
+    wait_listening,
+)
 from tests.real_runs import store_run  # noqa: E402  (a finished run, stored as a runner does)
 
 WORDS = ("pipeline tensor gradient bubble stage rank bandwidth latency collective reduce "
@@ -82,7 +90,6 @@ RARE = [f"zq{i:05d}" for i in range(20000)]  # words that appear in a handful of
 TOKEN = "cp_bench-token-for-the-api-kind"  # an owner token `seed` stores
 QUERIES = ["pipeline", "bubble schedule", '"tensor parallel"', "collect*", "nvlink -gloo",
            "tag:ml attention", "zq00042", "measure OR predict", "week:2024-W13", "kind:week"]
-
 
 
 def seed(data_dir: Path, n: int, rng: random.Random) -> list[tuple[int, str]]:
@@ -114,15 +121,7 @@ def seed(data_dir: Path, n: int, rng: random.Random) -> list[tuple[int, str]]:
         links.append({"source_id": i + 1, "target_key": f"note {(i * 7) % n}", "text": "x",
                       "context": "context of the link"})
     with database.engine.begin() as conn:
-        conn.execute(sa.text(
-            "INSERT INTO entry (id, kind, date, iso_week, title, slug, body_md, body_html, "
-            "toc_html, tags, status, revision, created_at, updated_at) VALUES (:id, :kind, "
-            ":date, :iso_week, :title, :slug, :body_md, :body_html, :toc_html, :tags, :status, "
-            ":revision, :created_at, :updated_at)"), entries)
-        conn.execute(sa.text("INSERT INTO entry_fts (rowid, title, tags, body) "
-                             "VALUES (:id, :t, :g, :b)"), fts)
-        conn.execute(sa.text("INSERT INTO entry_tag (entry_id, tag) VALUES (:entry_id, :tag)"),
-                     tags)
+        insert_notes(conn, entries, fts, tags)
         conn.execute(sa.text("INSERT INTO link (source_id, target_key, text, context) "
                              "VALUES (:source_id, :target_key, :text, :context)"), links)
         conn.execute(sa.text("INSERT INTO token (name, role, token_hash, created_at) "
@@ -132,20 +131,6 @@ def seed(data_dir: Path, n: int, rng: random.Random) -> list[tuple[int, str]]:
         conn.exec_driver_sql("PRAGMA optimize")
     database.engine.dispose()
     return [(e["id"], e["slug"]) for e in entries]
-
-
-def timed(conn: http.client.HTTPConnection, path: str | tuple[str, dict]) -> float:
-    """One GET; `path` may carry its headers: (path, headers)."""
-    path, headers = path if isinstance(path, tuple) else (path, {})
-    start = time.perf_counter()
-    conn.request("GET", path, headers=headers)
-    response = conn.getresponse()
-    body = response.read()
-    elapsed = time.perf_counter() - start
-    if response.status != 200:
-        raise RuntimeError(f"{path} answered {response.status}: {body[:200]!r}")
-    return elapsed * 1000
-
 
 
 def one_connection(port: int) -> http.client.HTTPConnection:
@@ -265,7 +250,6 @@ VIEW_RUNS = {  # small enough for seconds on two cores, as the views' tests use
 CALC_QUERIES = ["model=124m&gpu=h100&dp=8", "model=7b&gpu=h200&dp=8&zero=3",
                 "model=70b&gpu=h100&tp=8&pp=4&dp=2&micro_batches=16",
                 "model=1b&gpu=a100&pp=4&micro_batches=8", "model=7b&gpu=h100&tp=4&dp=2"]
-
 
 
 def run_views(requests: int) -> None:
