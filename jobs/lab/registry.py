@@ -2,7 +2,8 @@
 
 The web app and the CLI import this module to build forms and to refuse bad
 parameters before anything is launched, so it must stay importable without
-torch: plain data and plain functions only (no imports from the rest of the lab).
+torch: plain data and plain functions only. The schemas themselves are in
+jobs/lab/schemas.py (one strategy at a time) and schemas_combined.py (strategies combined).
 
 A schema is JSON-serialisable. Each parameter is a dict with
 ``type`` (``int``, ``float``, ``str``, ``bool`` or ``str_list``), ``default``,
@@ -17,6 +18,8 @@ from __future__ import annotations
 
 import copy
 from typing import Any
+
+from jobs.lab import schemas, schemas_combined
 
 SCHEMA_VERSION = 1
 
@@ -34,217 +37,7 @@ class UnknownExperiment(KeyError):
     """No experiment of that name is in the catalogue."""
 
 
-def _p(type_: str, default: Any, description: str, **extra: Any) -> dict[str, Any]:
-    return {"type": type_, "default": default, "description": description, **extra}
-
-
-# Shared parameters: one meaning per name, whichever experiment uses it.
-_COMMON: dict[str, dict[str, Any]] = {
-    "world_size": _p("int", 2, "Number of ranks (processes; one GPU each on CUDA).", min=1, max=8),
-    "steps": _p("int", 5, "Timed optimizer steps per strategy (after warm-up).", min=1, max=1000),
-    "warmup": _p("int", 2, "Untimed warm-up steps per strategy.", min=0, max=100),
-    "batch_size": _p("int", 8, "Global batch in sequences per optimizer step.", min=1, max=4096),
-    "seq_len": _p("int", 32, "Tokens per sequence.", min=4, max=8192),
-    "hidden": _p("int", 64, "Hidden size h (model width).", min=8, max=16384),
-    "layers": _p("int", 4, "Transformer blocks (or MLP blocks) L.", min=1, max=128),
-    "heads": _p("int", 4, "Attention heads a; hidden must be divisible by it.", min=1, max=256),
-    "vocab": _p("int", 256, "Vocabulary size v.", min=16, max=262144),
-    "micro_batches": _p("int", 4, "Micro-batches m per optimizer step.", min=1, max=256),
-    "model": _p("str", "gpt", "Which model: a small GPT or a plain residual MLP stack.",
-                choices=["gpt", "mlp"]),
-    "device": _p("str", "auto", "cpu (gloo), cuda (nccl, one GPU per rank) or auto "
-                 "(cuda when a GPU is present).", choices=["auto", "cpu", "cuda"]),
-    "seed": _p("int", 0, "Seed for weights and data.", min=0, max=2**31 - 1),
-    "dtype": _p("str", "float32", "Parameter and activation dtype.",
-                choices=["float32", "bfloat16"]),
-    "gate_tolerance": _p("str", "float32", "Tolerances of the correctness gate: float32's, "
-                         "or bfloat16's looser ones (GPU runs, whose kernels and nccl "
-                         "reduce in other orders than the reference; bf16_adamw always "
-                         "uses these).", choices=["float32", "bfloat16"]),
-    "precision": _p("str", "fp32_sgd", "Training recipe: fp32 weights with SGD + momentum "
-                    "(12 bytes/parameter), or bf16 compute with fp32 master weights and "
-                    "AdamW (2 + 2 + 12 bytes/parameter), as large models are trained.",
-                    choices=["fp32_sgd", "bf16_adamw"]),
-}
-
-
-def _params(*names: str, **overrides: dict[str, Any]) -> dict[str, dict[str, Any]]:
-    out = {n: copy.deepcopy(_COMMON[n]) for n in names}
-    for name, change in overrides.items():
-        base = out.get(name) or {}
-        out[name] = {**base, **change}
-    return out
-
-
-_RESULT_TRAINING = (
-    "Per strategy: correctness (loss and max gradient/parameter/optimizer-state error "
-    "against the single-device reference, invariants), step time median/p10/p90, "
-    "tokens/s, communication counted per collective kind (PyTorch's own strategies' "
-    "too), memory per rank from the allocator against the formula with its buffers "
-    "named, MFU, and the cost model's prediction after calibration, with measured/"
-    "predicted ratios, the dominant term and the residual the model leaves unexplained."
-)
-
-EXPERIMENTS: dict[str, dict[str, Any]] = {
-    "collectives": {
-        "title": "Collective bandwidth sweep",
-        "description": (
-            "How fast is the interconnect? Times all_reduce, all_gather, reduce_scatter, "
-            "broadcast, send/recv and all_to_all over message sizes and reports algorithm "
-            "bandwidth (bytes/time) and bus bandwidth (algbw times the nccl-tests factor, "
-            "comparable to the link speed). Fits latency alpha and bandwidth W per operation "
-            "so that t = alpha + factor*S/W, the model every other experiment predicts with."
-        ),
-        "params": _params(
-            "world_size", "device", "seed",
-            ops={"type": "str_list", "default": ["all_reduce", "all_gather", "reduce_scatter",
-                                                 "broadcast", "send_recv", "all_to_all"],
-                 "choices": ["all_reduce", "all_gather", "reduce_scatter", "broadcast",
-                             "send_recv", "all_to_all"],
-                 "description": "Collectives to time."},
-            min_bytes=_p("int", 1024, "Smallest message (bytes, the full buffer S).",
-                         min=8, max=2**32),
-            max_bytes=_p("int", 1 << 20, "Largest message (bytes); sizes double from min.",
-                         min=8, max=2**33),
-            iters=_p("int", 8, "Timed iterations per size (median reported).", min=1, max=1000),
-            warmup=_p("int", 2, "Untimed iterations per size.", min=0, max=100),
-            measure_overhead=_p("bool", True, "Also time a raw all_reduce loop against the "
-                                "same loop through the instrumentation wrapper."),
-        ),
-        "min_world_size": 2,
-        "result": "Per op and size: median/p10/p90 time, algbw, busbw; per op the fitted "
-                  "alpha and W and predicted/measured times; wrapper overhead.",
-    },
-    "gemm_roofline": {
-        "title": "Compute roofline (GEMM FLOP/s)",
-        "description": (
-            "What does one multiply-add cost here? Times square and transformer-shaped "
-            "matrix multiplies and a large copy, then places each on the roofline "
-            "t = max(2MNK/C, bytes/BW). The measured peak is what CPU MFU is a fraction of."
-        ),
-        "params": _params(
-            "device", "dtype", "seed",
-            world_size=_p("int", 1, "Single process.", min=1, max=1),
-            sizes=_p("str_list", ["64", "128", "256", "512"],
-                     "Square GEMM edge lengths to time.",
-                     choices=["32", "64", "128", "256", "512", "1024", "2048", "4096",
-                              "8192"]),
-            iters=_p("int", 5, "Timed iterations per shape.", min=1, max=1000),
-        ),
-        "min_world_size": 1,
-        "result": "Per shape: FLOP/s, arithmetic intensity, roofline bound, fraction of it; "
-                  "the measured peak FLOP/s and copy bandwidth; ridge point.",
-    },
-    "data_parallel": {
-        "title": "Data parallel: naive vs bucketed vs DDP (+ gradient accumulation)",
-        "description": (
-            "Every rank holds the whole model and a slice of the batch; gradients are "
-            "averaged with all_reduce. The naive version all-reduces every gradient after "
-            "backward; the bucketed one starts each bucket's all_reduce as soon as its "
-            "gradients exist (overlap); DDP is PyTorch's. With micro_batches > 1 the first "
-            "m-1 micro-batches skip the sync (no_sync), so bytes per step stay P*e."
-        ),
-        "params": _params(
-            "world_size", "steps", "warmup", "batch_size", "seq_len", "hidden", "layers",
-            "heads", "vocab", "model", "device", "seed", "gate_tolerance", "precision",
-            micro_batches=_p("int", 1, "Gradient-accumulation micro-batches per rank per "
-                             "step (all-reduce only on the last).", min=1, max=64),
-            bucket_cap_mb=_p("float", 0.25, "Bucket size for the bucketed strategy and DDP "
-                             "(MB).", min=0.001, max=1024.0),
-            strategies=_p("str_list", ["single", "dp_naive", "dp_bucket", "ddp"],
-                          "Strategies to check and time.",
-                          choices=["single", "dp_naive", "dp_bucket", "ddp"]),
-        ),
-        "min_world_size": 1,
-        "result": _RESULT_TRAINING,
-    },
-    "pipeline": {
-        "title": "Pipeline parallel: naive MP vs GPipe vs 1F1B (by hand and torch)",
-        "description": (
-            "Layers are split into p stages, one per rank; micro-batches flow forward and "
-            "gradients flow back with send/recv. Naive model parallelism (one batch) leaves "
-            "(p-1)/p of the time idle; GPipe (all forward, all backward) and 1F1B shrink the "
-            "bubble to (p-1)/(m+p-1). GPipe holds activations of all m micro-batches; 1F1B "
-            "at most p - rank. Compared with torch.distributed.pipelining."
-        ),
-        "params": _params(
-            "world_size", "steps", "warmup", "batch_size", "seq_len", "hidden", "heads",
-            "vocab", "micro_batches", "model", "device", "seed", "gate_tolerance", "precision",
-            layers=_p("int", 4, "Blocks L, split evenly-ish over the stages.", min=1, max=128),
-            strategies=_p("str_list", ["naive_mp", "gpipe", "1f1b", "torch_gpipe",
-                                       "torch_1f1b"],
-                          "Strategies to check and time.",
-                          choices=["single", "naive_mp", "gpipe", "1f1b", "torch_gpipe",
-                                   "torch_1f1b"]),
-        ),
-        "min_world_size": 2,
-        "result": _RESULT_TRAINING + " Pipeline adds the measured and predicted bubble "
-                                     "fraction and activations held per stage.",
-    },
-    "tensor_parallel": {
-        "title": "Tensor parallel: Megatron by hand vs DTensor",
-        "description": (
-            "Each block's attention heads and MLP columns are split over t ranks: a "
-            "column-parallel linear, then a row-parallel one, joined by the f operator "
-            "(identity forward, all_reduce backward) and the g operator (all_reduce forward, "
-            "identity backward) -> 4 all-reduces of b*s*h per layer, on the critical path. "
-            "Compared with DTensor ColwiseParallel/RowwiseParallel."
-        ),
-        "params": _params(
-            "world_size", "steps", "warmup", "batch_size", "seq_len", "hidden", "layers",
-            "heads", "vocab", "device", "seed", "gate_tolerance", "precision",
-            strategies=_p("str_list", ["single", "tp_megatron", "tp_dtensor"],
-                          "Strategies to check and time.",
-                          choices=["single", "tp_megatron", "tp_dtensor"]),
-        ),
-        "min_world_size": 1,
-        "result": _RESULT_TRAINING,
-    },
-    "zero": {
-        "title": "ZeRO sharding: stage 1 and 2 by hand vs FSDP2",
-        "description": (
-            "Data parallel, but the optimizer state (ZeRO-1), also the gradients (ZeRO-2), "
-            "also the parameters (ZeRO-3, FSDP2 fully_shard) are split over the d ranks. "
-            "Gradients are reduce-scattered and parameters all-gathered: the same bytes as "
-            "DP's all-reduce for stages 1-2, 1.5x for stage 3 - memory for communication."
-        ),
-        "params": _params(
-            "world_size", "steps", "warmup", "batch_size", "seq_len", "hidden", "layers",
-            "heads", "vocab", "model", "device", "seed", "gate_tolerance", "precision",
-            bucket_cap_mb=_p("float", 0.25, "Bucket size for the hand-written stages (MB).",
-                             min=0.001, max=1024.0),
-            strategies=_p("str_list", ["ddp", "zero1", "zero2", "fsdp2"],
-                          "Strategies to check and time.",
-                          choices=["single", "ddp", "zero1", "zero2", "fsdp2"]),
-        ),
-        "min_world_size": 1,
-        "result": _RESULT_TRAINING + " Memory per rank split into parameters, gradients "
-                                     "and optimizer state.",
-    },
-    "gpt_mfu": {
-        "title": "Single-device GPT throughput and MFU",
-        "description": (
-            "Trains a GPT on one device and reports tokens/s and model FLOPs utilisation: "
-            "(6N + 12*L*h*s) FLOPs per token times tokens/s over the peak - 989 TFLOP/s "
-            "bf16 dense on H100/H200 for a bf16 run, else the measured GEMM peak (named "
-            "in the result)."
-        ),
-        "params": _params(
-            "steps", "warmup", "seq_len", "hidden", "layers", "heads", "vocab", "device",
-            "dtype", "seed",
-            world_size=_p("int", 1, "Single process.", min=1, max=1),
-            batch_size=_p("int", 4, "Sequences per step.", min=1, max=4096),
-            peak_tflops=_p("float", 0.0, "Peak to divide by (TFLOP/s); 0 = the dense bf16 "
-                           "datasheet peak for bf16 on H100/H200 (989) or A100 (312), else "
-                           "the measured GEMM peak of the dtype.", min=0.0, max=100000.0),
-            tie_head=_p("bool", False, "Tie the LM head to the token embedding (GPT-2's "
-                        "124M is tied; untied it is 163M)."),
-        ),
-        "min_world_size": 1,
-        "result": "tokens/s, FLOPs per token, achieved TFLOP/s, MFU, peak used and where it "
-                  "came from, step time median/p10/p90, memory.",
-    },
-}
+EXPERIMENTS: dict[str, dict[str, Any]] = {**schemas.EXPERIMENTS, **schemas_combined.EXPERIMENTS}
 
 
 def catalogue() -> list[dict[str, Any]]:
@@ -373,3 +166,41 @@ def _check_rules(name: str, p: dict[str, Any]) -> None:
         if p["heads"] % w:
             raise ParamError("heads", f"heads={p['heads']} is not divisible by the "
                                       f"tensor-parallel degree world_size={w}")
+    _check_combined(name, p)
+
+
+def _divides(param: str, value: int, by: int, what: str) -> None:
+    if value % by:
+        raise ParamError(param, f"{param}={value} is not divisible by {what}={by}")
+
+
+def _check_combined(name: str, p: dict[str, Any]) -> None:
+    """The rules of schemas_combined.py's experiments."""
+    w, chosen = p["world_size"], p.get("strategies", [])
+    if name == "mesh":
+        tp, pp = p["tp"], p["pp"]
+        needs = {"dp_tp": tp, "torch_dp_tp": tp, "dp_pp": pp, "dp_pp_tp": tp * pp}
+        for s in chosen:
+            if s in needs:
+                _divides("world_size", w, needs[s], f"{s}'s model-parallel degree")
+                dp = w // needs[s]
+                m = p["micro_batches"] if s in ("dp_pp", "dp_pp_tp") else 1
+                _divides("batch_size", p["batch_size"], dp * m,
+                         f"{s}'s data-parallel degree x micro-batches")
+        if any(s in chosen for s in ("dp_tp", "torch_dp_tp", "dp_pp_tp")):
+            _divides("heads", p["heads"], tp, "tp")
+        if any(s in chosen for s in ("dp_pp", "dp_pp_tp")) and p["layers"] < pp:
+            raise ParamError("layers", f"needs at least one layer per stage: layers="
+                                       f"{p['layers']} < pp={pp}")
+    if name == "recompute":
+        _divides("batch_size", p["batch_size"], w, "world_size")
+    if name == "sequence":
+        if any(s.startswith("tp") or s.startswith("torch_tp") for s in chosen):
+            _divides("heads", p["heads"], w, "world_size")
+        _divides("seq_len", p["seq_len"], w if "cp_ring" not in chosen else 2 * w,
+                 "world_size" if "cp_ring" not in chosen else "2*world_size")
+    if name == "experts":
+        _divides("experts", p["experts"], w, "world_size")
+        _divides("batch_size", p["batch_size"], w, "world_size")
+        if p["top_k"] > p["experts"]:
+            raise ParamError("top_k", f"top_k={p['top_k']} exceeds experts={p['experts']}")

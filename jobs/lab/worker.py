@@ -33,6 +33,10 @@ IMPLEMENTATIONS = {
     "pipeline": "jobs.lab.experiments.training",
     "tensor_parallel": "jobs.lab.experiments.training",
     "zero": "jobs.lab.experiments.training",
+    "mesh": "jobs.lab.experiments.training",
+    "recompute": "jobs.lab.experiments.training",
+    "sequence": "jobs.lab.experiments.training",
+    "experts": "jobs.lab.experiments.training",
 }
 
 

@@ -40,7 +40,6 @@ CASES = [(exp, w) for exp in PARAMS for w in (1, 2, 4)
 
 def test_the_matrix_covers_every_experiment():
     assert set(PARAMS) == set(registry.EXPERIMENTS)
-    assert len(CASES) == 15
 
 
 @pytest.mark.parametrize("experiment,world", CASES)

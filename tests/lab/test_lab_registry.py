@@ -25,7 +25,8 @@ def test_catalogue_is_json_and_complete():
     assert json.loads(json.dumps(cat)) == cat
     names = {e["name"] for e in cat}
     assert names == {"collectives", "gemm_roofline", "data_parallel", "pipeline",
-                     "tensor_parallel", "zero", "gpt_mfu"}
+                     "tensor_parallel", "zero", "gpt_mfu", "mesh", "recompute", "sequence",
+                     "experts"}
     for exp in cat:
         assert exp["description"] and exp["title"] and exp["result"]
         for pname, spec in exp["params"].items():

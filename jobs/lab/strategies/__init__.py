@@ -24,6 +24,24 @@ STRATEGIES: dict[str, str] = {
     "zero1": "jobs.lab.strategies.zero:Zero1",
     "zero2": "jobs.lab.strategies.zero:Zero2",
     "fsdp2": "jobs.lab.strategies.fsdp:TorchFSDP2",
+    # combined and newer strategies (issue 16): each helper owns its own lines below
+    "zero3": "jobs.lab.strategies.zero3:Zero3",
+    "interleaved_1f1b": "jobs.lab.strategies.interleaved:Interleaved1F1B",
+    "torch_interleaved_1f1b": "jobs.lab.strategies.torch_schedules:TorchInterleaved1F1B",
+    "torch_zero_bubble": "jobs.lab.strategies.torch_schedules:TorchZeroBubble",
+    "dp_tp": "jobs.lab.strategies.mesh:DataTensor",
+    "dp_pp": "jobs.lab.strategies.mesh:DataPipeline",
+    "dp_pp_tp": "jobs.lab.strategies.mesh:DataPipelineTensor",
+    "torch_dp_tp": "jobs.lab.strategies.torch_mesh:TorchDataTensor",
+    "recompute_full": "jobs.lab.strategies.recompute:RecomputeFull",
+    "recompute_selective": "jobs.lab.strategies.recompute:RecomputeSelective",
+    "torch_checkpoint_full": "jobs.lab.strategies.torch_checkpoint:TorchCheckpointFull",
+    "torch_checkpoint_selective": "jobs.lab.strategies.torch_checkpoint:TorchCheckpointSelective",
+    "tp_sequence": "jobs.lab.strategies.sequence_parallel:MegatronSP",
+    "torch_tp_sequence": "jobs.lab.strategies.sequence_parallel:TorchSequenceParallel",
+    "cp_ring": "jobs.lab.strategies.context_parallel:RingAttention",
+    "ep_alltoall": "jobs.lab.strategies.experts:ExpertParallel",
+    "dense": "jobs.lab.strategies.experts:DenseBaseline",
 }
 
 _overrides: dict[str, type] = {}

@@ -1,0 +1,116 @@
+"""The catalogue's experiments that combine strategies the way large models are trained:
+meshes of data, pipeline and tensor parallelism, activation recomputation, sequence and
+context parallelism, experts spread over ranks. Plain data, as in schemas.py."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from jobs.lab.schemas import RESULT_TRAINING, p, params
+
+_TRAINING = ("steps", "warmup", "batch_size", "seq_len", "hidden", "layers", "heads", "vocab",
+             "device", "seed", "gate_tolerance", "precision")
+
+EXPERIMENTS: dict[str, dict[str, Any]] = {
+    "mesh": {
+        "title": "Meshes: DP×TP, DP×PP and DP×PP×TP, by hand and with DeviceMesh",
+        "description": (
+            "The ranks form a grid: tensor parallelism inside a node (its all-reduces are on "
+            "the critical path and want the fastest link), pipeline stages across nodes "
+            "(point-to-point, small), data parallelism over what is left (one gradient "
+            "all-reduce per step, overlapped). Each dimension has its own process groups; "
+            "world = dp x pp x tp. By hand, and with PyTorch's DeviceMesh, fully_shard and "
+            "parallelize_module. Bytes are predicted per dimension and per link kind."
+        ),
+        "params": params(
+            *_TRAINING,
+            world_size=p("int", 4, "Ranks: dp x pp x tp.", min=2, max=8),
+            tp=p("int", 2, "Tensor-parallel degree t (innermost, within a node).",
+                 min=1, max=8),
+            pp=p("int", 2, "Pipeline stages p of the strategies with a pipeline.",
+                 min=1, max=8),
+            micro_batches=p("int", 2, "Micro-batches m per optimizer step (pipelines).",
+                            min=1, max=64),
+            ranks_per_node=p("int", 2, "Ranks per node, for the link kinds: the tp "
+                             "dimension's peers share a node when tp divides it.",
+                             min=1, max=8),
+            strategies=p("str_list", ["dp_tp", "torch_dp_tp"], "Strategies to check and time.",
+                         choices=["single", "dp_tp", "dp_pp", "dp_pp_tp", "torch_dp_tp"]),
+        ),
+        "min_world_size": 2,
+        "result": RESULT_TRAINING + " Meshes add the degrees, and bytes per dimension and per "
+                                    "link kind (intra-node, inter-node).",
+    },
+    "recompute": {
+        "title": "Activation recomputation: full and selective, by hand and with checkpoint",
+        "description": (
+            "Backward needs forward's activations. Recomputation keeps only each block's "
+            "input and runs the block's forward again during backward (full: about a third "
+            "more compute, activations down from ~34*s*b*h+5*a*s^2*b bytes per layer to "
+            "2*s*b*h), or only the attention core whose memory grows with s^2 (selective: "
+            "little extra compute, most of the saving at long sequences). By hand and with "
+            "torch.utils.checkpoint."
+        ),
+        "params": params(
+            *_TRAINING, "model",
+            world_size=p("int", 1, "Ranks (data parallel when more than one).", min=1, max=8),
+            strategies=p("str_list", ["single", "recompute_full", "recompute_selective",
+                                      "torch_checkpoint_full", "torch_checkpoint_selective"],
+                         "Strategies to check and time.",
+                         choices=["single", "recompute_full", "recompute_selective",
+                                  "torch_checkpoint_full", "torch_checkpoint_selective"]),
+        ),
+        "min_world_size": 1,
+        "result": RESULT_TRAINING + " Recomputation adds activation memory saved and "
+                                    "compute time added, measured vs predicted.",
+    },
+    "sequence": {
+        "title": "Sequence and context parallelism: Megatron-SP and ring attention",
+        "description": (
+            "Tensor parallelism leaves LayerNorm and dropout replicated on every rank. "
+            "Megatron's sequence parallelism shards them on the sequence instead and turns "
+            "each all-reduce into an all-gather before the block and a reduce-scatter after: "
+            "the same bytes, activations divided by t. Context parallelism splits the "
+            "sequence itself over ranks; attention passes the key/value blocks around a ring "
+            "(ring attention), each rank combining partial softmaxes."
+        ),
+        "params": params(
+            *_TRAINING,
+            world_size=p("int", 2, "Ranks: the tensor/sequence/context-parallel degree.",
+                         min=1, max=8),
+            strategies=p("str_list", ["tp_megatron", "tp_sequence", "cp_ring"],
+                         "Strategies to check and time.",
+                         choices=["single", "tp_megatron", "tp_sequence", "torch_tp_sequence",
+                                  "cp_ring"]),
+        ),
+        "min_world_size": 1,
+        "result": RESULT_TRAINING,
+    },
+    "experts": {
+        "title": "Expert parallelism: a mixture-of-experts layer with all-to-all",
+        "description": (
+            "A mixture-of-experts MLP has E experts and a router that sends each token to "
+            "its top-k. With experts spread over ranks, tokens travel to their expert's "
+            "rank with an all-to-all (dispatch) and back with another (combine): 2 all-to-"
+            "alls of about k*n*h*e bytes per layer each way. The load per expert shows how "
+            "evenly the router spreads the tokens; the dense MLP it replaces is the baseline."
+        ),
+        "params": params(
+            *_TRAINING,
+            world_size=p("int", 2, "Ranks; the experts are split evenly over them.",
+                         min=1, max=8),
+            experts=p("int", 4, "Experts E per MoE layer (a multiple of world_size).",
+                      min=1, max=64),
+            top_k=p("int", 1, "Experts each token is routed to.", min=1, max=2),
+            capacity_factor=p("float", 2.0, "Tokens an expert takes per step, as a multiple "
+                              "of its even share (the rest are dropped, as in Switch).",
+                              min=1.0, max=16.0),
+            strategies=p("str_list", ["single", "ep_alltoall", "dense"],
+                         "Strategies to check and time.",
+                         choices=["single", "ep_alltoall", "dense"]),
+        ),
+        "min_world_size": 1,
+        "result": RESULT_TRAINING + " Experts add the tokens routed to each expert, the "
+                                    "dropped tokens and the all-to-all bytes.",
+    },
+}
