@@ -3,6 +3,8 @@ contents, footnotes, tables, task lists, code, the plain text it extracts, embed
 after sanitizing, and robustness. Links and tags are in test_render_links.py, hostile input
 in test_sanitizer.py."""
 
+import dataclasses
+import re
 import threading
 
 from app.notebook import render
@@ -216,21 +218,58 @@ def test_markdown_stash_placeholders_cannot_be_forged():
 
 
 def test_concurrent_renders_are_independent():
-    bodies = [f"# Note {i}\n\n## Part\n\n[[Link {i}]] #tag{i}" for i in range(24)]
+    # each thread reuses one Markdown instance: nothing of one note may reach another
+    bodies = [f"# Note {i}\n\n## Part\n\n[[Link {i}]] #tag{i} footnote[^{i}]\n\n"
+              f"- [{'x' if i % 2 else ' '}] task {i}\n\n```python\nx = {i}\n```\n\n"
+              f"[^{i}]: note {i}" for i in range(24)]
     expected = [render.render(b) for b in bodies]
-    results: dict[int, render.Rendered] = {}
+    results: dict[int, list[render.Rendered]] = {i: [] for i in range(len(bodies))}
 
     def work(i: int) -> None:
-        for _ in range(5):
-            results[i] = render.render(bodies[i])
+        for k in range(5):
+            results[i].append(render.render(bodies[(i + k) % len(bodies)]))
 
     threads = [threading.Thread(target=work, args=(i,)) for i in range(len(bodies))]
     for t in threads:
         t.start()
     for t in threads:
         t.join()
-    for i, exp in enumerate(expected):
-        assert results[i] == exp
+    for i, got in results.items():
+        assert [_canonical(r) for r in got] == \
+            [_canonical(expected[(i + k) % len(bodies)]) for k in range(5)]
+
+
+_ATTR_RE = re.compile(r'\s([\w-]+)(?:="([^"]*)")?')
+_TAG_RE = re.compile(r"<(\w+)(\s[^>]*)?>")
+
+
+def _canonical(r: render.Rendered) -> render.Rendered:
+    """nh3 writes a tag's attributes in no fixed order (`disabled="" type="checkbox"` one
+    time, `type="checkbox" disabled=""` the next): compare them sorted."""
+    def tag(m: re.Match[str]) -> str:
+        attrs = sorted(_ATTR_RE.findall(m.group(2) or ""))
+        return "<" + m.group(1) + "".join(f' {k}="{v}"' for k, v in attrs) + ">"
+    return dataclasses.replace(r, html=_TAG_RE.sub(tag, r.html))
+
+
+def test_a_reused_renderer_forgets_the_previous_note():
+    first = render.render("# A\n\n## B\n\ntext[^1]\n\n[^1]: the first note's footnote")
+    assert "the first note" in first.html and first.toc_html
+    second = render.render("plain words, no headings")
+    assert "footnote" not in second.html and second.toc_html == ""
+    assert second.links == [] and second.tags == [] and second.tasks == []
+
+
+def test_an_embed_may_render_markdown_while_its_note_renders():
+    def inner(source: str) -> str:
+        return render.render(f"**{source.strip()}** [[Inner]] #inner").html
+
+    outer = render.render("[[Outer]] #outer\n\n```card\nbold\n```\n\nafter",
+                          embeds={"card": inner})
+    assert "<strong>bold</strong>" in outer.html and "after" in outer.html
+    assert [link.target for link in outer.links] == ["Outer"] and outer.tags == ["outer"]
+    again = render.render("[[Outer]] #outer")  # the thread's renderer is intact after it
+    assert [link.target for link in again.links] == ["Outer"]
 
 
 def test_fifty_kilobyte_note_renders_whole():

@@ -53,7 +53,7 @@ class Extracted:
 
 
 class _Extractor(HTMLParser):
-    def __init__(self, nonce: str, drop: re.Pattern[str]):
+    def __init__(self, nonce: str, drop: re.Pattern[str] | None):
         super().__init__(convert_charrefs=True)
         self.marker_prefix = nonce + ":"
         self.drop = drop  # embed placeholders
@@ -93,7 +93,8 @@ class _Extractor(HTMLParser):
     def handle_data(self, data: str) -> None:
         if self.skip:
             return
-        data = self.drop.sub("", data)
+        if self.drop is not None:
+            data = self.drop.sub("", data)
         self.flat.append(data if self.pre else _SPACES_RE.sub(" ", data))
         self.blocks[-1].add(data)
 
@@ -162,7 +163,7 @@ def window(text: str, start: int, end: int, width: int = CONTEXT_WIDTH) -> str:
     return ("…" if lo > 0 else "") + text[lo:hi].strip() + ("…" if hi < len(text) else "")
 
 
-def extract(html: str, nonce: str, drop: re.Pattern[str]) -> Extracted:
+def extract(html: str, nonce: str, drop: re.Pattern[str] | None) -> Extracted:
     parser = _Extractor(nonce, drop)
     parser.feed(html)
     parser.close()

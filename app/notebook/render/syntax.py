@@ -74,12 +74,23 @@ class RenderState:
 WIKILINK_RE = r"\[\[([^\[\]|\n]+)(?:\|([^\[\]\n]*))?\]\]"
 
 
-class WikiLinkProcessor(InlineProcessor):
+class _ReadsState:
+    """A processor of a Markdown instance that is reused render after render (one per
+    thread): it reads the current render's state through the extension, never keeps it."""
+
+    ext: CommonplaceExtension
+
+    @property
+    def state(self) -> RenderState:
+        return self.ext.state
+
+
+class WikiLinkProcessor(_ReadsState, InlineProcessor):
     ANCESTOR_EXCLUDES = ("a",)  # never an anchor inside a markdown link
 
-    def __init__(self, state: RenderState, md: Markdown):
+    def __init__(self, ext: CommonplaceExtension, md: Markdown):
         super().__init__(WIKILINK_RE, md)
-        self.state = state
+        self.ext = ext
 
     def handleMatch(self, m: re.Match[str], data: str):  # type: ignore[override]
         target = normalise_target(m.group(1))
@@ -103,12 +114,12 @@ class WikiLinkProcessor(InlineProcessor):
 TAG_RE = r"(?<![^\s(])#([^\W\d_][\w/-]*)"
 
 
-class TagProcessor(InlineProcessor):
+class TagProcessor(_ReadsState, InlineProcessor):
     ANCESTOR_EXCLUDES = ("a",)
 
-    def __init__(self, state: RenderState, md: Markdown):
+    def __init__(self, ext: CommonplaceExtension, md: Markdown):
         super().__init__(TAG_RE, md)
-        self.state = state
+        self.ext = ext
 
     def handleMatch(self, m: re.Match[str], data: str):  # type: ignore[override]
         tag = m.group(1).rstrip("/-_")
@@ -121,18 +132,20 @@ class TagProcessor(InlineProcessor):
         return el, m.start(0), m.start(1) + len(tag)
 
 
-class EmbedPreprocessor(Preprocessor):
+class EmbedPreprocessor(_ReadsState, Preprocessor):
     """Swap registered embed fences for a placeholder paragraph, before fenced_code.
 
     The callable's HTML is trusted and may hold inline SVG, which the sanitizer would
     strip, so it is kept aside and substituted for the placeholder after sanitizing.
     """
 
-    def __init__(self, state: RenderState, md: Markdown):
+    def __init__(self, ext: CommonplaceExtension, md: Markdown):
         super().__init__(md)
-        self.state = state
+        self.ext = ext
 
     def run(self, lines: list[str]) -> list[str]:
+        if not self.state.embeds:
+            return lines
         text = "\n".join(lines)
         out: list[str] = []
         index = 0
@@ -167,14 +180,14 @@ class SpacedHashHeaderProcessor(HashHeaderProcessor):
     )
 
 
-class NumberedTasklist(TasklistTreeprocessor):
+class NumberedTasklist(_ReadsState, TasklistTreeprocessor):
     """pymdownx.tasklist's boxes, each marked `MARKER_ATTR="<nonce>:x:<i>"`. The pipeline
     turns the marks into `data-task="<n>"` (document order) after sanitizing, so the page
     can tick box n; user HTML cannot carry a mark, so it cannot pose as a task box."""
 
-    def __init__(self, state: RenderState, md: Markdown, config: dict):
+    def __init__(self, ext: CommonplaceExtension, md: Markdown, config: dict):
         super().__init__(md)
-        self.state = state
+        self.ext = ext
         self.config = config
 
     def run(self, root):
@@ -189,21 +202,23 @@ class NumberedTasklist(TasklistTreeprocessor):
 
 
 class CommonplaceExtension(Extension):
+    """Wiki links, tags, embeds and numbered task boxes. `state` is the current render's:
+    the pipeline sets it before each convert, so one Markdown instance serves many."""
+
     def __init__(self, state: RenderState):
         super().__init__()
         self.state = state
 
     def extendMarkdown(self, md: Markdown) -> None:
         md.parser.blockprocessors.register(SpacedHashHeaderProcessor(md.parser), "hashheader", 70)
-        if self.state.embeds:
-            # after normalize_whitespace (30), before fenced_code (25)
-            md.preprocessors.register(EmbedPreprocessor(self.state, md), "cp_embeds", 27)
+        # after normalize_whitespace (30), before fenced_code (25); a no-op without embeds
+        md.preprocessors.register(EmbedPreprocessor(self, md), "cp_embeds", 27)
         # after markdown links (160), so "[see [[X]]](url)" stays one link whose text
         # is literal; "[[X]]" itself can never be a defined reference link
-        md.inlinePatterns.register(WikiLinkProcessor(self.state, md), "cp_wikilink", 155)
+        md.inlinePatterns.register(WikiLinkProcessor(self, md), "cp_wikilink", 155)
         # after links, autolinks and raw inline HTML (90): a "#" inside a URL or an
         # attribute has been consumed by then
-        md.inlinePatterns.register(TagProcessor(self.state, md), "cp_tag", 85)
+        md.inlinePatterns.register(TagProcessor(self, md), "cp_tag", 85)
         if "task-list" in md.treeprocessors:  # same place, same options, marked boxes
             config = md.treeprocessors["task-list"].config
-            md.treeprocessors.register(NumberedTasklist(self.state, md, config), "task-list", 25)
+            md.treeprocessors.register(NumberedTasklist(self, md, config), "task-list", 25)
