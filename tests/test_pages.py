@@ -62,6 +62,17 @@ def test_static_assets_and_pygments_css(client):
     assert client.get(js).status_code == 200
 
 
+def test_remembered_urls_follow_the_mount_point(client):
+    # templates' url_for is remembered per (mount point, endpoint, values): a notebook
+    # served under a path prefix must not hand out the root's URLs, nor the reverse
+    root = client.get("/").text
+    mounted = client.get("/", base_url="http://localhost/nb").text
+    assert 'href="/static/app.css?v=' in root and 'href="/sitemap"' in root
+    assert 'href="/nb/static/app.css?v=' in mounted and 'href="/nb/sitemap"' in mounted
+    assert 'href="/sitemap"' not in mounted
+    assert 'href="/nb/sitemap"' not in client.get("/").text
+
+
 # -- home and capture ---------------------------------------------------------------------
 
 
