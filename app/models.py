@@ -24,10 +24,12 @@ class Entry(Base):
 
     __tablename__ = "entry"
     __table_args__ = (
-        # One letter per ISO week; ordinary entries may share a week freely.
+        # One letter per ISO week; ordinary entries may share a week freely. On PostgreSQL
+        # the same partial index comes from the migration (0001): naming a postgresql_*
+        # option here would load SQLAlchemy's whole PostgreSQL dialect (~2 MB) into every
+        # process, a SQLite web worker included.
         sa.Index("ix_entry_one_letter_per_week", "iso_week", unique=True,
-                 sqlite_where=sa.text("kind = 'week'"),
-                 postgresql_where=sa.text("kind = 'week'")),
+                 sqlite_where=sa.text("kind = 'week'")),
         sa.Index("ix_entry_date", "date", "id"),
         sa.Index("ix_entry_kind_date", "kind", "date"),
         sa.CheckConstraint("kind IN ('entry', 'week')", name="ck_entry_kind"),

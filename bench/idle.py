@@ -11,6 +11,8 @@ With --entries N the data directory first holds a notebook of N entries (bench/w
 `seed`), and before the idle window every page kind is read a few times on each worker
 (home, entries, the letter, the site map, a tag, search, the API), so the workers' memory
 is what a worker that has served that notebook holds (goal: <= 60 MB at 100k entries).
+Memory is RSS (every page the process maps, shared ones included: the goal's measure) and
+PSS (shared pages divided among the processes that share them).
 """
 
 from __future__ import annotations
@@ -57,6 +59,16 @@ def cpu_seconds(pid: int) -> float:
 def rss_mb(pid: int) -> float:
     for line in Path(f"/proc/{pid}/status").read_text().splitlines():
         if line.startswith("VmRSS:"):
+            return int(line.split()[1]) / 1024
+    return 0.0
+
+
+def pss_mb(pid: int) -> float:
+    """Proportional memory: each shared page (the interpreter, libraries, what a worker
+    still shares with the master it was forked from) divided among the processes that
+    map it, so the processes' PSS add up to what they take from the machine."""
+    for line in Path(f"/proc/{pid}/smaps_rollup").read_text().splitlines():
+        if line.startswith("Pss:"):
             return int(line.split()[1]) / 1024
     return 0.0
 
@@ -130,10 +142,11 @@ def main() -> None:
         before = {name: cpu_seconds(pid) for name, pid in procs.items()}
         time.sleep(args.seconds)
         print(f"idle for {args.seconds:.0f}s after start-up "
-              f"(CPU % of one core; resident memory)")
+              f"(CPU % of one core; resident memory, RSS and PSS)")
         for name, pid in procs.items():
             used = cpu_seconds(pid) - before[name]
-            print(f"  {name:<24} {100 * used / args.seconds:6.2f}% CPU  {rss_mb(pid):7.1f} MB")
+            print(f"  {name:<24} {100 * used / args.seconds:6.2f}% CPU  {rss_mb(pid):7.1f} MB"
+                  f"  {pss_mb(pid):7.1f} MB PSS")
     finally:
         baseline.kill()
         up.send_signal(signal.SIGTERM)
