@@ -3,7 +3,7 @@ runs, and hand-written strategies against PyTorch's own, printed as ratios (abso
 times on a shared CPU box mean little).
 
     .venv/bin/python bench/lab.py [--world-size 2] [--steps 10] [--precision fp32_sgd]
-                                  [--keep DIR] [--quick]
+                                  [--keep DIR] [--quick] [--combined] [--only EXP ...]
 
 1. predicted / measured step time of every strategy, after the run's calibration
    (goal: within 1.5x), with the term that dominates and what is left unexplained
@@ -31,12 +31,29 @@ MODEL = {"hidden": 256, "heads": 8, "layers": 8, "seq_len": 64, "vocab": 512,
          "batch_size": 16, "device": "cpu"}
 RUNS = {  # experiment -> strategies, run once each
     "data_parallel": ["single", "dp_naive", "dp_bucket", "ddp"],
-    "zero": ["zero1", "zero2", "fsdp2"],
+    "zero": ["zero1", "zero2", "zero3", "fsdp2"],
     "tensor_parallel": ["tp_megatron", "tp_dtensor"],
-    "pipeline": ["gpipe", "torch_gpipe", "1f1b", "torch_1f1b"],
+    "pipeline": ["gpipe", "torch_gpipe", "1f1b", "torch_1f1b", "interleaved_1f1b",
+                 "torch_interleaved_1f1b", "torch_zero_bubble"],
+    # the strategies practitioners combine (--combined)
+    "mesh": ["dp_tp", "torch_dp_tp", "dp_pp", "dp_pp_tp"],
+    "recompute": ["single", "recompute_full", "recompute_selective", "torch_checkpoint_full",
+                  "torch_checkpoint_selective"],
+    "sequence": ["tp_megatron", "tp_sequence", "torch_tp_sequence", "cp_ring"],
+    "experts": ["single", "ep_alltoall"],
 }
-PAIRS = [("dp_bucket", "ddp"), ("dp_naive", "ddp"), ("zero2", "fsdp2"),
-         ("tp_megatron", "tp_dtensor"), ("gpipe", "torch_gpipe"), ("1f1b", "torch_1f1b")]
+COMBINED = ("mesh", "recompute", "sequence", "experts")
+EXTRA = {"pipeline": {"micro_batches": 4}, "data_parallel": {"bucket_cap_mb": 1.0},
+         "zero": {"bucket_cap_mb": 1.0},
+         # dp x pp x tp needs four ranks: tp 2 x pp 2 (dp_pp_tp), dp 2 x tp 2 (dp_tp) ...
+         "mesh": {"world_size": 4, "micro_batches": 4, "tp": 2, "pp": 2}}
+PAIRS = [("dp_bucket", "ddp"), ("dp_naive", "ddp"), ("zero2", "fsdp2"), ("zero3", "fsdp2"),
+         ("tp_megatron", "tp_dtensor"), ("gpipe", "torch_gpipe"), ("1f1b", "torch_1f1b"),
+         ("interleaved_1f1b", "torch_interleaved_1f1b"), ("dp_tp", "torch_dp_tp"),
+         ("recompute_full", "torch_checkpoint_full"),
+         ("recompute_selective", "torch_checkpoint_selective"),
+         ("tp_sequence", "torch_tp_sequence")]
+W = 26  # the longest strategy name
 
 
 def run(experiment: str, params: dict, out: Path) -> dict:
@@ -58,7 +75,7 @@ def mb(x: float) -> str:
 
 def prediction_table(results: dict[str, dict]) -> None:
     print("\n== step time: predicted / measured after calibration (goal: within 1.5x)")
-    print(f"{'strategy':<12} {'measured ms':>11} {'predicted':>9} {'meas/pred':>9}  goal  "
+    print(f"{'strategy':<{W}} {'measured ms':>11} {'predicted':>9} {'meas/pred':>9}  goal  "
           f"{'dominant':<14} {'unexplained':>11}  terms (ms)")
     for exp, result in results.items():
         for s in result["strategies"]:
@@ -66,7 +83,7 @@ def prediction_table(results: dict[str, dict]) -> None:
             r = s["ratios"]["step_time"]
             ok = "ok " if 1 / 1.5 <= r <= 1.5 else "OFF"
             terms = " ".join(f"{k}={v * 1e3:.1f}" for k, v in p["terms_s"].items() if v)
-            print(f"{s['strategy']:<12} {ms(s['step_time_s']['median']):>11} "
+            print(f"{s['strategy']:<{W}} {ms(s['step_time_s']['median']):>11} "
                   f"{ms(p['step_time_s']):>9} {r:9.2f}  {ok}  {p['dominant']:<14} "
                   f"{p['residual_s'] * 1e3:+9.1f} ms  {terms}  [{exp}]")
 
@@ -79,7 +96,7 @@ def pairs_table(by_name: dict[str, dict]) -> None:
             continue
         a, b = by_name[mine]["step_time_s"], by_name[theirs]["step_time_s"]
         r = a["median"] / b["median"]
-        print(f"{mine + ' / ' + theirs:<26} {r:6.3f}x  ({ms(a['median'])} ms [p10 "
+        print(f"{mine + ' / ' + theirs:<48} {r:6.3f}x  ({ms(a['median'])} ms [p10 "
               f"{a['p10'] * 1e3:.2f}, p90 {a['p90'] * 1e3:.2f}] vs {ms(b['median'])} ms "
               f"[p10 {b['p10'] * 1e3:.2f}, p90 {b['p90'] * 1e3:.2f}])  "
               f"{'ok' if r <= 1.15 else 'above 1.15x'}")
@@ -88,31 +105,44 @@ def pairs_table(by_name: dict[str, dict]) -> None:
 def bytes_table(by_name: dict[str, dict]) -> None:
     print("\n== bytes per step: counted vs predicted (rank 0; PyTorch's own counted by the "
           "dispatcher census)")
-    print(f"{'strategy':<12} {'kind':<15} {'counted':>12} {'predicted':>12} {'calls':>11}  "
+    print(f"{'strategy':<{W}} {'kind':<15} {'counted':>12} {'predicted':>12} {'calls':>11}  "
           f"exact  source")
     for name, s in by_name.items():
         rows = [r for r in s["comm"]["bytes_vs_predicted"] if r["rank"] == 0]
         for r in rows:
             calls = f"{r['counted_calls']}/{r['predicted_calls']}"
-            print(f"{name:<12} {r['kind']:<15} {r['counted_bytes']:>12} "
+            print(f"{name:<{W}} {r['kind']:<15} {r['counted_bytes']:>12} "
                   f"{r['predicted_bytes']:>12} {calls:>11}  {str(r['exact']):<5}  "
                   f"{s['comm']['source'].split(',')[0]}")
         if not rows:
-            print(f"{name:<12} {'(none)':<15}")
+            print(f"{name:<{W}} {'(none)':<15}")
 
 
 def memory_table(by_name: dict[str, dict]) -> None:
     print("\n== memory per rank: peak measured (live storage) vs formula (goal: within 10%)")
-    print(f"{'strategy':<12} {'rank':>4} {'measured MB':>11} {'formula MB':>10} {'ratio':>6}  "
+    print(f"{'strategy':<{W}} {'rank':>4} {'measured MB':>11} {'formula MB':>10} {'ratio':>6}  "
           f"peak at               largest terms (MB)")
     for name, s in by_name.items():
         for m in s["memory"]:
             peak, p = m["peak"], m["peak"]["formula"]
             terms = {**p["held"], **p["transient"]}
             top = sorted(terms.items(), key=lambda kv: -kv[1])[:5]
-            print(f"{name:<12} {m['rank']:>4} {mb(peak['measured']):>11} "
+            print(f"{name:<{W}} {m['rank']:>4} {mb(peak['measured']):>11} "
                   f"{mb(peak['predicted']):>10} {peak['ratio']:6.3f}  {p['peak_at']:<20}  "
                   + ", ".join(f"{k} {v / 1e6:.2f}" for k, v in top))
+
+
+def experts_table(result: dict) -> None:
+    """The MoE model beside the dense one of equal active FLOPs it replaces, timed step for
+    step in the same run by the expert-parallel strategy."""
+    print("\n== experts: MoE step vs the dense model of equal active FLOPs, same run")
+    for s in result["strategies"]:
+        for extra in s.get("extra") or []:
+            dense = extra.get("dense_baseline") if isinstance(extra, dict) else None
+            if dense:
+                print(f"{s['strategy']:<{W}} rank {extra.get('rank', 0)}: MoE "
+                      f"{ms(dense['moe_step_time_s'])} ms, dense {ms(dense['step_time_s'])} "
+                      f"ms, MoE/dense {dense['moe_over_dense']:.2f}x ({dense['what']})")
 
 
 def fits_table(results: dict[str, dict]) -> None:
@@ -168,6 +198,9 @@ def main() -> int:
     ap.add_argument("--precision", default="fp32_sgd", choices=["fp32_sgd", "bf16_adamw"])
     ap.add_argument("--keep", type=Path, default=None, help="keep result directories here")
     ap.add_argument("--quick", action="store_true", help="skip the bubble and overhead runs")
+    ap.add_argument("--combined", action="store_true", help="also the combined experiments: "
+                    "mesh (4 ranks), recompute, sequence, experts")
+    ap.add_argument("--only", nargs="+", choices=list(RUNS), help="run only these experiments")
     args = ap.parse_args()
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench_lab_"))
     base.mkdir(parents=True, exist_ok=True)
@@ -177,15 +210,21 @@ def main() -> int:
     print(f"parallelism lab bench: world_size={w}, gloo on CPU, {args.precision}, model "
           f"{MODEL}, {args.steps} timed steps (median, p10/p90)")
     results = {}
-    for exp, names in RUNS.items():
-        extra = {"micro_batches": 4} if exp == "pipeline" else {"bucket_cap_mb": 1.0} \
-            if exp in ("data_parallel", "zero") else {}
-        results[exp] = run(exp, {**common, **extra, "strategies": names}, base / exp)
-    by_name = {s["strategy"]: s for r in results.values() for s in r["strategies"]}
+    chosen = args.only or [e for e in RUNS if args.combined or e not in COMBINED]
+    for exp in chosen:
+        params = {**common, **EXTRA.get(exp, {}), "strategies": RUNS[exp]}
+        results[exp] = run(exp, params, base / exp)
+    by_name: dict[str, dict] = {}  # a name a second experiment repeats is name@experiment
+    for exp, r in results.items():
+        for s in r["strategies"]:
+            by_name[s["strategy"] if s["strategy"] not in by_name
+                    else f"{s['strategy']}@{exp}"] = s
     prediction_table(results)
     pairs_table(by_name)
     bytes_table(by_name)
     memory_table(by_name)
+    if "experts" in results:
+        experts_table(results["experts"])
     fits_table(results)
     if not args.quick:
         bubble_table(common, w, base)

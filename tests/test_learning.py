@@ -39,7 +39,8 @@ def test_every_experiment_has_a_guide_a_diagram_and_a_first_run(client, name):
 
 def test_the_catalogue_lists_no_guide_for_an_experiment_it_lacks():
     assert set(learning.GUIDES) <= set(registry.EXPERIMENTS)
-    assert set(learning.START_HERE) | set(learning.THE_MACHINE) == set(learning.GUIDES)
+    assert set(learning.START_HERE) | set(learning.GOING_FURTHER) | set(learning.THE_MACHINE) \
+        == set(learning.GUIDES)
 
 
 def test_start_here_builds_up_from_data_parallel(client):
@@ -48,8 +49,11 @@ def test_start_here_builds_up_from_data_parallel(client):
     assert_strict_page(page)
     path = re.search(r'<ol class="path">(.*?)</ol>', page.text, re.S)[1]
     steps = [attrs["href"] for attrs, _ in Elements(path).all("a", "path-title")]
-    assert steps == ["#data_parallel", "#pipeline", "#tensor_parallel", "#zero"]
-    assert "All at once" in path  # the combined step, until the lab has one
+    assert steps == ["#data_parallel", "#pipeline", "#tensor_parallel", "#zero", "#mesh"]
+    assert "All at once" not in path  # the combined step (mesh) ends the path now
+    then = re.search(r'<p class="hint">Then: (.*?)</p>', page.text, re.S)[1]
+    assert [attrs["href"] for attrs, _ in Elements(then).all("a")] == \
+        ["#recompute", "#sequence", "#experts"]
 
 
 def test_the_first_run_opens_the_form_filled_in_small(client):

@@ -13,6 +13,7 @@ from dataclasses import dataclass
 from html import escape
 
 from app.journal import charts
+from app.journal.card_experts import experts
 from app.journal.charts import Chart, percent, ratio, seconds, si
 from app.journal.lessons import MAX_STRATEGIES, num
 
@@ -175,6 +176,42 @@ def pipeline(strategies: list[dict]) -> str:
             + (chart.svg() if chart else "") + table + "</details>")
 
 
+DIM_NAMES = {"dp": "data-parallel gradients", "pp": "pipeline activations",
+             "tp": "tensor-parallel all-reduces"}
+
+
+def _mesh_bytes(s: dict) -> tuple[dict[str, float], float]:
+    """A mesh strategy's bytes per dimension summed over its ranks, and those that cross
+    nodes (its extra's mesh.dims: {dim: {bytes, link}} per rank)."""
+    per_dim: dict[str, float] = {}
+    inter = 0.0
+    for e in (s.get("extra") or [])[:64] if isinstance(s.get("extra"), list) else []:
+        dims = e.get("mesh", {}).get("dims") if isinstance(e, dict) and \
+            isinstance(e.get("mesh"), dict) else None
+        for dim, row in (dims.items() if isinstance(dims, dict) else []):
+            b = num(row, "bytes") if isinstance(row, dict) else None
+            if dim in DIM_NAMES and b is not None and b >= 0:
+                per_dim[dim] = per_dim.get(dim, 0.0) + b
+                inter += b if row.get("link") == "inter" else 0.0
+    return per_dim, inter
+
+
+def mesh(strategies: list[dict]) -> str:
+    """One line per mesh strategy: which dimension's traffic dominates, and how much of
+    all its bytes cross nodes."""
+    lines = []
+    for s in strategies:
+        per_dim, inter = _mesh_bytes(s)
+        total = sum(per_dim.values())
+        if not total:
+            continue
+        dim = max(per_dim, key=lambda d: per_dim[d])
+        lines.append(f"<li>{escape(_name(s))}: <strong>{dim}</strong> dominates — "
+                     f"{DIM_NAMES[dim]} are {percent(per_dim[dim] / total)} of "
+                     f"{si(total, 'B')} a step; {percent(inter / total)} cross nodes</li>")
+    return f'<ul class="card-mesh">{"".join(lines)}</ul>' if lines else ""
+
+
 def throughput(strategies: list[dict]) -> str:
     rated = [s for s in strategies if (num(s, "tokens_per_s") or 0) > 0]
     if len(rated) < 2:
@@ -254,7 +291,7 @@ def body(result: dict) -> Body:
     html = (key_table(strategies)
             + (f'<div class="card-charts">{"".join(c.svg() for c in made)}</div>'
                if made else "")
-            + per_step(timed) + pipeline(timed) + throughput(timed)
+            + mesh(timed) + experts(timed) + per_step(timed) + pipeline(timed) + throughput(timed)
             + ("<details><summary>Each strategy in detail</summary>"
                + "".join(_facts(s) for s in strategies) + "</details>" if strategies else ""))
     alt = "Step time measured (predicted): " + "; ".join(

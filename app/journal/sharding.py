@@ -26,7 +26,7 @@ from app.journal.shard_tiles import rows, swatch
 from jobs.lab import registry
 from jobs.lab.layout import Layout, Model, layout, nbytes
 
-MAX_STRATEGIES = 8  # the stylesheet's switch has rules for this many panels
+MAX_STRATEGIES = 12  # the stylesheet's switch has rules for this many panels
 RANK_COLOURS = 8  # ranks past these are told apart by their labels
 
 
@@ -116,7 +116,8 @@ def _draw(model: dict, params: dict, chosen: list, uid: str) -> str:
         try:
             lay = layout(m, name, world, micro_batches=params.get("micro_batches", 1),
                          bucket_cap_mb=params.get("bucket_cap_mb", 0.25),
-                         batch_size=params.get("batch_size", 8))
+                         batch_size=params.get("batch_size", 8),
+                         virtual_stages=params.get("virtual_stages", 1))
         except (ValueError, TypeError) as exc:
             refused.append(f"{name}: {exc}")
             continue

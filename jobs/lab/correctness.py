@@ -181,20 +181,26 @@ def _replicas_differing(ctx: Context, groups: list[tuple[Any, list]]) -> list[st
     return differing
 
 
-def _in_flight(order: list[tuple[str, int]]) -> int:
+def _in_flight(order: list[tuple]) -> int:
     held = most = 0
-    for kind, _ in order:
+    for kind, *_ in order:
         held += 1 if kind == "forward" else -1
         most = max(most, held)
     return most
 
 
-def _schedule(events: list[dict], expected: list[tuple[str, int]]) -> dict[str, Any]:
-    ran = [(e["kind"], e.get("mb")) for e in events if e["kind"] in ("forward", "backward")]
-    return {"order_ok": ran == expected, "max_in_flight": _in_flight(ran),
-            "bound": _in_flight(expected),
-            "ran": " ".join(f"{k[0].upper()}{mb}" for k, mb in ran),
-            "expected": " ".join(f"{k[0].upper()}{mb}" for k, mb in expected)}
+def _schedule(events: list[dict], expected: list[tuple]) -> dict[str, Any]:
+    """(kind, micro-batch) - or, for schedules with virtual stages, (kind, micro-batch,
+    chunk), written F3.1 - as the events recorded them."""
+    width = len(expected[0]) if expected else 2
+    ran = [(e["kind"], e.get("mb"), e.get("chunk"))[:width] for e in events
+           if e["kind"] in ("forward", "backward")]
+
+    def text(order: list[tuple]) -> str:
+        return " ".join(f"{k[0].upper()}{mb}" + "".join(f".{c}" for c in rest)
+                        for k, mb, *rest in order)
+    return {"order_ok": ran == [tuple(x) for x in expected], "max_in_flight": _in_flight(ran),
+            "bound": _in_flight(expected), "ran": text(ran), "expected": text(expected)}
 
 
 def _step(ctx: Context, strategy: Strategy, active: bool, batch: Batch, ref: RefStep,

@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# One short GPU check (at most about 4 minutes on 1-8 H100/H200), every experiment on nccl
+# One short GPU check (at most about 7 minutes on 1-8 H100/H200), every experiment on nccl
 # with W = every visible GPU:
 #   1. the correctness gate (bf16 tolerances) and timing of every strategy that fits W
 #      (zero as people train: bf16 compute, fp32 master weights, AdamW),
@@ -13,7 +13,7 @@
 #   GPU_CHECK_GPUS=N       pretend N GPUs are visible (with GPU_CHECK_DRY_RUN)
 #   GPU_CHECK_DRY_RUN=1    only validate every parameter set (python -m jobs.lab check),
 #                          writing each, resolved, to OUT_DIR/NAME.params.json
-#   GPU_CHECK_BUDGET_S=240 the whole check's time; each run gets what is left (<= 90 s)
+#   GPU_CHECK_BUDGET_S=420 the whole check's time; each run gets what is left (<= 90 s)
 set -uo pipefail
 cd "$(dirname "$0")/../.."
 PY=${PYTHON:-python}
@@ -30,7 +30,7 @@ W=$(( NGPU > 8 ? 8 : NGPU ))          # every GPU, up to the lab's 8 ranks
 HEADS=$(( W * ((8 + W - 1) / W) ))
 MODEL="\"hidden\":$(( 64 * HEADS )),\"heads\":$HEADS,\"layers\":8,\"seq_len\":256,\"vocab\":8192,\"steps\":10,\"warmup\":3"
 GATED="\"device\":\"cuda\",\"gate_tolerance\":\"bfloat16\""
-BUDGET=${GPU_CHECK_BUDGET_S:-240}
+BUDGET=${GPU_CHECK_BUDGET_S:-420}
 FAILED=0
 dirs=()
 
@@ -61,6 +61,18 @@ if [ "$W" -ge 2 ]; then
   lab coll collectives "{\"world_size\":$W,\"device\":\"cuda\",\"min_bytes\":1024,\"max_bytes\":1073741824,\"iters\":10,\"warmup\":3}"
 else
   echo "gpu_check: one GPU - pipeline and collectives need two ranks (NCCL refuses two on one GPU)"
+fi
+# the strategies practitioners combine: recomputation, sequence/context parallelism and
+# experts at every W (one rank is the reference path); interleaved and zero-bubble
+# schedules from two GPUs (2 chunks a rank: layers = 2W); the dp x pp x tp mesh from four
+lab rc recompute "{\"world_size\":$W,$GATED,\"batch_size\":$B,$MODEL}"
+lab seq sequence "{\"world_size\":$W,$GATED,\"batch_size\":$B,$MODEL}"
+lab moe experts "{\"world_size\":$W,$GATED,\"batch_size\":$B,\"experts\":$(( 2 * W )),$MODEL}"
+if [ "$W" -ge 2 ]; then
+  lab ppi pipeline "{\"world_size\":$W,$GATED,\"batch_size\":$B,$MODEL,\"layers\":$(( 2 * W )),\"micro_batches\":$(( 2 * W )),\"virtual_stages\":2,\"strategies\":[\"1f1b\",\"interleaved_1f1b\",\"torch_interleaved_1f1b\",\"torch_zero_bubble\"]}"
+fi
+if [ "$W" -ge 4 ] && [ $(( W % 4 )) -eq 0 ]; then
+  lab mesh mesh "{\"world_size\":$W,$GATED,\"batch_size\":$B,$MODEL,\"tp\":2,\"pp\":2,\"micro_batches\":4,\"ranks_per_node\":$W,\"strategies\":[\"dp_tp\",\"torch_dp_tp\",\"dp_pp\",\"dp_pp_tp\"]}"
 fi
 lab roofline gemm_roofline '{"device":"cuda","dtype":"bfloat16","sizes":["1024","2048","4096","8192"],"iters":10}'
 lab mfu gpt_mfu '{"device":"cuda","dtype":"bfloat16","tie_head":true,"layers":12,"hidden":768,"heads":12,"seq_len":1024,"vocab":50304,"batch_size":16,"steps":10,"warmup":3}'

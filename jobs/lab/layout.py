@@ -15,10 +15,17 @@ communicated for it and when. The rules (jobs/lab/placement.py) follow the strat
                 with its optimizer state, and the bucket is all-gathered back
     FSDP2       each tensor cut into d chunks of ceil(rows/d) rows (dim 0); one unit per
                 block and the root; all-gathered around use, gradients reduce-scattered
+    ZeRO-3      rank r keeps slice r of each flat, padded unit (zero3_plan.units:
+                embedding, blocks, head) and nothing else between uses (zero3_plan)
     pipelines   blocks of costmodel.stage_layers on each stage, the embedding on the
                 first, the head on the last; activations sent between stages
+    interleaved the blocks in p*v chunks, chunk c on rank c % p (interleaved_placement)
     TP          q, k, v, fc split by output rows (column-parallel), both projections by
                 input columns (row-parallel); the rest replicated (tp_split_params)
+    SP, CP      TP's split, plus the sequence sharded (sequence_placement); ring attention
+                replicates the weights and splits the tokens
+    recompute   the single device's (or DP's) placement: recomputation moves no weights
+The meshes (dp x pp x tp) and the experts have no view yet: a layout knows one degree.
 """
 
 from __future__ import annotations
@@ -26,7 +33,13 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from jobs.lab import placement
+from jobs.lab import (
+    interleaved_placement,
+    placement,
+    recompute_memory,
+    sequence_placement,
+    zero3_plan,
+)
 from jobs.lab.placement import FLAT, Ctx, Model, Piece, nbytes
 
 __all__ = ["FLAT", "LABELS", "Block", "Layout", "Model", "Piece", "Tensor", "layout", "nbytes"]
@@ -39,20 +52,42 @@ LABELS = {
     "zero1": "ZeRO-1 by hand (optimizer state sharded)",
     "zero2": "ZeRO-2 by hand (optimizer state and gradients sharded)",
     "fsdp2": "torch FSDP2 fully_shard (ZeRO-3)",
+    "zero3": "ZeRO-3 by hand (parameters, gradients and optimizer state sharded)",
     "naive_mp": "naive model parallel (one batch, no micro-batches)",
     "gpipe": "GPipe by hand (all forward, all backward)",
     "1f1b": "1F1B by hand (one forward, one backward)",
     "torch_gpipe": "torch.distributed.pipelining ScheduleGPipe",
     "torch_1f1b": "torch.distributed.pipelining Schedule1F1B",
+    "interleaved_1f1b": "interleaved 1F1B by hand (v virtual stages per rank)",
+    "torch_interleaved_1f1b": "torch.distributed.pipelining ScheduleInterleaved1F1B",
+    "torch_zero_bubble": "torch.distributed.pipelining ScheduleInterleavedZeroBubble",
     "tp_megatron": "Megatron tensor parallel by hand (f/g operators)",
     "tp_dtensor": "torch DTensor ColwiseParallel/RowwiseParallel",
+    "dp_tp": "DP x TP by hand (tp groups inside, dp groups across)",
+    "dp_pp": "DP x PP by hand (1F1B stages, dp groups per stage)",
+    "dp_pp_tp": "DP x PP x TP by hand (3D: tp inside a stage, stages, dp across)",
+    "torch_dp_tp": "torch DeviceMesh 2-D: fully_shard on dp, parallelize_module on tp",
+    "ep_alltoall": "expert parallel by hand (all-to-all dispatch and combine)",
+    "recompute_full": "full recomputation by hand (block input kept)",
+    "recompute_selective": "selective recomputation by hand (attention core rerun)",
+    "torch_checkpoint_full": "torch.utils.checkpoint per block (full)",
+    "torch_checkpoint_selective": "torch.utils.checkpoint on the attention core (selective)",
+    "tp_sequence": "Megatron sequence parallel by hand (all-gather / reduce-scatter)",
+    "torch_tp_sequence": "torch DTensor SequenceParallel + Colwise/RowwiseParallel (Shard(1))",
+    "cp_ring": "context parallel by hand (ring attention, load-balanced causal chunks)",
 }
-RULES = {"single": placement.single, "fsdp2": placement.fsdp2,
+RULES = {"single": placement.single, "fsdp2": placement.fsdp2, "zero3": zero3_plan.zero3,
          **dict.fromkeys(("dp_naive", "dp_bucket", "ddp"), placement.data_parallel),
          **dict.fromkeys(("zero1", "zero2"), placement.zero),
          **dict.fromkeys(("naive_mp", "gpipe", "1f1b", "torch_gpipe", "torch_1f1b"),
                          placement.pipeline),
-         **dict.fromkeys(("tp_megatron", "tp_dtensor"), placement.tensor_parallel)}
+         **dict.fromkeys(("tp_megatron", "tp_dtensor"), placement.tensor_parallel),
+         **dict.fromkeys(("recompute_full", "recompute_selective", "torch_checkpoint_full",
+                          "torch_checkpoint_selective"), recompute_memory.placement_rule),
+         **dict.fromkeys(("tp_sequence", "torch_tp_sequence"),
+                         sequence_placement.sequence_parallel),
+         "cp_ring": sequence_placement.context_parallel,
+         **dict.fromkeys(interleaved_placement.SCHEDULES, interleaved_placement.interleaved)}
 
 
 @dataclass(frozen=True)
@@ -111,7 +146,8 @@ class Layout:
 
 
 def layout(model: Model | dict, strategy: str, world: int, *, micro_batches: int = 1,
-           bucket_cap_mb: float = 0.25, batch_size: int = 8) -> Layout:
+           bucket_cap_mb: float = 0.25, batch_size: int = 8,
+           virtual_stages: int = 1) -> Layout:
     """The layout of `model` under `strategy` on `world` ranks; ValueError when the
     strategy cannot lay that model out (TP of the MLP stack, fewer layers than stages)."""
     m = model if isinstance(model, Model) else Model.of(model)
@@ -120,11 +156,12 @@ def layout(model: Model | dict, strategy: str, world: int, *, micro_batches: int
     if isinstance(world, bool) or not isinstance(world, int) or not 1 <= world <= 64:
         raise ValueError(f"world size must be 1 to 64, got {world!r}")
     for name, value in (("micro_batches", micro_batches), ("batch_size", batch_size),
-                        ("bucket_cap_mb", bucket_cap_mb)):
+                        ("bucket_cap_mb", bucket_cap_mb), ("virtual_stages", virtual_stages)):
         if isinstance(value, bool) or not isinstance(value, (int, float)) or \
                 not 0 < value < 2**31:
             raise ValueError(f"{name} must be a positive number, got {value!r}")
-    ctx = Ctx(m, world, int(micro_batches), float(bucket_cap_mb), int(batch_size))
+    ctx = Ctx(m, world, int(micro_batches), float(bucket_cap_mb), int(batch_size),
+              int(virtual_stages))
     rule, summary, block_comm = RULES[strategy](ctx, strategy)
     groups: dict[tuple, list[Tensor]] = {}
     for i, (key, layer, name, shape) in enumerate(m.tensors()):

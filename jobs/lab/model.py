@@ -20,7 +20,8 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jobs.lab import costmodel
+from jobs.lab import costmodel, moecost
+from jobs.lab.moe import MoE
 
 
 @dataclass(frozen=True)
@@ -34,6 +35,11 @@ class ModelConfig:
     dtype: str = "float32"
     seed: int = 0
     tie_head: bool = False  # GPT: the head's weight is wte's
+    # GPT: every block's MLP a mixture of `experts` experts (0: the dense MLP, unchanged),
+    # each token routed to its top_k, capacity_factor x its share (jobs/lab/moe.py)
+    experts: int = 0
+    top_k: int = 1
+    capacity_factor: float = 1.0
 
     @property
     def torch_dtype(self) -> torch.dtype:
@@ -42,13 +48,22 @@ class ModelConfig:
     def _dims(self) -> tuple:
         return self.kind, self.layers, self.hidden, self.seq_len, self.vocab
 
+    def _moe(self) -> tuple:
+        return self.layers, self.hidden, self.seq_len, self.vocab, self.experts
+
     def param_count(self) -> int:
+        if self.experts:  # every expert's (moecost.py)
+            return moecost.param_count(*self._moe(), tied=self.tie_head)
         return costmodel.param_count(*self._dims(), tied=self.tie_head)
 
     def matmul_params(self) -> int:
+        if self.experts:  # active: the router and k experts
+            return moecost.matmul_params(*self._moe(), self.top_k, tied=self.tie_head)
         return costmodel.matmul_params(*self._dims(), tied=self.tie_head)
 
     def flops_per_token(self) -> int:
+        if self.experts:  # active: the router and k experts
+            return moecost.flops_per_token(*self._moe(), self.top_k, tied=self.tie_head)
         return costmodel.flops_per_token(*self._dims(), tied=self.tie_head)
 
     def as_dict(self) -> dict:
@@ -88,7 +103,8 @@ class Block(nn.Module):
     def __init__(self, cfg: ModelConfig) -> None:
         super().__init__()
         self.ln1, self.attn = nn.LayerNorm(cfg.hidden), Attention(cfg)
-        self.ln2, self.mlp = nn.LayerNorm(cfg.hidden), MLP(cfg.hidden)
+        self.ln2 = nn.LayerNorm(cfg.hidden)
+        self.mlp = MoE(cfg) if cfg.experts else MLP(cfg.hidden)
 
     def forward(self, x: torch.Tensor) -> torch.Tensor:
         x = x + self.attn(self.ln1(x))

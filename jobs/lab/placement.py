@@ -123,6 +123,7 @@ class Ctx:
     micro_batches: int = 1
     bucket_cap_mb: float = 0.25
     batch_size: int = 8
+    virtual_stages: int = 1  # chunks a rank holds (the interleaved schedules)
     numels: list[int] = field(init=False)
 
     def __post_init__(self) -> None:

@@ -122,6 +122,9 @@ def validate(name: str, params: dict[str, Any] | None) -> dict[str, Any]:
     return resolved
 
 
+INTERLEAVED = ("interleaved_1f1b", "torch_interleaved_1f1b", "torch_zero_bubble")
+
+
 def _check_rules(name: str, p: dict[str, Any]) -> None:
     w = p["world_size"]
     if w < EXPERIMENTS[name]["min_world_size"]:
@@ -162,6 +165,15 @@ def _check_rules(name: str, p: dict[str, Any]) -> None:
         if one_f_one_b and m < w:
             raise ParamError("micro_batches", f"{one_f_one_b[0]} needs micro_batches >= "
                                               f"stages (world_size={w}), got {m}")
+        interleaved = [s for s in p["strategies"] if s in INTERLEAVED]
+        if interleaved and p["layers"] < w * p["virtual_stages"]:
+            raise ParamError("layers", f"{interleaved[0]} needs a layer per virtual stage: "
+                                       f"layers={p['layers']} < world_size*virtual_stages="
+                                       f"{w * p['virtual_stages']}")
+        if interleaved and m % w:
+            raise ParamError("micro_batches", f"{interleaved[0]} runs the micro-batches in "
+                                              f"groups of world_size={w}: micro_batches={m} "
+                                              "is not a multiple")
     if name == "tensor_parallel":
         if p["heads"] % w:
             raise ParamError("heads", f"heads={p['heads']} is not divisible by the "
@@ -192,8 +204,15 @@ def _check_combined(name: str, p: dict[str, Any]) -> None:
         if any(s in chosen for s in ("dp_pp", "dp_pp_tp")) and p["layers"] < pp:
             raise ParamError("layers", f"needs at least one layer per stage: layers="
                                        f"{p['layers']} < pp={pp}")
-    if name == "recompute":
+        if any(s in chosen for s in ("dp_pp", "dp_pp_tp")) and p["micro_batches"] < pp:
+            raise ParamError("micro_batches", f"the meshes' 1F1B needs micro_batches >= pp="
+                                              f"{pp}, got {p['micro_batches']}")
+    if name == "recompute":  # more than one rank: data parallel, the batch split d ways
         _divides("batch_size", p["batch_size"], w, "world_size")
+        selective = [s for s in chosen if s.endswith("_selective")]
+        if selective and p["model"] != "gpt":
+            raise ParamError("strategies", f"{selective[0]} recomputes the attention core: "
+                                           f"model={p['model']} has no attention")
     if name == "sequence":
         if any(s.startswith("tp") or s.startswith("torch_tp") for s in chosen):
             _divides("heads", p["heads"], w, "world_size")

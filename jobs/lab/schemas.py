@@ -141,10 +141,12 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
             "gradients flow back with send/recv. Naive model parallelism (one batch) leaves "
             "(p-1)/p of the time idle; GPipe (all forward, all backward) and 1F1B shrink the "
             "bubble to (p-1)/(m+p-1). GPipe holds activations of all m micro-batches; 1F1B "
-            "at most p - rank. Interleaved 1F1B gives each rank v smaller chunks: the bubble "
-            "shrinks to (p-1)/(v*m+p-1); a zero-bubble schedule splits backward into its input "
-            "and weight halves and fills the bubble with the latter. Compared with "
-            "torch.distributed.pipelining."
+            "at most p - rank. Interleaved 1F1B gives each rank v smaller chunks (rank r holds "
+            "chunks r, r+p, ...; micro_batches a multiple of p, layers >= p*v): the bubble "
+            "shrinks to (p-1)/(v*m+p-1) for v times the messages of a middle stage. A "
+            "zero-bubble schedule (ScheduleInterleavedZeroBubble) splits backward into its "
+            "input and weight halves and fills the bubble with the latter: (p-1)/(3*v*m+p-1) "
+            "with equal F, B and W. Compared with torch.distributed.pipelining."
         ),
         "params": params(
             "world_size", "steps", "warmup", "batch_size", "seq_len", "hidden", "heads",
@@ -163,7 +165,8 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
         ),
         "min_world_size": 2,
         "result": RESULT_TRAINING + " Pipeline adds the measured and predicted bubble "
-                                     "fraction and activations held per stage.",
+                                     "fraction and activations held per stage; the "
+                                     "interleaved schedules their order per chunk.",
     },
     "tensor_parallel": {
         "title": "Tensor parallel: Megatron by hand vs DTensor",
@@ -188,17 +191,18 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
         "title": "ZeRO sharding: stages 1, 2 and 3 by hand vs FSDP2",
         "description": (
             "Data parallel, but the optimizer state (ZeRO-1), also the gradients (ZeRO-2), "
-            "also the parameters (ZeRO-3 by hand: each layer gathered for forward and again "
-            "for backward, freed after; FSDP2 fully_shard) are split over the d ranks. "
+            "also the parameters (ZeRO-3 by hand: each unit - the embedding, each block, the "
+            "head - all-gathered for forward and again for backward, freed after, its "
+            "gradients reduce-scattered; FSDP2 fully_shard) are split over the d ranks. "
             "Gradients are reduce-scattered and parameters all-gathered: the same bytes as "
             "DP's all-reduce for stages 1-2, 1.5x for stage 3 - memory for communication."
         ),
         "params": params(
             "world_size", "steps", "warmup", "batch_size", "seq_len", "hidden", "layers",
             "heads", "vocab", "model", "device", "seed", "gate_tolerance", "precision",
-            bucket_cap_mb=p("float", 0.25, "Bucket size for the hand-written stages (MB).",
-                             min=0.001, max=1024.0),
-            strategies=p("str_list", ["ddp", "zero1", "zero2", "fsdp2"],
+            bucket_cap_mb=p("float", 0.25, "Bucket size for the hand-written stages 1 and 2 "
+                             "(MB); ZeRO-3 shards by unit.", min=0.001, max=1024.0),
+            strategies=p("str_list", ["ddp", "zero1", "zero2", "zero3", "fsdp2"],
                           "Strategies to check and time.",
                           choices=["single", "ddp", "zero1", "zero2", "zero3", "fsdp2"]),
         ),

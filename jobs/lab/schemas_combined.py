@@ -19,7 +19,9 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
             "the critical path and want the fastest link), pipeline stages across nodes "
             "(point-to-point, small), data parallelism over what is left (one gradient "
             "all-reduce per step, overlapped). Each dimension has its own process groups; "
-            "world = dp x pp x tp. By hand, and with PyTorch's DeviceMesh, fully_shard and "
+            "world = dp x pp x tp, rank = ((dp_idx x pp) + pp_idx) x tp + tp_idx (tp "
+            "innermost). By hand (Megatron f/g, 1F1B stages, bucketed all-reduce over each "
+            "dimension's groups), and with PyTorch's DeviceMesh, fully_shard and "
             "parallelize_module. Bytes are predicted per dimension and per link kind."
         ),
         "params": params(
@@ -44,12 +46,16 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
     "recompute": {
         "title": "Activation recomputation: full and selective, by hand and with checkpoint",
         "description": (
-            "Backward needs forward's activations. Recomputation keeps only each block's "
-            "input and runs the block's forward again during backward (full: about a third "
-            "more compute, activations down from ~34*s*b*h+5*a*s^2*b bytes per layer to "
-            "2*s*b*h), or only the attention core whose memory grows with s^2 (selective: "
-            "little extra compute, most of the saving at long sequences). By hand and with "
-            "torch.utils.checkpoint."
+            "Backward needs forward's activations. Full recomputation keeps only each "
+            "block's input (2*s*b*h bytes in bf16, instead of ~16 elements of s*b*h here) "
+            "and runs the block's forward again during backward: about a third more "
+            "compute. Selective recomputation (Megatron) reruns only the attention core, "
+            "whose memory grows with s^2 - but this model's core is a fused SDPA kernel that "
+            "keeps no s^2 matrix (FlashAttention already recomputes it), so selective saves "
+            "only the kernel's log-sum-exp: little memory, little time. By hand (an "
+            "autograd.Function) and with torch.utils.checkpoint (non-reentrant: per block, "
+            "and on the attention core). Selective needs the GPT model; more than one rank "
+            "runs data parallel (gradients all-reduced per tensor)."
         ),
         "params": params(
             *_TRAINING, "model",
@@ -61,8 +67,9 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
                                   "torch_checkpoint_full", "torch_checkpoint_selective"]),
         ),
         "min_world_size": 1,
-        "result": RESULT_TRAINING + " Recomputation adds activation memory saved and "
-                                    "compute time added, measured vs predicted.",
+        "result": RESULT_TRAINING + " Recomputation adds, beside single (world_size 1), "
+                                    "the activation and peak bytes saved and the step time "
+                                    "added, measured vs predicted.",
     },
     "sequence": {
         "title": "Sequence and context parallelism: Megatron-SP and ring attention",
@@ -72,28 +79,37 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
             "each all-reduce into an all-gather before the block and a reduce-scatter after: "
             "the same bytes, activations divided by t. Context parallelism splits the "
             "sequence itself over ranks; attention passes the key/value blocks around a ring "
-            "(ring attention), each rank combining partial softmaxes."
+            "(ring attention), each rank combining partial softmaxes with their "
+            "log-sum-exps; causal chunks are dealt out two to a rank (one early, one late) "
+            "so that every rank does the same work."
         ),
         "params": params(
             *_TRAINING,
             world_size=p("int", 2, "Ranks: the tensor/sequence/context-parallel degree.",
                          min=1, max=8),
-            strategies=p("str_list", ["tp_megatron", "tp_sequence", "cp_ring"],
+            strategies=p("str_list", ["tp_megatron", "tp_sequence", "torch_tp_sequence",
+                                      "cp_ring"],
                          "Strategies to check and time.",
                          choices=["single", "tp_megatron", "tp_sequence", "torch_tp_sequence",
                                   "cp_ring"]),
         ),
         "min_world_size": 1,
-        "result": RESULT_TRAINING,
+        "result": RESULT_TRAINING + " Sequence parallelism's bytes are per collective kind "
+                                    "(all-gather, reduce-scatter, the LayerNorm gradients' "
+                                    "all-reduce), ring attention's per send and receive.",
     },
     "experts": {
         "title": "Expert parallelism: a mixture-of-experts layer with all-to-all",
         "description": (
-            "A mixture-of-experts MLP has E experts and a router that sends each token to "
-            "its top-k. With experts spread over ranks, tokens travel to their expert's "
-            "rank with an all-to-all (dispatch) and back with another (combine): 2 all-to-"
-            "alls of about k*n*h*e bytes per layer each way. The load per expert shows how "
-            "evenly the router spreads the tokens; the dense MLP it replaces is the baseline."
+            "Every block's MLP becomes E experts (each the dense MLP's shape) and a router "
+            "that sends each token to its top-k; an expert takes at most C = "
+            "ceil(capacity_factor*k*s/E) of a sequence's tokens, the rest are dropped (the "
+            "residual carries them). Expert parallelism gives each rank E/d experts and "
+            "1/d of the batch: tokens travel to their expert's rank in a static capacity "
+            "buffer with an all-to-all (dispatch) and back with another (combine), 4L "
+            "all-to-alls of E*b*C*h*e bytes a step with backward's; the rest is data "
+            "parallel. The load per expert shows how evenly the router spreads the tokens, "
+            "and the dense GPT of the same active FLOPs is timed beside it."
         ),
         "params": params(
             *_TRAINING,
@@ -102,15 +118,17 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
             experts=p("int", 4, "Experts E per MoE layer (a multiple of world_size).",
                       min=1, max=64),
             top_k=p("int", 1, "Experts each token is routed to.", min=1, max=2),
-            capacity_factor=p("float", 2.0, "Tokens an expert takes per step, as a multiple "
-                              "of its even share (the rest are dropped, as in Switch).",
-                              min=1.0, max=16.0),
-            strategies=p("str_list", ["single", "ep_alltoall", "dense"],
-                         "Strategies to check and time.",
-                         choices=["single", "ep_alltoall", "dense"]),
+            capacity_factor=p("float", 2.0, "Slots an expert has per sequence, as a "
+                              "multiple of its even share k*s/E (tokens past them are "
+                              "dropped, as in Switch).", min=0.25, max=16.0),
+            strategies=p("str_list", ["single", "ep_alltoall"],
+                         "Strategies to check and time (ep_alltoall also times the dense "
+                         "GPT of the same active FLOPs beside it).",
+                         choices=["single", "ep_alltoall"]),
         ),
         "min_world_size": 1,
-        "result": RESULT_TRAINING + " Experts add the tokens routed to each expert, the "
-                                    "dropped tokens and the all-to-all bytes.",
+        "result": RESULT_TRAINING + " Expert parallelism adds, per layer, the tokens routed "
+                                    "to each expert, those kept and dropped, the all-to-"
+                                    "all bytes, and the dense baseline's step time.",
     },
 }

@@ -24,7 +24,7 @@ TEST_SECONDS = 90
 
 @pytest.fixture
 def zero_run(tmp_path_factory, make_app, live_server) -> str:
-    """The run page's URL of a real finished ZeRO run (ddp, zero1, zero2, fsdp2)."""
+    """The run page's URL of a real finished ZeRO run (ddp, zero1, zero2, zero3, fsdp2)."""
     run_id = store_run(make_app(), "zero", lab_output(tmp_path_factory, "zero"))
     return f"{live_server}/runs/{run_id}"
 
@@ -55,7 +55,7 @@ def test_tap_a_tile_and_switch_strategy(zero_run, live_server, device):
         assert tile.get_attribute("aria-pressed") == "true"
         screenshot(page, f"sharding-{device}")
 
-        page.locator('label[for="shard-run-3"]').click()  # fsdp2
+        page.locator('label[for="shard-run-4"]').click()  # fsdp2
         assert fsdp.is_visible() and not ddp.is_visible()
         fsdp.locator('.shard-tile[data-name="wte.weight"]').focus()
         page.keyboard.press("Enter")

@@ -75,7 +75,7 @@ def test_mfu_path_runs_on_cpu_with_a_tiny_gpt(tmp_path):
     assert table.returncode == 0 and "MFU" in table.stdout
 
 
-@pytest.mark.parametrize("gpus,sets", [(1, 5), (2, 7), (4, 7), (8, 7)])
+@pytest.mark.parametrize("gpus,sets", [(1, 8), (2, 11), (4, 12), (8, 12)])
 def test_gpu_check_script_parses_and_its_parameters_validate(gpus, sets, tmp_path):
     script = ROOT / "jobs" / "lab" / "gpu_check.sh"
     subprocess.run(["bash", "-n", str(script)], check=True, timeout=30)

@@ -27,11 +27,17 @@ PARAMS = {
     # collective, which the formula counts as a bound - a small fraction of many buckets
     "zero": {**QUICK, "bucket_cap_mb": 0.02},
     "pipeline": {**QUICK, "layers": 4, "micro_batches": 4},
+    # tp=2, pp=2: DP x TP with dp = 1 at world 2, dp = 2 at world 4 (dp_pp_tp: test_lab_mesh)
+    "mesh": {**QUICK, "strategies": ["dp_tp", "torch_dp_tp", "dp_pp"]},
     "collectives": {"device": "cpu", "min_bytes": 1024, "max_bytes": 4096, "iters": 2,
                     "warmup": 1, "measure_overhead": False},
     "gemm_roofline": {"device": "cpu", "sizes": ["32", "64"], "iters": 2},
+    "sequence": QUICK,
     "gpt_mfu": {**{k: TINY[k] for k in ("hidden", "heads", "layers", "seq_len", "vocab",
                                         "device")}, "batch_size": 2, "steps": 1, "warmup": 0},
+    "recompute": QUICK,
+    # 4 experts: E/d = 4, 2, 1 per rank; capacity 2x (a few drops at this size)
+    "experts": {**QUICK, "experts": 4},
 }
 CASES = [(exp, w) for exp in PARAMS for w in (1, 2, 4)
          if registry.EXPERIMENTS[exp]["min_world_size"] <= w

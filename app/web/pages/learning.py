@@ -65,7 +65,8 @@ GUIDES: dict[str, Guide] = {
     ),
     "zero": Guide(
         "Memory per rank falling as optimizer state, then gradients, then the parameters "
-        "themselves are split across ranks, while the bytes sent stay about the same.",
+        "themselves are split across ranks; the bytes sent stay the same until the "
+        "parameters are split too (then 1.5x).",
         {**_TINY, "world_size": 2},
         "Back to data parallel, but nothing is kept twice: memory traded for the same "
         "bytes, gathered when needed.",
@@ -76,12 +77,44 @@ GUIDES: dict[str, Guide] = {
         {key: _TINY[key] for key in ("device", "steps", "warmup", "seq_len", "hidden",
                                      "layers", "heads", "vocab")},
     ),
+    "recompute": Guide(
+        "Activations thrown away after forward and rebuilt during backward: the step's peak "
+        "memory falling below one device's, and the extra forward it costs in time.",
+        {**_TINY, "world_size": 1},
+        "Memory is not only weights: the activations kept for backward can be traded for "
+        "compute, a whole block at a time or only the attention core.",
+    ),
+    "mesh": Guide(
+        "Four ranks as a 2 × 2 grid: tensor parallelism between the two ranks of a node, "
+        "data parallelism between the nodes — by hand and with PyTorch's DeviceMesh — and "
+        "the bytes each dimension sends, over which kind of link.",
+        {**_TINY, "world_size": 4},
+        "Put together: each dimension gets its own process groups and the link it can "
+        "afford — tensor parallelism inside a node, data parallelism across.",
+    ),
+    "experts": Guide(
+        "Each MLP turned into four experts, two per rank: tokens sent to their expert's "
+        "rank and back with all-to-alls, the tokens each expert got and those it dropped.",
+        {**_TINY, "world_size": 2, "experts": 4, "capacity_factor": 1.0},
+        "More parameters for the same compute: each token uses only its experts, and the "
+        "experts live on different ranks, so tokens travel to them and back.",
+    ),
+    "sequence": Guide(
+        "Tensor parallelism's LayerNorms cut along the sequence (all-gathers and "
+        "reduce-scatters, the same bytes, less memory) and attention passed around a ring "
+        "of ranks.",
+        {**_TINY, "world_size": 2},
+        "Long sequences: split the tokens, not only the weights, and pass keys and values "
+        "around a ring so every rank still attends to every earlier token.",
+    ),
 }
 
 # Data parallel first (the simplest split), then splitting the model by layers, then
-# inside layers, then removing the copies data parallel keeps. A combined experiment
-# (dp × pp × tp) joins the end of the path when the lab has one.
-START_HERE = ("data_parallel", "pipeline", "tensor_parallel", "zero")
+# inside layers, then removing the copies data parallel keeps, then all of them at once.
+START_HERE = ("data_parallel", "pipeline", "tensor_parallel", "zero", "mesh")
+# After the path: what large runs add to the mesh - memory for compute, long sequences,
+# experts spread over ranks.
+GOING_FURTHER = ("recompute", "sequence", "experts")
 # Not a step of the path: measuring the machine the predictions rest on.
 THE_MACHINE = ("collectives", "gemm_roofline", "gpt_mfu")
 

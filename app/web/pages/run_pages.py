@@ -67,6 +67,7 @@ def catalogue():
     return render_template(
         "experiments/catalogue.html", experiments=experiments, latest=latest,
         guides=learning.GUIDES, path=learning.path(experiments),
+        further=[by_name[n] for n in learning.GOING_FURTHER if n in by_name],
         machine=[by_name[n] for n in learning.THE_MACHINE if n in by_name])
 
 

@@ -26,6 +26,7 @@ from jobs.lab import strategies
 from jobs.lab.census import LiveStorage, OpCensus
 from jobs.lab.correctness import TOLERANCES, gate, gate_batches, reference_steps
 from jobs.lab.experiments.probes import calibrate
+from jobs.lab.experiments.recompute_versus import add_versus_single
 from jobs.lab.experiments.summary import counted_kinds, summarise
 from jobs.lab.instrument import SavedActivations
 from jobs.lab.memorymodel import RECIPES
@@ -39,9 +40,12 @@ def spec_from(params: dict[str, Any]) -> TrainSpec:
     cfg = ModelConfig(kind=params.get("model", "gpt"), layers=params["layers"],
                       hidden=params["hidden"], heads=params["heads"],
                       seq_len=params["seq_len"], vocab=params["vocab"], seed=params["seed"],
-                      dtype=RECIPES[precision]["dtype"])
+                      dtype=RECIPES[precision]["dtype"],
+                      # a mixture-of-experts GPT (the experts experiment); 0: dense
+                      experts=params.get("experts", 0), top_k=params.get("top_k", 1),
+                      capacity_factor=params.get("capacity_factor", 1.0))
     return TrainSpec(cfg, params["batch_size"], params.get("micro_batches", 1),
-                     params.get("bucket_cap_mb", 0.25), precision)
+                     params.get("bucket_cap_mb", 0.25), precision, params=dict(params))
 
 
 def _idle_fraction(ctx: Context, name: str, steps: range) -> float | None:
@@ -280,6 +284,8 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
     for st in timed:
         st["report"].update(memory_report(ctx, st["name"], spec, batch))
     entries = [finish(ctx, st, spec, cal) for st in states]
+    if experiment == "recompute" and ctx.rank == 0:
+        add_versus_single(entries)  # memory saved, time added: beside single
     c = spec.cfg
     return {
         "model": {**c.as_dict(), "params": c.param_count(),

@@ -41,7 +41,6 @@ STRATEGIES: dict[str, str] = {
     "torch_tp_sequence": "jobs.lab.strategies.sequence_parallel:TorchSequenceParallel",
     "cp_ring": "jobs.lab.strategies.context_parallel:RingAttention",
     "ep_alltoall": "jobs.lab.strategies.experts:ExpertParallel",
-    "dense": "jobs.lab.strategies.experts:DenseBaseline",
 }
 
 _overrides: dict[str, type] = {}

@@ -12,14 +12,14 @@ slices, DP's bucket buffers)."""
 from __future__ import annotations
 
 from collections.abc import Callable
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, ClassVar
 
 import torch
 from torch import nn
 from torch.distributed.tensor import DTensor
 
-from jobs.lab import costmodel, memorymodel
+from jobs.lab import costmodel, memorymodel, moecost
 from jobs.lab.model import Batch, ModelConfig
 from jobs.lab.optim import make_optimizer, state_of
 from jobs.lab.runtime import Context
@@ -32,6 +32,9 @@ class TrainSpec:
     micro_batches: int = 1
     bucket_cap_mb: float = 0.25
     precision: str = "fp32_sgd"  # jobs/lab/optim.py
+    # the run's resolved parameters, for what a strategy of a combined experiment reads
+    # beyond these (the mesh's tp, pp, ranks_per_node ...); not part of equality
+    params: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
 
     @property
     def e(self) -> int:
@@ -246,6 +249,11 @@ class Strategy:
                                       c.vocab, e, t=t, first=first, last=last,
                                       inputs=self.ctx.is_cuda)
         work = memorymodel.backward_working_set(n, h, e, t)
+        if c.experts:  # mixture-of-experts MLPs save their capacity buffers (moecost.py)
+            one += len(self.local_layers()) * moecost.block_activation_delta(
+                n, h, c.experts, c.top_k, c.capacity_factor, c.seq_len, e)
+            work = moecost.backward_working_set(n, h, c.experts, c.top_k,
+                                                c.capacity_factor, c.seq_len, e)
         moments = {"backward end": {**grads, **(end or {})}}
         adamw = {"AdamW temporaries": 8 * self.largest_update()} \
             if self.precision == "bf16_adamw" else {}

@@ -1,0 +1,139 @@
+"""DP x TP with PyTorch's own pieces - the standard 2-D recipe (torchtitan's): a 2-D
+DeviceMesh ("dp", "tp") from init_device_mesh (row-major: rank = dp_idx * tp + tp_idx,
+as the hand-written mesh), parallelize_module with ColwiseParallel / RowwiseParallel on
+the "tp" dimension (dtensor_tp.py's plan), then fully_shard (FSDP2) on the "dp" dimension:
+every block a unit, the root (embeddings, final LayerNorm, head) the last. A block's
+parameters are then DTensors on both dimensions (Shard(0) over dp, their tp placement
+over tp). The collectives are PyTorch's: the census counts them from the dispatcher.
+
+Bytes per rank and step: tp as tp_dtensor's (6 all-reduces of (B/d)*s*h*e per block);
+dp as fsdp2's over the rank's tensor-parallel shards (fsdp_comm of their local shapes)."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import torch
+from torch.distributed.device_mesh import init_device_mesh
+from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.tensor import DTensor
+from torch.distributed.tensor.parallel import parallelize_module
+
+from jobs.lab import costmodel, mesh_model
+from jobs.lab.model import Batch, build_model, loss_fn
+from jobs.lab.optim import ADAMW_LR, BETAS, EPS, WEIGHT_DECAY
+from jobs.lab.strategies.base import Piece, StepOut, Strategy, local_pieces
+from jobs.lab.strategies.dtensor_tp import PLAN
+from jobs.lab.strategies.mesh import device_backend
+
+
+def _local_shape(p: torch.Tensor) -> tuple[int, ...]:
+    """The shape of a parameter's tensor-parallel shard (before FSDP2 shards it)."""
+    return tuple(p.to_local().shape) if isinstance(p, DTensor) else tuple(p.shape)
+
+
+class TorchDataTensor(Strategy):
+    name = "torch_dp_tp"
+    label = "torch DeviceMesh 2-D: fully_shard on dp, parallelize_module on tp"
+    builtin = True
+    instrumented = False
+    unmodelled = Strategy.unmodelled + ("FSDP2's hooks (unshard, reshard, copy-in/out)",
+                                        "DTensor's dispatch")
+
+    def __init__(self, ctx, spec) -> None:
+        super().__init__(ctx, spec)
+        params = spec.params
+        self.deg = mesh_model.degrees(self.name, ctx.world, params.get("tp", 1), 1)
+        self.at = mesh_model.coords(ctx.rank, self.deg)
+        self.rpn = params.get("ranks_per_node", ctx.world)
+        backend = device_backend(ctx)
+        self.mesh = init_device_mesh(
+            ctx.device.type, (self.deg["dp"], self.deg["tp"]), mesh_dim_names=("dp", "tp"),
+            backend_override={"dp": backend, "tp": backend} if backend else None)
+        mixed = self.precision == "bf16_adamw"
+        self.model = build_model(spec.cfg, ctx.device).float()
+        # the tensor-parallel shards FSDP2 will cut: (blocks, root) local shapes
+        for blk in self.model.blocks.values():
+            parallelize_module(blk, self.mesh["tp"], PLAN)
+        blocks = [[_local_shape(p) for p in blk.parameters()]
+                  for blk in self.model.blocks.values()]
+        inside = {id(p) for blk in self.model.blocks.values() for p in blk.parameters()}
+        self.units = blocks + [[_local_shape(p) for p in self.model.parameters()
+                                if id(p) not in inside]]
+        policy = MixedPrecisionPolicy(param_dtype=torch.bfloat16, reduce_dtype=torch.float32) \
+            if mixed else MixedPrecisionPolicy()
+        for blk in self.model.blocks.values():
+            fully_shard(blk, mesh=self.mesh["dp"], mp_policy=policy)
+        fully_shard(self.model, mesh=self.mesh["dp"], mp_policy=policy)
+        ps = list(self.model.parameters())
+        self.opt = torch.optim.AdamW(ps, lr=ADAMW_LR, betas=BETAS, eps=EPS,
+                                     weight_decay=WEIGHT_DECAY) if mixed else self.optimizer(ps)
+
+    def train_step(self, batch: Batch) -> StepOut:
+        tl = self.ctx.timeline
+        local = batch.split(self.deg["dp"])[self.at["dp"]].to(self.ctx.device)
+        self.opt.zero_grad(set_to_none=True)
+        with tl.span("forward", mb=0):
+            loss = loss_fn(self.spec.cfg.kind)(self.model(local.inputs), local.targets)
+        with tl.span("backward", mb=0):
+            loss.backward()
+        with tl.span("optimizer"):
+            self.opt.step()
+        return StepOut(loss.detach(), 1.0 / self.ctx.world)
+
+    # -- gate: every parameter gathered whole (DTensor.full_tensor, over both dimensions)
+    def _pieces(self, what: str) -> list[Piece]:
+        return local_pieces(self.model, what, opt=self.opt, precision=self.precision)
+
+    def grad_pieces(self) -> list[Piece]:
+        return self._pieces("grad")
+
+    def param_pieces(self) -> list[Piece]:
+        return self._pieces("param")
+
+    def state_pieces(self) -> list[Piece]:
+        return self._pieces("state")
+
+    # -- prediction
+    def local_tokens(self) -> int:
+        return self.spec.tokens // self.deg["dp"]
+
+    def _bytes(self) -> tuple[int, int]:
+        """(all-gather, reduce-scatter) bytes per element, as fsdp.py's."""
+        return (2, 4) if self.precision == "bf16_adamw" else (4, 4)
+
+    def per_dim(self) -> dict[str, dict]:
+        c, d = self.spec.cfg, self.deg["dp"]
+        e_param, e_reduce = self._bytes()
+        fsdp = costmodel.fsdp_comm(self.units, d, e_param, e_reduce,
+                                   regathered=[True] * (len(self.units) - 1) + [False]) \
+            if d > 1 else None
+        return mesh_model.dim_bytes(self.name, self.ctx.rank, self.deg, L=c.layers,
+                                    B=self.spec.batch_size, s=c.seq_len, h=c.hidden,
+                                    e=self.spec.e, m=1, numels=[], cap_elems=1, fsdp=fsdp)
+
+    def predicted_comm(self):
+        return mesh_model.merged(self.per_dim())
+
+    def predicted_memory(self) -> dict:
+        """fsdp.py's formula over the rank's tensor-parallel share: the sharded state
+        (its P/d), the root unsharded from its forward to the end of backward, activations
+        split t ways, of the dp shard's tokens. The peak is the loss's backward, before
+        any block is unsharded again (fsdp.py adds two blocks there; measured here, with
+        the blocks' tensor-parallel shards, they are not yet: 0.88 of the peak with them,
+        0.96-0.98 without)."""
+        c, d, t = self.spec.cfg, self.deg["dp"], self.deg["tp"]
+        e_param, e_reduce = self._bytes()
+        sizes = [costmodel.fsdp_padded(u, d) for u in self.units]
+        root = sizes[-1]
+        split, rep = costmodel.tp_split_params(c.layers, c.hidden, c.seq_len, c.vocab)
+        return self.peak_memory(
+            P=(rep + split // t) / d, t=t,
+            start={"root unsharded": root * e_param},
+            end={"root unsharded": root * e_param, "root gradients": root * (e_param + e_reduce)})
+
+    def extra(self) -> dict[str, Any]:
+        dims = mesh_model.breakdown(self.per_dim(), self.ctx.rank, self.deg, self.rpn)
+        return {"mesh": {**self.deg, "coords": self.at, "ranks_per_node": self.rpn,
+                         "order": "init_device_mesh (dp, tp): rank = dp_idx * tp + tp_idx",
+                         "dims": dims}}
