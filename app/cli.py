@@ -182,13 +182,19 @@ def scheduler() -> None:
               help="a token of role runner (or set COMMONPLACE_RUNNER_TOKEN)")
 @click.option("--work-dir", type=click.Path(file_okay=False, path_type=Path), default=None,
               help="where runs write their files [default: <data>/runner]")
-def runner(server: str, token: str, work_dir: Path | None) -> None:
+@click.option("--advertise", envvar="COMMONPLACE_RUNNER_ADVERTISE", default="127.0.0.1",
+              show_default=True, help="the address other hosts reach this one at, for runs "
+              "that span hosts (its tailnet IP, e.g. `tailscale ip -4`)")
+@click.option("--rdzv-port", envvar="COMMONPLACE_RUNNER_RDZV_PORT", type=int, default=0,
+              help="the rendezvous port this host offers as node 0 [default: a free one]")
+def runner(server: str, token: str, work_dir: Path | None, advertise: str,
+           rdzv_port: int) -> None:
     """A runner agent: pulls runs from the server and executes them (GPU or CPU host)."""
     from jobs.runner import main as run_agent  # the agent needs nothing of the server
 
     folder = work_dir or Path(from_environment()["DATA_DIR"]) / "runner"
     folder.mkdir(parents=True, exist_ok=True)
-    run_agent(server, token, folder)
+    run_agent(server, token, folder, advertise=advertise, rdzv_port=rdzv_port)
 
 
 @main.group()

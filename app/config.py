@@ -127,6 +127,9 @@ def from_environment(env: dict[str, str] | None = None) -> dict:
         # scheduler's reaper marks a run LOST once its lease has run out.
         "LEASE_TTL_S": _number(env, "COMMONPLACE_LEASE_TTL", 60.0),
         "REAPER_INTERVAL_S": _number(env, "COMMONPLACE_REAPER_INTERVAL", 15.0),
+        # A run that spans hosts waits this long for all its runners to join its lease;
+        # then the partial claim is released and the run stays queued.
+        "GANG_WAIT_S": _number(env, "COMMONPLACE_GANG_WAIT", 120.0),
         "MAX_QUEUE_AGE_S": _number(env, "COMMONPLACE_MAX_QUEUE_HOURS", 24.0) * 3600,
         "BACKUP_KEEP_DAYS": int(_number(env, "COMMONPLACE_BACKUP_KEEP_DAYS", 14)),
     }

@@ -1,6 +1,6 @@
 """The tables: the notebook's (entry, revision, link, tag, attachment, token, setting,
-idempotency_key), then the experiment journal's (runner, schedule, run, run_param,
-run_metric, run_event, metric, run_artifact). Every change here needs a migration in
+idempotency_key), then the experiment journal's (runner, schedule, run, run_node,
+run_param, run_metric, run_event, metric, run_artifact). Every change here needs a migration in
 migrations/versions/."""
 
 from __future__ import annotations
@@ -221,6 +221,7 @@ class Run(Base):
     experiment: Mapped[str] = mapped_column(sa.String(100), index=True)
     params: Mapped[dict] = mapped_column(sa.JSON)  # resolved and frozen at enqueue
     requires: Mapped[dict] = mapped_column(sa.JSON, default=dict)  # e.g. {"gpu_count": 2}
+    nodes: Mapped[int] = mapped_column(default=1, server_default="1")  # hosts, leased together
     status: Mapped[str] = mapped_column(sa.String(12))
     reason: Mapped[str] = mapped_column(sa.String(1000), default="")
     reason_code: Mapped[str] = mapped_column(sa.String(40), default="")
@@ -249,6 +250,29 @@ class Run(Base):
     carded_entry_id: Mapped[int | None]  # the letter its card was appended to
 
     runner: Mapped[Runner | None] = relationship()
+
+
+class RunNode(Base):
+    """One host of a run that spans hosts (run.nodes > 1): the runner that joined its gang
+    lease, its node rank, its own lease and the bytes of its log the server has.
+    app/journal/gangs.py keeps these; a one-host run has none."""
+
+    __tablename__ = "run_node"
+    __table_args__ = (sa.UniqueConstraint("run_id", "runner_id", name="uq_run_node_runner"),
+                      sa.Index("ix_run_node_runner", "runner_id", "status"))
+
+    id: Mapped[int] = mapped_column(primary_key=True)
+    run_id: Mapped[int] = mapped_column(sa.ForeignKey("run.id", ondelete="CASCADE"), index=True)
+    runner_id: Mapped[int] = mapped_column(sa.ForeignKey("runner.id", ondelete="CASCADE"))
+    node_rank: Mapped[int]
+    status: Mapped[str] = mapped_column(sa.String(12))  # JOINED LEASED STARTED DONE RELEASED
+    address: Mapped[str] = mapped_column(sa.String(100))  # where the runner can be reached
+    port: Mapped[int]  # the rendezvous port it offered (used if it is node 0)
+    lease_expires_at: Mapped[dt.datetime | None]  # JOINED: the gang's deadline
+    joined_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
+    log_size: Mapped[int] = mapped_column(default=0)  # bytes of this node's log stream
+
+    runner: Mapped[Runner] = relationship()
 
 
 class RunParam(Base):

@@ -103,13 +103,16 @@ def experiments(ctx: Ctx, name, as_json):
               help="A parameter (repeat for more); lists are comma-separated.")
 @click.option("--requires", "-r", multiple=True, metavar="KEY=VALUE",
               help="What the host must have: gpu_model=H200, gpu_count=2.")
+@click.option("--nodes", "-n", type=click.IntRange(1), default=None,
+              help="Hosts that run it together (world_size / nodes ranks each) [default: 1].")
 @click.option("--watch", "-w", "watching", is_flag=True, help="Follow it until it ends "
               "(with --json: the ended run's JSON).")
 @exit_status_option
 @interval_option
 @json_option
 @pass_ctx
-def run(ctx: Ctx, experiment, params, requires, watching, exit_status, interval, as_json):
+def run(ctx: Ctx, experiment, params, requires, nodes, watching, exit_status, interval,
+        as_json):
     """Start a run of EXPERIMENT and print its id; --watch follows it.
 
     Parameters not given take their defaults (`cpl experiments EXPERIMENT` lists them).
@@ -120,6 +123,7 @@ def run(ctx: Ctx, experiment, params, requires, watching, exit_status, interval,
       cpl run pipeline --param micro_batches=8 --param world_size=2
       cpl run data_parallel -p steps=1 -p warmup=0 --watch
       cpl run collectives --requires gpu_model=H200 --watch --exit-status
+      cpl run data_parallel -p world_size=4 --nodes 2 --watch
     """
     spec = ctx.api.get(f"/api/v1/experiments/{experiment}")
     schema = spec.get("params") or {}
@@ -133,6 +137,8 @@ def run(ctx: Ctx, experiment, params, requires, watching, exit_status, interval,
     needs = pairs(requires, "--requires")
     if needs:
         body["requires"] = {k: int(v) if v.isdigit() else v for k, v in needs.items()}
+    if nodes is not None:
+        body["nodes"] = nodes
     started = ctx.api.post("/api/v1/runs", body)
     follow_up(ctx, started, watching or exit_status, exit_status, interval, as_json)
 

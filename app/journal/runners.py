@@ -17,12 +17,13 @@ from app.models import Runner, utcnow
 RECENT = dt.timedelta(minutes=10)
 
 
-def requirements(params: dict, asked: dict | None = None) -> dict:
-    """What kind of host a run needs: a CUDA run needs one GPU per rank; the owner may
-    also name a GPU model (matched as a substring of the runner's gpu_model label)."""
+def requirements(params: dict, asked: dict | None = None, nodes: int = 1) -> dict:
+    """What kind of host a run needs: a CUDA run needs one GPU per rank on each of its
+    `nodes` hosts; the owner may also name a GPU model (matched as a substring of the
+    runner's gpu_model label)."""
     needs: dict = {}
     if params.get("device") == "cuda":
-        needs["gpu_count"] = int(params.get("world_size", 1))
+        needs["gpu_count"] = int(params.get("world_size", 1)) // nodes
     asked = asked or {}
     if not isinstance(asked, dict) or set(asked) - {"gpu_model", "gpu_count"}:
         raise Invalid("requires may name gpu_model and gpu_count", "requires")

@@ -10,7 +10,8 @@ a transition to QUEUED, and a cancel request is an event too. A run whose lease 
 becomes LOST and stays LOST: a duplicate GPU run wastes hours and pollutes comparisons,
 so only the owner's Rerun (a new run, linked) launches it again.
 Functions take an open write session and never commit. A run's files (log, artifacts)
-are app/journal/run_files.py.
+are app/journal/run_files.py; a run that spans hosts (nodes > 1) is leased by a gang of
+runners, whose nodes app/journal/gangs.py keeps.
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from app.errors import BadState, Invalid, NotFound, Stale, TooLarge
-from app.journal import results, run_metrics, runners
+from app.journal import gangs, results, run_metrics, runners
 from app.models import Metric, Run, RunEvent, Runner, utcnow
 from jobs.lab import contract, registry
 
@@ -107,17 +108,19 @@ def check_params(experiment, params) -> dict:
 
 def create(session: Session, experiment: str, params, *, actor: str, trigger: str = "manual",
            parent: Run | None = None, schedule_id: int | None = None,
-           scheduled_for: dt.datetime | None = None, requires: dict | None = None) -> Run:
+           scheduled_for: dt.datetime | None = None, requires: dict | None = None,
+           nodes=None) -> Run:
     """Validate against the lab's catalogue and enqueue. Bad input raises Invalid naming
-    the parameter, and nothing is written."""
+    the parameter, and nothing is written. `nodes`: hosts that run it together (1)."""
     resolved = check_params(experiment, params)
-    needs = runners.requirements(resolved, requires)
+    hosts = gangs.check_nodes(nodes, experiment, resolved)
+    needs = runners.requirements(resolved, requires, hosts)
     why = f"rerun of run {parent.id}" if parent else (
         f"schedule {schedule_id} fire at {scheduled_for:%Y-%m-%d %H:%M} UTC"
         if schedule_id else "")
     return enqueue(session, experiment, resolved, needs, actor=actor, trigger=trigger,
                    reason=why, parent_id=parent.id if parent else None,
-                   schedule_id=schedule_id, scheduled_for=scheduled_for)
+                   schedule_id=schedule_id, scheduled_for=scheduled_for, nodes=hosts)
 
 
 def enqueue(session: Session, experiment: str, params: dict, requires: dict, *, actor: str,
@@ -138,7 +141,7 @@ def skip(session: Session, run: Run, *, reason: str) -> None:
 
 def rerun(session: Session, run: Run, *, actor: str) -> Run:
     return create(session, run.experiment, run.params, actor=actor, trigger="rerun", parent=run,
-                  requires=run.requires)
+                  requires=run.requires, nodes=run.nodes)
 
 
 def cancel(session: Session, run: Run, *, actor: str) -> Run:
@@ -160,21 +163,48 @@ def cancel(session: Session, run: Run, *, actor: str) -> Run:
 # -- the runner's side --------------------------------------------------------------------
 
 
-def claim(session: Session, runner: Runner, ttl_s: float) -> Run | None:
+def claim(session: Session, runner: Runner, ttl_s: float, *, offer: dict | None = None,
+          gang_wait_s: float = 120.0) -> Run | None:
     """Lease the oldest queued run this runner can take. The caller's write transaction
-    began with BEGIN IMMEDIATE, so two runners polling at once cannot both take it."""
+    began with BEGIN IMMEDIATE, so two runners polling at once cannot both take it.
+    A runner that offers a node (`offer`: its address and rendezvous port) may join a run
+    that spans hosts; it gets that run once the whole gang has joined (gangs.py)."""
+    gangs.release_expired(session, gang_wait_s / 2)
+    mine = gangs.waiting(session, runner)
+    if mine is not None:  # in a gang: nothing else until it forms or is released
+        if mine.status != gangs.LEASED:
+            return None
+        mine.status = gangs.STARTED
+        return get(session, mine.run_id)
     queued = session.scalars(
         sa.select(Run).where(Run.status == QUEUED).order_by(Run.id).limit(50)
     )
     for run in queued:
-        if runners.matches(run.requires or {}, runner.labels or {}):
-            run.runner_id = runner.id
-            run.lease_epoch += 1
-            run.lease_expires_at = utcnow() + dt.timedelta(seconds=ttl_s)
-            transition(session, run, LEASED, actor=f"runner:{runner.name}",
-                       reason=f"leased by {runner.name} (epoch {run.lease_epoch})")
+        if not runners.matches(run.requires or {}, runner.labels or {}):
+            continue
+        if run.nodes == 1:
+            _lease(session, run, runner, runner.id, runner.name, ttl_s)
             return run
+        if offer is None or not gangs.may_join(session, run, runner):
+            continue
+        gang = gangs.join(session, run, runner, offer, gang_wait_s)
+        if len(gang) < run.nodes:
+            return None  # joined: the long poll asks again until the gang is full
+        gangs.form(gang, ttl_s)
+        gang[-1].status = gangs.STARTED  # handed out now; the others on their next poll
+        _lease(session, run, runner, gang[0].runner_id,
+               ", ".join(node.runner.name for node in gang), ttl_s)
+        return run
     return None
+
+
+def _lease(session: Session, run: Run, runner: Runner, holder: int, who: str,
+           ttl_s: float) -> None:
+    run.runner_id = holder  # node 0's runner, for a run that spans hosts
+    run.lease_epoch += 1
+    run.lease_expires_at = utcnow() + dt.timedelta(seconds=ttl_s)
+    transition(session, run, LEASED, actor=f"runner:{runner.name}",
+               reason=f"leased by {who} (epoch {run.lease_epoch})")
 
 
 def held(session: Session, run_id: int, runner: Runner, epoch) -> Run:
@@ -182,7 +212,9 @@ def held(session: Session, run_id: int, runner: Runner, epoch) -> Run:
     if isinstance(epoch, bool) or not isinstance(epoch, int):
         raise Invalid("epoch (an integer) is required", "epoch")
     run = get(session, run_id)
-    if run.runner_id != runner.id or run.lease_epoch != epoch or run.status not in ACTIVE:
+    mine = (gangs.member(session, run, runner) is not None if run.nodes > 1
+            else run.runner_id == runner.id)
+    if not mine or run.lease_epoch != epoch or run.status not in ACTIVE:
         raise Stale(f"run {run_id} is not leased to {runner.name} at epoch {epoch} "
                     f"(it is {run.status}, epoch {run.lease_epoch}): stop the job")
     return run
@@ -191,8 +223,14 @@ def held(session: Session, run_id: int, runner: Runner, epoch) -> Run:
 def heartbeat(session: Session, run: Run, runner: Runner, ttl_s: float, *, step=None,
               total=None, progress: dict | None = None) -> dict:
     now = utcnow()
-    run.lease_expires_at = now + dt.timedelta(seconds=ttl_s)
     runner.last_seen_at = now
+    if run.nodes > 1:  # each node renews its own lease; progress is node 0's (rank 0's)
+        node = gangs.member(session, run, runner)
+        gangs.renew(session, run, node, ttl_s)
+        if node.node_rank:
+            step = total = progress = None
+    else:
+        run.lease_expires_at = now + dt.timedelta(seconds=ttl_s)
     if isinstance(step, int) and not isinstance(step, bool) and step >= 0:
         run.progress_step = step
     if isinstance(total, int) and not isinstance(total, bool) and total >= 0:
@@ -246,10 +284,16 @@ def finish(session: Session, run: Run, runner: Runner, to: str, *, reason: str,
                       "reason_code")
     if exit_code is not None and (isinstance(exit_code, bool) or not isinstance(exit_code, int)):
         raise Invalid("exit_code must be an integer", "exit_code")
-    if to == SUCCEEDED and run.result is None:
+    node = gangs.member(session, run, runner) if run.nodes > 1 else None
+    if to == SUCCEEDED and run.result is None and (node is None or node.node_rank == 0):
         raise BadState("send the result before reporting SUCCEEDED")
-    if exit_code is not None:
+    if exit_code is not None and (node is None or node.node_rank == 0 or to != SUCCEEDED):
         run.exit_code = exit_code
+    if node is not None and to != RUNNING:  # one node's end; the run's when gangs says so
+        decided = gangs.node_end(session, run, node, to, reason, reason_code)
+        if decided is None:
+            return
+        to, reason, reason_code = decided
     transition(session, run, to, actor=f"runner:{runner.name}", reason=reason,
                reason_code=reason_code)
 
@@ -265,6 +309,8 @@ def reap(session: Session, now: dt.datetime | None = None) -> list[int]:
     for run in lost:
         late = (now - run.lease_expires_at).total_seconds() if run.lease_expires_at else 0
         runner = run.runner.name if run.runner else "its runner"
+        if run.nodes > 1:
+            runner = gangs.silent(session, run, now)
         transition(session, run, LOST, actor="reaper", reason_code="lease_expired",
                    reason=f"no heartbeat from {runner}: lease expired {late:.0f}s ago")
     return [run.id for run in lost]

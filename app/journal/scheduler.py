@@ -33,8 +33,8 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 
 from app import backups
 from app.errors import Invalid
-from app.journal import posting, runs, schedules
-from app.models import Run, Schedule, utcnow
+from app.journal import gangs, posting, runs, schedules
+from app.models import Run, RunNode, Schedule, utcnow
 from app.notebook import letters
 
 log = logging.getLogger("commonplace.scheduler")
@@ -179,6 +179,8 @@ class Scheduler:
         with self.db.write() as session:
             session.execute(sa.update(Run).where(Run.status.in_(runs.ACTIVE))
                             .values(lease_expires_at=until))
+            session.execute(sa.update(RunNode).where(RunNode.status.in_(gangs.HOLDING))
+                            .values(lease_expires_at=until))  # each node of a gang run
 
     # -- running --------------------------------------------------------------------------
 

@@ -3,7 +3,8 @@
 Runners authenticate with a bearer token of role `runner` (app/web/auth/policy.py lets
 that role call this blueprint and nothing else). Every call after the lease carries
 (run_id, epoch); a stale epoch answers 409 and the agent kills its job. Views parse,
-call app/journal (runs, run_files) and answer JSON; the protocol is docs/RUNNER.md.
+call app/journal (runs, run_files, gangs for runs that span hosts) and answer JSON; the
+protocol is docs/RUNNER.md.
 """
 
 from __future__ import annotations
@@ -16,7 +17,7 @@ from flask import Blueprint, current_app, g, jsonify, request
 
 from app.db import get_db
 from app.errors import Invalid
-from app.journal import run_files, runs
+from app.journal import gangs, run_files, runs
 from app.models import Run, Runner, utcnow
 from app.web.parsing import json_body
 
@@ -65,21 +66,27 @@ def register():
 @bp.post("/lease")
 def lease():
     """Long poll: wait up to `wait` seconds for a run this runner can take (204 if none).
-    Each attempt is its own short write transaction, so waiting holds no lock."""
+    Each attempt is its own short write transaction, so waiting holds no lock. A runner
+    that offers a `node` ({address, port}) may join a run that spans hosts: its lease
+    then says which node it is and where the rendezvous is (`gang`)."""
     data = json_body()
     wait = data.get("wait", 25)
     if isinstance(wait, bool) or not isinstance(wait, (int, float)) or not 0 <= wait <= 30:
         raise Invalid("wait is seconds from 0 to 30", "wait")
+    offer = gangs.check_offer(data.get("node"))
     ttl = current_app.config["LEASE_TTL_S"]
     deadline = time.monotonic() + wait
     while True:
         with get_db().write() as session:
             runner = current_runner(session)
             runner.last_seen_at = utcnow()
-            run = runs.claim(session, runner, ttl)
+            run = runs.claim(session, runner, ttl, offer=offer,
+                             gang_wait_s=current_app.config["GANG_WAIT_S"])
             if run is not None:
                 spec = {"id": run.id, "epoch": run.lease_epoch, "experiment": run.experiment,
                         "params": run.params, "requires": run.requires}
+                if run.nodes > 1:
+                    spec["gang"] = gangs.spec(session, run, gangs.member(session, run, runner))
                 return jsonify(run=spec, **timings())
         if time.monotonic() >= deadline:
             return "", 204
@@ -113,7 +120,8 @@ def transition(run_id: int):
         raise Invalid("environment must be an object", "environment")
     with get_db().write() as session:
         run, runner = _held(session, run_id, data)
-        runs.merge_environment(run, environment)
+        if run.nodes == 1 or gangs.member(session, run, runner).node_rank == 0:
+            runs.merge_environment(run, environment)
         runs.finish(session, run, runner, data.get("to"), reason=reason,
                     reason_code=data.get("reason_code", ""), exit_code=data.get("exit_code"))
         status = run.status
@@ -123,10 +131,15 @@ def transition(run_id: int):
 @bp.post("/runs/<int:run_id>/logs")
 def logs(run_id: int):
     data = json_body()
+    data_dir = Path(current_app.config["DATA_DIR"])
     with get_db().write() as session:
-        run, _ = _held(session, run_id, data)
-        size = run_files.append_log(Path(current_app.config["DATA_DIR"]), session, run,
+        run, runner = _held(session, run_id, data)
+        if run.nodes > 1:  # by the node's own offset, into the run's one log
+            size = gangs.append_log(data_dir, session, run, gangs.member(session, run, runner),
                                     data.get("offset"), data.get("data"))
+        else:
+            size = run_files.append_log(data_dir, session, run, data.get("offset"),
+                                        data.get("data"))
     return jsonify(size=size)
 
 
@@ -143,7 +156,9 @@ def metrics(run_id: int):
 def result(run_id: int):
     data = json_body()
     with get_db().write() as session:
-        run, _ = _held(session, run_id, data)
+        run, runner = _held(session, run_id, data)
+        if run.nodes > 1 and gangs.member(session, run, runner).node_rank != 0:
+            raise Invalid("only node 0 sends the result (rank 0's result.json)", "result")
         runs.store_result(session, run, data.get("result"))
     return jsonify(stored=True)
 

@@ -3,6 +3,7 @@
     python -m jobs.lab list [--json]
     python -m jobs.lab describe <experiment>
     python -m jobs.lab run <experiment> [--params '<json>'] --out DIR [--timeout S]
+                           [--gang '{"nodes": N, "node_rank": K, "endpoint": "H:P", ...}']
     python -m jobs.lab check <experiment> --params '<json>'
     python -m jobs.lab table DIR [DIR ...]
 
@@ -34,6 +35,8 @@ def main(argv: list[str] | None = None) -> int:
     rn.add_argument("--params", default="{}", help="JSON object of parameters")
     rn.add_argument("--out", required=True, help="directory for result.json and events")
     rn.add_argument("--timeout", type=float, default=None, help="watchdog, seconds")
+    rn.add_argument("--gang", default=None,
+                    help="JSON: this host's share of a run that spans hosts (the runner's lease)")
     ck = sub.add_parser("check", help="validate parameters, print them resolved")
     ck.add_argument("experiment")
     ck.add_argument("--params", default="{}")
@@ -70,11 +73,12 @@ def main(argv: list[str] | None = None) -> int:
 
     try:
         params = json.loads(args.params)
+        gang = json.loads(args.gang) if args.gang is not None else None
     except json.JSONDecodeError as exc:
         print(f"error: invalid parameter params: not JSON ({exc})", file=sys.stderr)
         return contract.EXIT_CODES["invalid_params"]
     timeout = args.timeout if args.timeout is not None else launch.DEFAULT_TIMEOUT_S
-    return launch.run(args.experiment, params, args.out, timeout)
+    return launch.run(args.experiment, params, args.out, timeout, gang=gang)
 
 
 if __name__ == "__main__":

@@ -85,7 +85,8 @@ def torchrun_pgid(out_dir: str | os.PathLike) -> int | None:
 
 # -- progress lines on stdout ---------------------------------------------------------
 
-PROGRESS_RE = re.compile(r"^progress step=(\d+) total=(\d+)(.*)$")
+# (a run that spans hosts tags every line with its node and rank: "[node0 rank0]:progress …")
+PROGRESS_RE = re.compile(r"^(?:\[node\d+ rank\d+\]:)?progress step=(\d+) total=(\d+)(.*)$")
 _FIELD_RE = re.compile(r"(\w+)=(\S+)")
 
 

@@ -9,6 +9,13 @@ runner agent only forwards it.
 
 torchrun runs in its own session (process group): the watchdog, a cancel and a
 failure all end it with killpg, SIGTERM then SIGKILL, so no rank outlives the run.
+
+A run that spans hosts (`gang`: nodes, node_rank, endpoint, rdzv_id, as the runner's
+lease gives them) runs world_size / nodes ranks here, torchrun --nnodes --node-rank with
+the static rendezvous at node 0's endpoint (c10d would ignore --node-rank and number the
+hosts by address, so rank 0 and its result could land anywhere). Every line is tagged
+with its node and rank ("[node1 rank3]:"), so the nodes' logs merge into one. Rank 0,
+on node 0, writes the result; another node succeeds when its own ranks finished.
 """
 
 from __future__ import annotations
@@ -32,6 +39,8 @@ REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__fi
 DEFAULT_TIMEOUT_S = 900.0
 KILL_GRACE_S = 5.0
 OUT_OF_MEMORY_RE = re.compile(r"out of memory|OutOfMemoryError", re.I)
+NODE_TAG_RE = re.compile(r"^\[node\d+(?: rank\d+)?\]:")
+LOOPBACK = ("127.", "localhost", "[::1]")
 TIMED_OUT_RE = re.compile(r"\btimed? ?out\b|\btimeout\b", re.I)
 
 
@@ -41,16 +50,44 @@ def failure_result(experiment: str, params: Any, code: str, message: str) -> dic
             "reason": {"code": code, "message": message}}
 
 
-def command(experiment: str, params: dict, out: str) -> list[str]:
-    return [sys.executable, "-m", "torch.distributed.run", "--standalone",
-            f"--nproc-per-node={params['world_size']}", "--monitor-interval=0.2",
+def check_gang(gang: Any, params: dict) -> dict | None:
+    """The lease's gang (None for a run on one host), or ValueError saying what is wrong."""
+    if gang is None:
+        return None
+    keys = {"nodes", "node_rank", "endpoint", "rdzv_id"}
+    if not isinstance(gang, dict) or set(gang) != keys:
+        raise ValueError(f"gang is an object of {', '.join(sorted(keys))}")
+    nodes, rank, endpoint = gang["nodes"], gang["node_rank"], gang["endpoint"]
+    if not (isinstance(nodes, int) and isinstance(rank, int) and 0 <= rank < nodes
+            and params["world_size"] % nodes == 0):
+        raise ValueError("gang: node_rank from 0 to nodes - 1; nodes divides world_size")
+    if not (isinstance(endpoint, str) and re.fullmatch(r"\S+:\d{1,5}", endpoint)):
+        raise ValueError("gang.endpoint is host:port")
+    return gang
+
+
+def command(experiment: str, params: dict, out: str, gang: dict | None = None) -> list[str]:
+    if gang is None:
+        where = ["--standalone", f"--nproc-per-node={params['world_size']}"]
+    else:
+        where = [f"--nnodes={gang['nodes']}", f"--node-rank={gang['node_rank']}",
+                 "--rdzv-backend=static", f"--rdzv-endpoint={gang['endpoint']}",
+                 f"--rdzv-id={gang['rdzv_id']}",
+                 f"--nproc-per-node={params['world_size'] // gang['nodes']}",
+                 "--tee=3", f"--log-dir={os.path.join(out, 'torchrun')}"]
+    return [sys.executable, "-m", "torch.distributed.run", *where, "--monitor-interval=0.2",
             "-m", "jobs.lab.worker", experiment, "--params", json.dumps(params), "--out", out]
 
 
-def environment(params: dict) -> dict[str, str]:
+def environment(params: dict, gang: dict | None = None) -> dict[str, str]:
     env = dict(os.environ)
-    env.update(MASTER_ADDR="127.0.0.1", GLOO_SOCKET_IFNAME="lo", OMP_NUM_THREADS="1",
-               PYTHONUNBUFFERED="1")
+    env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
+    if gang is None or gang["endpoint"].startswith(LOOPBACK):
+        env.update(MASTER_ADDR="127.0.0.1", GLOO_SOCKET_IFNAME="lo")
+    # across hosts the runner's environment names the interface (GLOO_SOCKET_IFNAME,
+    # NCCL_SOCKET_IFNAME: docs/RUNNER.md); torchrun tags each rank's lines
+    if gang is not None:
+        env["TORCHELASTIC_LOG_LINE_PREFIX_TEMPLATE"] = f"[node{gang['node_rank']} rank${{rank}}]:"
     # torch warns at import when numpy is absent; the lab does not use numpy
     env.setdefault("PYTHONWARNINGS", "ignore:Failed to initialize NumPy")
     env["PYTHONPATH"] = os.pathsep.join(p for p in (REPO_ROOT, env.get("PYTHONPATH")) if p)
@@ -108,7 +145,7 @@ def classify_crash(tail: Iterable[str], rc: int) -> tuple[str, str]:
 
 
 def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_TIMEOUT_S,
-        stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr) -> int:
+        stdout: TextIO = sys.stdout, stderr: TextIO = sys.stderr, gang: Any = None) -> int:
     os.makedirs(out, exist_ok=True)
     result_path = os.path.join(out, contract.RESULT_FILE)
     for stale in [contract.RESULT_FILE] + [f for f in os.listdir(out)
@@ -117,18 +154,25 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
             os.remove(os.path.join(out, stale))
     try:
         params = registry.validate(experiment, raw_params)
-    except registry.ParamError as exc:
+        gang = check_gang(gang, params)
+    except (registry.ParamError, ValueError) as exc:
+        param, why = (exc.param, exc.message) if isinstance(exc, registry.ParamError) else (
+            "gang", str(exc))
         write_json(result_path, {**failure_result(experiment, raw_params, "invalid_params",
-                                                  f"{exc.param}: {exc.message}"),
-                                 "param": exc.param})
-        print(f"error: invalid parameter {exc.param}: {exc.message}", file=stderr, flush=True)
+                                                  f"{param}: {why}"), "param": param})
+        print(f"error: invalid parameter {param}: {why}", file=stderr, flush=True)
         return contract.EXIT_CODES["invalid_params"]
 
-    cmd = command(experiment, params, out)
+    # this host's ranks, and the tag of lines that are not a rank's (torchrun's, ours)
+    per_node = params["world_size"] // (gang["nodes"] if gang else 1)
+    first = gang["node_rank"] * per_node if gang else 0
+    ranks = range(first, first + per_node)
+    tag = f"[node{gang['node_rank']}]:" if gang else ""
+    cmd = command(experiment, params, out, gang)
     tail: deque[str] = deque(maxlen=400)
     log = open(os.path.join(out, contract.OUTPUT_LOG), "w")
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=environment(params),
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=environment(params, gang),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
                             bufsize=1, start_new_session=True)
     # who to kill if this launcher itself dies: torchrun leads its own process group
@@ -152,10 +196,12 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
     threading.Thread(target=watchdog, daemon=True).start()
     try:
         for line in proc.stdout:
+            if tag and not NODE_TAG_RE.match(line):
+                line = tag + line
             stdout.write(line)
             stdout.flush()
             log.write(line)
-            tail.append(line)
+            tail.append(NODE_TAG_RE.sub("", line) if tag else line)
         rc = proc.wait()
     finally:
         if proc.poll() is None:
@@ -164,7 +210,7 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
         for sig, handler in previous.items():
             signal.signal(sig, handler)
     elapsed = time.monotonic() - started
-    merge_events(out, params["world_size"])
+    merge_events(out, ranks)
 
     result = None
     if os.path.exists(result_path):
@@ -175,11 +221,13 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
         code, message = "cancelled", "cancelled by signal"
     elif state["timed_out"]:
         code, message = "timeout", f"no result after {timeout_s:.0f} s; killed the run"
-    elif result is not None and (rc == 0 or _all_done(out, params["world_size"])):
+    elif result is not None and (rc == 0 or _all_done(out, ranks)):
         # (a rank that dies after writing its done marker died in teardown, not in the run)
         decided_here = False
         code = "succeeded" if result["status"] == "succeeded" else result["reason"]["code"]
         message = result["reason"]["message"] if result.get("reason") else ""
+    elif first > 0 and (rc == 0 or _all_done(out, ranks)):
+        decided_here, code, message = False, "succeeded", ""  # node 0 has the result
     else:
         code, message = classify_crash(tail, rc)
     if decided_here:  # the result says so, keeping whatever the ranks wrote
@@ -187,14 +235,15 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
         write_json(result_path, {**partial, **failure_result(experiment, params, code, message),
                                  "duration_s": elapsed})
     if code == "succeeded":
-        print(f"result status=succeeded path={result_path}", file=stdout, flush=True)
+        where = f"path={result_path}" if result is not None else f"node={gang['node_rank']}"
+        print(f"{tag}result status=succeeded {where}", file=stdout, flush=True)
     else:
-        print(f"error: {code}: {message}", file=stderr, flush=True)
+        print(f"{tag}error: {code}: {message}", file=stderr, flush=True)
     return contract.EXIT_CODES[code]
 
 
-def _all_done(out: str, world: int) -> bool:
-    return all(os.path.exists(os.path.join(out, contract.done_file(r))) for r in range(world))
+def _all_done(out: str, ranks: Iterable[int]) -> bool:
+    return all(os.path.exists(os.path.join(out, contract.done_file(r))) for r in ranks)
 
 
 def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
@@ -205,10 +254,10 @@ def _wait(proc: subprocess.Popen, timeout_s: float) -> bool:
         return False
 
 
-def merge_events(out: str, world: int) -> None:
-    """events.rank<r>.jsonl from every rank -> one events.jsonl sorted by start time."""
+def merge_events(out: str, ranks: Iterable[int]) -> None:
+    """events.rank<r>.jsonl from every rank here -> one events.jsonl sorted by start time."""
     events = []
-    for r in range(world):
+    for r in ranks:
         path = os.path.join(out, contract.rank_events_file(r))
         if os.path.exists(path):
             with open(path) as fh:

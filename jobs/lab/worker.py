@@ -112,7 +112,9 @@ def main(argv: list[str] | None = None) -> int:
     os.makedirs(args.out, exist_ok=True)
     result_path = os.path.join(args.out, contract.RESULT_FILE)
     try:
-        device = runtime.resolve_device(params.get("device", "auto"), world)
+        # (the GPUs this host needs: its own ranks, when the run spans hosts)
+        local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
+        device = runtime.resolve_device(params.get("device", "auto"), local)
     except runtime.Unsupported as exc:
         if rank == 0:
             write_json(result_path, envelope(

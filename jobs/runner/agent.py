@@ -26,6 +26,7 @@ from jobs.lab.contract import (
     reason_for_exit,
     torchrun_pgid,
 )
+from jobs.runner import gang as gangs
 from jobs.runner.client import VERSION, Busy, Client, Refused, Stale, Unreachable
 from jobs.runner.host import die_with_parent, host_labels, signal_group
 
@@ -43,6 +44,7 @@ class Job:
     experiment: str
     params: dict
     out: Path
+    gang: dict | None = None  # this host's share of a run that spans hosts (gang.py)
     proc: subprocess.Popen | None = None
     step: int = 0
     total: int = 0
@@ -66,8 +68,10 @@ class Job:
 
 class Agent:
     def __init__(self, client: Client, work_dir: Path, *, labels: dict | None = None,
-                 cancel_grace_s: float = 10.0):
+                 cancel_grace_s: float = 10.0, advertise: str = "127.0.0.1",
+                 rdzv_port: int = 0):
         self.client = client
+        self.advertise, self.rdzv_port = advertise, rdzv_port  # this host as a gang node
         self.work_dir = work_dir
         self.labels = labels if labels is not None else host_labels()
         self.cancel_grace_s = cancel_grace_s
@@ -82,7 +86,8 @@ class Agent:
         while not self.stopping.is_set():
             try:
                 # A short long-poll: a stop (Ctrl-C) is never more than ~10 s away.
-                answer = self.client.call("POST", "/api/v1/runner/lease", {"wait": 10})
+                answer = self.client.call("POST", "/api/v1/runner/lease", {
+                    "wait": 10, "node": gangs.offer(self.advertise, self.rdzv_port)})
             except Busy as exc:  # enough runners are polling right now: ask again later
                 log.info("the server is busy; polling again in %.0fs", exc.retry_after)
                 self.stopping.wait(exc.retry_after)
@@ -125,13 +130,14 @@ class Agent:
 
     def execute(self, spec: dict) -> None:
         job = Job(spec["id"], spec["epoch"], spec["experiment"], spec["params"],
-                  self.work_dir / f"run-{spec['id']}-epoch-{spec['epoch']}")
+                  self.work_dir / f"run-{spec['id']}-epoch-{spec['epoch']}", spec.get("gang"))
         self.job = job
         job.out.mkdir(parents=True, exist_ok=True)
         job.spool.touch()
         log.info("run %s: %s %s", job.run_id, job.experiment, json.dumps(job.params))
         argv = [sys.executable, "-m", "jobs.lab", "run", job.experiment,
-                "--params", json.dumps(job.params), "--out", str(job.lab_dir)]
+                "--params", json.dumps(job.params), "--out", str(job.lab_dir),
+                *gangs.lab_args(job.gang)]
         try:
             job.proc = subprocess.Popen(
                 argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -264,7 +270,7 @@ class Agent:
                 fh.seek(sent)
                 pending = fh.read(64 * CHUNK)  # a few MB at a time, however long the outage
         while pending:
-            chunk = pending[:CHUNK]
+            chunk = gangs.whole_lines(pending[:CHUNK], job.gang, job.proc.poll() is None, CHUNK)
             while chunk:
                 try:
                     text = chunk.decode("utf-8")
@@ -297,17 +303,18 @@ class Agent:
                     self._until_sent(lambda b=batch: self.client.call(
                         "POST", f"/api/v1/runner/runs/{job.run_id}/metrics",
                         {"epoch": job.epoch, "points": b}))
-            if result is not None:
+            if result is not None and gangs.node_rank(job.gang) == 0:
                 self._until_sent(lambda: self.client.call(
                     "POST", f"/api/v1/runner/runs/{job.run_id}/result",
                     {"epoch": job.epoch, "result": result}))
             events = job.lab_dir / EVENTS_FILE
             if events.exists() and events.stat().st_size <= 8 * 1024 * 1024:
                 self._until_sent(lambda: self.client.call(
-                    "PUT", f"/api/v1/runner/runs/{job.run_id}/artifacts/{EVENTS_FILE}"
-                           f"?epoch={job.epoch}", raw=events.read_bytes(),
+                    "PUT", f"/api/v1/runner/runs/{job.run_id}/artifacts/"
+                           f"{gangs.events_name(job.gang)}?epoch={job.epoch}",
+                    raw=events.read_bytes(),
                     content_type="application/x-ndjson"))
-            if status == "SUCCEEDED" and result is None:
+            if status == "SUCCEEDED" and result is None and not gangs.node_rank(job.gang):
                 status, reason, code = "FAILED", "the lab wrote no result.json", "exit_code"
             self.report(job, status, reason, code, rc)
         except Stale:
@@ -373,9 +380,10 @@ def outcome(rc: int, result: dict | None, cancelled: bool) -> tuple[str, str, st
     return "FAILED", message or f"the lab exited with {rc}", code or "exit_code"
 
 
-def main(server: str, token: str, work_dir: Path) -> None:
+def main(server: str, token: str, work_dir: Path, advertise: str = "127.0.0.1",
+         rdzv_port: int = 0) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s runner %(message)s")
-    agent = Agent(Client(server, token), work_dir)
+    agent = Agent(Client(server, token), work_dir, advertise=advertise, rdzv_port=rdzv_port)
     signal.signal(signal.SIGTERM, lambda _sig, _frame: agent.shutdown())
     signal.signal(signal.SIGINT, lambda _sig, _frame: agent.shutdown())
     agent.serve()

@@ -12,6 +12,7 @@ from app.db import get_session
 from app.errors import Invalid, NotFound, refuse_unknown
 from app.journal import (
     cron_phrases,
+    gangs,
     rank_events,
     run_files,
     run_query,
@@ -45,7 +46,7 @@ def run_json(run: Run, *, full: bool = False, details: dict | None = None) -> di
         "cancel_requested": run.cancel_requested_at is not None,
         "runner": run.runner.name if run.runner else None,
         "progress": {"step": run.progress_step, "total": run.progress_total, **run.progress},
-        "params": run.params, "url": f"/runs/{run.id}",
+        "params": run.params, "nodes": run.nodes, "url": f"/runs/{run.id}",
     }
     if full:
         session = get_session()
@@ -60,6 +61,7 @@ def run_json(run: Run, *, full: bool = False, details: dict | None = None) -> di
                         "url": f"/api/v1/runs/{run.id}/artifacts/{a.name}"}
                        for a in artifacts],
             letter_entry_id=run.carded_entry_id,
+            gang=gangs.members_json(session, run) if run.nodes > 1 else [],
         )
         if run.status == runs.QUEUED:
             data["waiting"] = runners.availability(session, run.requires or {})[1]
@@ -137,10 +139,10 @@ def list_runs():
 @bp.post("/runs")
 def create_run():
     data = json_body()
-    refuse_unknown(data, ("experiment", "params", "requires"))
+    refuse_unknown(data, ("experiment", "params", "requires", "nodes"))
     session = get_session()
     run = runs.create(session, data.get("experiment"), data.get("params", {}),
-                      actor=author(), requires=data.get("requires"))
+                      actor=author(), requires=data.get("requires"), nodes=data.get("nodes"))
     session.commit()
     return jsonify(run_json(run, full=True)), 201, {"Location": f"/runs/{run.id}"}
 

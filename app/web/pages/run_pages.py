@@ -120,10 +120,12 @@ def create_run(name: str):
     if form.errors:
         return form_page(spec, form, message=next(iter(form.errors.values())), status=422)
     session = get_session()
+    nodes = request.form.get("nodes", "").strip() or "1"  # hosts that run it together
     try:
-        run = runs.create(session, name, params, actor=author())
+        run = runs.create(session, name, params, actor=author(),
+                          nodes=int(nodes) if nodes.isdigit() and len(nodes) < 4 else nodes)
     except Invalid as exc:
-        if exc.field in form.field_names():
+        if exc.field in form.field_names() or exc.field == "nodes":
             form.errors[exc.field] = exc.message
         return form_page(spec, form, message=exc.message, status=422)
     servable, why = runners.availability(session, run.requires)

@@ -3,7 +3,7 @@ protocol (docs/RUNNER.md). Limits come from the modules that enforce them."""
 
 from __future__ import annotations
 
-from app.journal import run_files, run_metrics, run_query, runs, schedules
+from app.journal import gangs, run_files, run_metrics, run_query, runs, schedules
 from app.web.api.openapi.schema import ERRORS as COMMON_ERRORS
 from app.web.api.openapi.schema import body, json_response, query, ref
 
@@ -41,8 +41,15 @@ def paths() -> dict:
     runner = {
         "/api/v1/runner/register": ("Register this runner (its token names it) with labels",
                                     {"labels": OBJ, "version": {"type": "string"}}),
-        "/api/v1/runner/lease": ("Long-poll for a run (204 when none)",
-                                 {"wait": {"type": "number", "minimum": 0, "maximum": 30}}),
+        "/api/v1/runner/lease": (
+            "Long-poll for a run (204 when none). A runner that offers a node may join a "
+            "run that spans hosts; its run then carries gang: {nodes, node_rank, endpoint, "
+            "rdzv_id}",
+            {"wait": {"type": "number", "minimum": 0, "maximum": 30},
+             "node": {"type": "object", "additionalProperties": False,
+                      "required": ["address", "port"], "properties": {
+                          "address": {"type": "string", "maxLength": 100},
+                          "port": {"type": "integer", "minimum": 1, "maximum": 65535}}}}),
         "/api/v1/runner/runs/{run_id}/heartbeat": (
             "Renew the lease, report progress; the answer may ask to cancel",
             {**EPOCH, "step": {"type": "integer"}, "total": {"type": "integer"},
@@ -120,7 +127,13 @@ def paths() -> dict:
                                                "params": OBJ,
                                                "requires": {"type": "object", "properties": {
                                                    "gpu_model": {"type": "string"},
-                                                   "gpu_count": {"type": "integer"}}}}}),
+                                                   "gpu_count": {"type": "integer"}}},
+                                               "nodes": {
+                                                   "type": "integer", "minimum": 1,
+                                                   "maximum": gangs.MAX_NODES,
+                                                   "description": "hosts that run it "
+                                                   "together, world_size / nodes ranks "
+                                                   "each (default 1)"}}}),
                      "responses": {"201": json_response(OBJ, "Queued"), **ERRORS}}},
         "/api/v1/runs/{run_id}": {"parameters": [RUN_ID], "get": {
             "summary": "Status, reason, progress, result, events, environment",
