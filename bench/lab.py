@@ -36,7 +36,7 @@ RUNS = {  # experiment -> strategies, run once each
     "pipeline": ["gpipe", "torch_gpipe", "1f1b", "torch_1f1b", "interleaved_1f1b",
                  "torch_interleaved_1f1b", "torch_zero_bubble"],
     # the strategies practitioners combine (--combined)
-    "mesh": ["dp_tp", "torch_dp_tp", "dp_pp", "dp_pp_tp"],
+    "mesh": ["dp_tp", "torch_dp_tp", "dp_pp", "torch_dp_pp", "dp_pp_tp"],
     "recompute": ["single", "recompute_full", "recompute_selective", "torch_checkpoint_full",
                   "torch_checkpoint_selective"],
     "sequence": ["tp_megatron", "tp_sequence", "torch_tp_sequence", "cp_ring"],
@@ -50,6 +50,7 @@ EXTRA = {"pipeline": {"micro_batches": 4}, "data_parallel": {"bucket_cap_mb": 1.
 PAIRS = [("dp_bucket", "ddp"), ("dp_naive", "ddp"), ("zero2", "fsdp2"), ("zero3", "fsdp2"),
          ("tp_megatron", "tp_dtensor"), ("gpipe", "torch_gpipe"), ("1f1b", "torch_1f1b"),
          ("interleaved_1f1b", "torch_interleaved_1f1b"), ("dp_tp", "torch_dp_tp"),
+         ("dp_pp", "torch_dp_pp"),
          ("recompute_full", "torch_checkpoint_full"),
          ("recompute_selective", "torch_checkpoint_selective"),
          ("tp_sequence", "torch_tp_sequence")]

@@ -72,7 +72,7 @@ if [ "$W" -ge 2 ]; then
   lab ppi pipeline "{\"world_size\":$W,$GATED,\"batch_size\":$B,$MODEL,\"layers\":$(( 2 * W )),\"micro_batches\":$(( 2 * W )),\"virtual_stages\":2,\"strategies\":[\"1f1b\",\"interleaved_1f1b\",\"torch_interleaved_1f1b\",\"torch_zero_bubble\"]}"
 fi
 if [ "$W" -ge 4 ] && [ $(( W % 4 )) -eq 0 ]; then
-  lab mesh mesh "{\"world_size\":$W,$GATED,\"batch_size\":$B,$MODEL,\"tp\":2,\"pp\":2,\"micro_batches\":4,\"ranks_per_node\":$W,\"strategies\":[\"dp_tp\",\"torch_dp_tp\",\"dp_pp\",\"dp_pp_tp\"]}"
+  lab mesh mesh "{\"world_size\":$W,$GATED,\"batch_size\":$B,$MODEL,\"tp\":2,\"pp\":2,\"micro_batches\":4,\"ranks_per_node\":$W,\"strategies\":[\"dp_tp\",\"torch_dp_tp\",\"dp_pp\",\"dp_pp_tp\",\"torch_dp_pp\"]}"
 fi
 lab roofline gemm_roofline '{"device":"cuda","dtype":"bfloat16","sizes":["1024","2048","4096","8192"],"iters":10}'
 lab mfu gpt_mfu '{"device":"cuda","dtype":"bfloat16","tie_head":true,"layers":12,"hidden":768,"heads":12,"seq_len":1024,"vocab":50304,"batch_size":16,"steps":10,"warmup":3}'

@@ -67,6 +67,7 @@ LABELS = {
     "dp_pp": "DP x PP by hand (1F1B stages, dp groups per stage)",
     "dp_pp_tp": "DP x PP x TP by hand (3D: tp inside a stage, stages, dp across)",
     "torch_dp_tp": "torch DeviceMesh 2-D: fully_shard on dp, parallelize_module on tp",
+    "torch_dp_pp": "torch DeviceMesh 2-D: DDP on dp, pipelining Schedule1F1B on pp",
     "ep_alltoall": "expert parallel by hand (all-to-all dispatch and combine)",
     "recompute_full": "full recomputation by hand (block input kept)",
     "recompute_selective": "selective recomputation by hand (attention core rerun)",

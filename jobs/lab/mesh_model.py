@@ -21,6 +21,7 @@ L_r the blocks of this rank's stage, P_r the parameters it holds):
     dp  P_r * e                          all_reduce of the gradients, in buckets, once a step
         FSDP2 (torch_dp_tp): all_gather 2 x padded P_r e (blocks; the root once) and
         reduce_scatter P_r e (of e_reduce bytes)
+        DDP per pipeline stage (torch_dp_pp): dp_pp's, one bucketed all_reduce a step
 
 A link is intra-node when every rank of the group (or both ends of a send) is on one
 node, node = rank // ranks_per_node; otherwise inter-node.
@@ -36,7 +37,7 @@ DIMS = ("dp", "pp", "tp")
 def degrees(strategy: str, world: int, tp: int, pp: int) -> dict[str, int]:
     """(dp, pp, tp) of a strategy at this world size: the dimensions it does not use are 1."""
     t = tp if strategy in ("dp_tp", "torch_dp_tp", "dp_pp_tp") else 1
-    p = pp if strategy in ("dp_pp", "dp_pp_tp") else 1
+    p = pp if strategy in ("dp_pp", "dp_pp_tp", "torch_dp_pp") else 1
     return {"dp": world // (t * p), "pp": p, "tp": t}
 
 

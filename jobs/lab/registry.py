@@ -191,20 +191,22 @@ def _check_combined(name: str, p: dict[str, Any]) -> None:
     w, chosen = p["world_size"], p.get("strategies", [])
     if name == "mesh":
         tp, pp = p["tp"], p["pp"]
-        needs = {"dp_tp": tp, "torch_dp_tp": tp, "dp_pp": pp, "dp_pp_tp": tp * pp}
+        needs = {"dp_tp": tp, "torch_dp_tp": tp, "dp_pp": pp, "torch_dp_pp": pp,
+                 "dp_pp_tp": tp * pp}
         for s in chosen:
             if s in needs:
                 _divides("world_size", w, needs[s], f"{s}'s model-parallel degree")
                 dp = w // needs[s]
-                m = p["micro_batches"] if s in ("dp_pp", "dp_pp_tp") else 1
+                m = p["micro_batches"] if s in ("dp_pp", "torch_dp_pp", "dp_pp_tp") else 1
                 _divides("batch_size", p["batch_size"], dp * m,
                          f"{s}'s data-parallel degree x micro-batches")
         if any(s in chosen for s in ("dp_tp", "torch_dp_tp", "dp_pp_tp")):
             _divides("heads", p["heads"], tp, "tp")
-        if any(s in chosen for s in ("dp_pp", "dp_pp_tp")) and p["layers"] < pp:
+        if any(s in chosen for s in ("dp_pp", "torch_dp_pp", "dp_pp_tp")) and p["layers"] < pp:
             raise ParamError("layers", f"needs at least one layer per stage: layers="
                                        f"{p['layers']} < pp={pp}")
-        if any(s in chosen for s in ("dp_pp", "dp_pp_tp")) and p["micro_batches"] < pp:
+        if any(s in chosen for s in ("dp_pp", "torch_dp_pp", "dp_pp_tp")) \
+                and p["micro_batches"] < pp:
             raise ParamError("micro_batches", f"the meshes' 1F1B needs micro_batches >= pp="
                                               f"{pp}, got {p['micro_batches']}")
     if name == "recompute":  # more than one rank: data parallel, the batch split d ways

@@ -21,8 +21,9 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
             "all-reduce per step, overlapped). Each dimension has its own process groups; "
             "world = dp x pp x tp, rank = ((dp_idx x pp) + pp_idx) x tp + tp_idx (tp "
             "innermost). By hand (Megatron f/g, 1F1B stages, bucketed all-reduce over each "
-            "dimension's groups), and with PyTorch's DeviceMesh, fully_shard and "
-            "parallelize_module. Bytes are predicted per dimension and per link kind."
+            "dimension's groups), and with PyTorch's DeviceMesh, fully_shard, "
+            "parallelize_module, DDP and pipelining's Schedule1F1B. Bytes are predicted per "
+            "dimension and per link kind."
         ),
         "params": params(
             *_TRAINING,
@@ -37,7 +38,8 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
                              "dimension's peers share a node when tp divides it.",
                              min=1, max=8),
             strategies=p("str_list", ["dp_tp", "torch_dp_tp"], "Strategies to check and time.",
-                         choices=["single", "dp_tp", "dp_pp", "dp_pp_tp", "torch_dp_tp"]),
+                         choices=["single", "dp_tp", "dp_pp", "dp_pp_tp", "torch_dp_tp",
+                                  "torch_dp_pp"]),
         ),
         "min_world_size": 2,
         "result": RESULT_TRAINING + " Meshes add the degrees, and bytes per dimension and per "

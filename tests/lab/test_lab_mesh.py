@@ -107,3 +107,43 @@ def test_the_card_names_the_dimension_whose_traffic_dominates():
                                {"strategy": "odd", "extra": [{"mesh": {"dims": "x"}}, 3]}])
     assert line.count("<li>") == 1
     assert "<strong>dp</strong> dominates" in line and "75%" in line
+
+
+@pytest.mark.parametrize("precision", ["fp32_sgd", "bf16_adamw"])
+def test_torch_dp_pp_passes_the_gate_beside_dp_pp_with_the_same_pipeline_bytes(
+        tmp_path, precision):
+    """DeviceMesh ("dp", "pp") + DDP per stage + Schedule1F1B at world 4 (2 x 2), under a
+    backend that fails a CPU tensor the way nccl does: the gate, bytes exact, memory within
+    10%, and per rank the same pp and dp bytes as the hand-written dp_pp."""
+    params = {**TINY, "steps": 1, "warmup": 0, "world_size": 4, "pp": 2, "micro_batches": 2,
+              "ranks_per_node": 2, "precision": precision,
+              "strategies": ["dp_pp", "torch_dp_pp"]}
+    run = launch("mesh", params, tmp_path, timeout=300,
+                 env={"COMMONPLACE_LAB_PG_BACKEND": "cuda:gloo"})
+    assert run.rc == 0, (run.stderr[-3000:], run.stdout[-2000:])
+    dims = {}
+    for name in ("dp_pp", "torch_dp_pp"):
+        s = run.strategy(name)
+        c = s["correctness"]
+        assert c["passed"], (name, c["reason"])
+        assert c["coverage_exact"] and c["replicas_bit_identical"]
+        assert s["comm"]["all_exact"], (name, s["comm"]["bytes_vs_predicted"])
+        for m in s["memory"]:
+            assert 0.9 <= m["peak"]["ratio"] <= 1.1, (name, m["rank"], m["peak"])
+        dims[name] = {e["rank"]: {d: row["bytes"] for d, row in e["mesh"]["dims"].items()}
+                      for e in s["extra"]}
+    assert dims["dp_pp"] == dims["torch_dp_pp"]
+    assert all(set(b) == {"dp", "pp"} and b["pp"] > 0 for b in dims["dp_pp"].values())
+
+
+def test_torch_dp_pp_has_dp_pp_s_rules():
+    ok = {"world_size": 4, "strategies": ["torch_dp_pp"], "pp": 2}
+    assert registry.validate("mesh", ok)["strategies"] == ["torch_dp_pp"]
+    assert mesh_model.degrees("torch_dp_pp", 4, 2, 2) == {"dp": 2, "pp": 2, "tp": 1}
+    for bad, param in (({**ok, "world_size": 3}, "world_size"),
+                       ({**ok, "micro_batches": 1}, "micro_batches"),
+                       ({**ok, "layers": 1}, "layers"),
+                       ({**ok, "batch_size": 6}, "batch_size")):
+        with pytest.raises(registry.ParamError) as err:
+            registry.validate("mesh", bad)
+        assert err.value.param == param

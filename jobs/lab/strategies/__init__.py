@@ -33,6 +33,7 @@ STRATEGIES: dict[str, str] = {
     "dp_pp": "jobs.lab.strategies.mesh:DataPipeline",
     "dp_pp_tp": "jobs.lab.strategies.mesh:DataPipelineTensor",
     "torch_dp_tp": "jobs.lab.strategies.torch_mesh:TorchDataTensor",
+    "torch_dp_pp": "jobs.lab.strategies.torch_mesh:TorchDataPipeline",
     "recompute_full": "jobs.lab.strategies.recompute:RecomputeFull",
     "recompute_selective": "jobs.lab.strategies.recompute:RecomputeSelective",
     "torch_checkpoint_full": "jobs.lab.strategies.torch_checkpoint:TorchCheckpointFull",

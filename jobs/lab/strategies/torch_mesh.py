@@ -7,7 +7,15 @@ parameters are then DTensors on both dimensions (Shard(0) over dp, their tp plac
 over tp). The collectives are PyTorch's: the census counts them from the dispatcher.
 
 Bytes per rank and step: tp as tp_dtensor's (6 all-reduces of (B/d)*s*h*e per block);
-dp as fsdp2's over the rank's tensor-parallel shards (fsdp_comm of their local shapes)."""
+dp as fsdp2's over the rank's tensor-parallel shards (fsdp_comm of their local shapes).
+
+TorchDataPipeline (torch_dp_pp) is DP x PP the same way: init_device_mesh ("dp", "pp")
+(rank = dp_idx * pp + pp_idx, the hand-written order with tp = 1), the model cut into
+dp_pp's stages (pipeline_parallel.Stage), each stage wrapped in DistributedDataParallel
+over mesh["dp"], driven by torch.distributed.pipelining's PipelineStage over mesh["pp"]
+and Schedule1F1B. The schedule keeps DDP quiet (no_sync) until the step's last backward,
+so the dp bytes are dp_pp's (one bucketed all-reduce of the stage's gradients) and the
+pp bytes pipeline's formula; FSDP2 per stage would re-gather every micro-batch."""
 
 from __future__ import annotations
 
@@ -16,15 +24,19 @@ from typing import Any
 import torch
 from torch.distributed.device_mesh import init_device_mesh
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
+from torch.distributed.pipelining import PipelineStage, Schedule1F1B
 from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
+from torch.nn.parallel import DistributedDataParallel as DDP
 
 from jobs.lab import costmodel, mesh_model
-from jobs.lab.model import Batch, build_model, loss_fn
+from jobs.lab.model import Batch, build_model, loss_fn, make_batch
 from jobs.lab.optim import ADAMW_LR, BETAS, EPS, WEIGHT_DECAY
 from jobs.lab.strategies.base import Piece, StepOut, Strategy, local_pieces
 from jobs.lab.strategies.dtensor_tp import PLAN
-from jobs.lab.strategies.mesh import device_backend
+from jobs.lab.strategies.mesh import DataPipeline, device_backend
+from jobs.lab.strategies.pipeline_parallel import PipelineBase, Stage
+from jobs.lab.strategies.torch_pipelining import Torch1F1B
 
 
 def _local_shape(p: torch.Tensor) -> tuple[int, ...]:
@@ -136,4 +148,103 @@ class TorchDataTensor(Strategy):
         dims = mesh_model.breakdown(self.per_dim(), self.ctx.rank, self.deg, self.rpn)
         return {"mesh": {**self.deg, "coords": self.at, "ranks_per_node": self.rpn,
                          "order": "init_device_mesh (dp, tp): rank = dp_idx * tp + tp_idx",
+                         "dims": dims}}
+
+
+class TorchDataPipeline(Torch1F1B):
+    name = "torch_dp_pp"
+    label = "torch DeviceMesh 2-D: DDP on dp, pipelining Schedule1F1B on pp"
+    unmodelled = Torch1F1B.unmodelled + ("DDP's reducer (hooks, bucket copies)",)
+
+    def __init__(self, ctx, spec) -> None:
+        Strategy.__init__(self, ctx, spec)  # not TorchPipelineBase's: the mesh's groups
+        cfg, params = spec.cfg, spec.params
+        self.deg = mesh_model.degrees(self.name, ctx.world, 1, params.get("pp", 1))
+        self.at = mesh_model.coords(ctx.rank, self.deg)
+        self.rpn = params.get("ranks_per_node", ctx.world)
+        backend = device_backend(ctx)
+        self.mesh = init_device_mesh(
+            ctx.device.type, (self.deg["dp"], self.deg["pp"]), mesh_dim_names=("dp", "pp"),
+            backend_override={"dp": backend, "pp": backend} if backend else None)
+        self.p, self.rank, self.m = self.deg["pp"], self.at["pp"], spec.micro_batches
+        self.mb_rows = spec.batch_size // (self.deg["dp"] * self.m)
+        self.first, self.last = self.rank == 0, self.rank == self.p - 1
+        stage = Stage(build_model(cfg, ctx.device), self.rank, self.p)
+        self.dp_group = self.mesh["dp"].get_group() if self.deg["dp"] > 1 else None
+        if self.dp_group is not None:
+            self.model = DDP(stage, device_ids=[ctx.device] if ctx.is_cuda else None,
+                             bucket_cap_mb=spec.bucket_cap_mb, process_group=self.dp_group)
+            self.name_prefix = "module.model."
+        else:
+            self.model = stage
+        self.opt = self.optimizer(list(self.model.parameters()))
+        # static shapes, as torch_pipelining.py's (no metadata round)
+        T, h = cfg.seq_len, cfg.hidden
+        act = torch.zeros(self.mb_rows, T, h, dtype=cfg.torch_dtype, device=ctx.device)
+        example_in = make_batch(cfg, self.mb_rows).inputs.to(ctx.device) if self.first \
+            else act.clone().requires_grad_()
+        width = cfg.vocab if cfg.kind == "gpt" else h
+        example_out = torch.zeros(self.mb_rows, T, width, dtype=cfg.torch_dtype,
+                                  device=ctx.device).requires_grad_() if self.last else \
+            act.clone().requires_grad_()
+        pipe_stage = PipelineStage(self.model, self.rank, self.p, ctx.device,
+                                   input_args=example_in, output_args=example_out,
+                                   group=self.mesh["pp"].get_group())
+        self.schedule = Schedule1F1B(pipe_stage, self.m, loss_fn=loss_fn(cfg.kind))
+        self.max_in_flight = None
+        self.first_mb_saved_bytes = None
+
+    def train_step(self, batch: Batch) -> StepOut:
+        local = batch.split(self.deg["dp"])[self.at["dp"]]
+        out = super().train_step(local)
+        return StepOut(out.loss, 1.0 / self.deg["dp"] if self.last else 0.0)
+
+    def replicated(self):
+        """Every parameter of the stage is replicated over its dp group."""
+        if self.dp_group is None:
+            return []
+        named = [(n[len(self.name_prefix):], p) for n, p in self.model.named_parameters()]
+        return [(self.dp_group, named)]
+
+    def micro_batches(self) -> int:
+        return self.m
+
+    def numels(self) -> list[int]:
+        return [p.numel() for p in self.model.parameters()]
+
+    def per_dim(self) -> dict[str, dict]:
+        c = self.spec.cfg
+        return mesh_model.dim_bytes(self.name, self.ctx.rank, self.deg, L=c.layers,
+                                    B=self.spec.batch_size, s=c.seq_len, h=c.hidden,
+                                    e=self.spec.e, m=self.m, numels=self.numels(),
+                                    cap_elems=self.spec.cap_elems)
+
+    def predicted_comm(self):
+        return mesh_model.merged(self.per_dim())
+
+    def predicted_memory(self) -> dict:
+        """dp_pp's stage formula (DDP's buckets: a second copy of the stage's gradients)
+        plus what PipelineStage keeps between steps, as torch_pipelining.py's."""
+        mem = DataPipeline.predicted_memory(self)
+        c, n, e = self.spec.cfg, self.local_tokens(), self.spec.e
+        kept = {"receive buffers": self.m * self.mb_bytes() * ((not self.first) + (not self.last)),
+                "outputs kept": self.m * n * (c.vocab if c.kind == "gpt" else c.hidden) * e
+                if self.last else 0}
+        return {**mem, "held": {**mem["held"], **kept}, "total": mem["total"] + sum(kept.values())}
+
+    def predict(self, cal: costmodel.Calibration, compute: list[dict]) -> dict:
+        """The pipeline formula over the stages of dp index 0, then DDP's all-reduce."""
+        ranks = [mesh_model.rank_of(0, s, 0, self.deg) for s in range(self.p)]
+        pred = PipelineBase.predict(self, cal, [compute[r] for r in ranks])
+        dp = self.per_dim()["dp"]
+        rest = {k: v for k, v in pred.items()
+                if k not in ("step_time_s", "terms_s", "dominant", "formula")}
+        return costmodel.prediction({**pred["terms_s"], "dp_comm": cal.comm(dp) if dp else 0.0},
+                                    pred["formula"] + " + dp all-reduce", **rest)
+
+    def extra(self) -> dict[str, Any]:
+        dims = mesh_model.breakdown(self.per_dim(), self.ctx.rank, self.deg, self.rpn)
+        return {**super().extra(),
+                "mesh": {**self.deg, "coords": self.at, "ranks_per_node": self.rpn,
+                         "order": "init_device_mesh (dp, pp): rank = dp_idx * pp + pp_idx",
                          "dims": dims}}
