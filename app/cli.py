@@ -187,14 +187,19 @@ def scheduler() -> None:
               "that span hosts (its tailnet IP, e.g. `tailscale ip -4`)")
 @click.option("--rdzv-port", envvar="COMMONPLACE_RUNNER_RDZV_PORT", type=int, default=0,
               help="the rendezvous port this host offers as node 0 [default: a free one]")
+@click.option("--poll-wait", envvar="COMMONPLACE_RUNNER_POLL_WAIT",
+              type=click.IntRange(1, 30), default=10, show_default=True,
+              help="seconds each long poll for work may wait on the server: also how long "
+                   "an idle runner may take to stop")
 def runner(server: str, token: str, work_dir: Path | None, advertise: str,
-           rdzv_port: int) -> None:
+           rdzv_port: int, poll_wait: int) -> None:
     """A runner agent: pulls runs from the server and executes them (GPU or CPU host)."""
     from jobs.runner import main as run_agent  # the agent needs nothing of the server
 
     folder = work_dir or Path(from_environment()["DATA_DIR"]) / "runner"
     folder.mkdir(parents=True, exist_ok=True)
-    run_agent(server, token, folder, advertise=advertise, rdzv_port=rdzv_port)
+    run_agent(server, token, folder, advertise=advertise, rdzv_port=rdzv_port,
+              poll_wait=poll_wait)
 
 
 @main.group()

@@ -64,7 +64,9 @@ def live_server(data_dir):
     port = free_port()
     env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir),
            "COMMONPLACE_BIND": f"127.0.0.1:{port}", "COMMONPLACE_AUTH": "dev",
-           "COMMONPLACE_TIMEZONE": "UTC"}
+           "COMMONPLACE_TIMEZONE": "UTC",
+           # the local runner's long poll bounds how long `up` takes to stop: 2 s, not 10
+           "COMMONPLACE_RUNNER_POLL_WAIT": "2"}
     env.pop("COMMONPLACE_DATABASE_URL", None)
     log = open(data_dir / "server.log", "w")
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "up"], cwd=ROOT, env=env,

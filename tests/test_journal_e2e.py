@@ -101,7 +101,9 @@ class Journal:
         self.env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir),
                     "COMMONPLACE_BIND": f"127.0.0.1:{self.port}", "COMMONPLACE_AUTH": "dev",
                     "COMMONPLACE_TIMEZONE": "UTC", "COMMONPLACE_LEASE_TTL": str(TTL),
-                    "COMMONPLACE_REAPER_INTERVAL": str(REAPER)}
+                    "COMMONPLACE_REAPER_INTERVAL": str(REAPER),
+                    # an idle runner stops within its poll: 2 s, not 10, per teardown
+                    "COMMONPLACE_RUNNER_POLL_WAIT": "2"}
         self.env.pop("COMMONPLACE_DATABASE_URL", None)
         self.env.pop("COMMONPLACE_LAB_PLUGIN", None)
         self.procs: list[subprocess.Popen] = []

@@ -69,9 +69,10 @@ class Job:
 class Agent:
     def __init__(self, client: Client, work_dir: Path, *, labels: dict | None = None,
                  cancel_grace_s: float = 10.0, advertise: str = "127.0.0.1",
-                 rdzv_port: int = 0):
+                 rdzv_port: int = 0, poll_wait: int = 10):
         self.client = client
         self.advertise, self.rdzv_port = advertise, rdzv_port  # this host as a gang node
+        self.poll_wait = poll_wait  # a stop (Ctrl-C) is never more than this away
         self.work_dir = work_dir
         self.labels = labels if labels is not None else host_labels()
         self.cancel_grace_s = cancel_grace_s
@@ -85,9 +86,9 @@ class Agent:
         self.register()
         while not self.stopping.is_set():
             try:
-                # A short long-poll: a stop (Ctrl-C) is never more than ~10 s away.
                 answer = self.client.call("POST", "/api/v1/runner/lease", {
-                    "wait": 10, "node": gangs.offer(self.advertise, self.rdzv_port)})
+                    "wait": self.poll_wait,
+                    "node": gangs.offer(self.advertise, self.rdzv_port)})
             except Busy as exc:  # enough runners are polling right now: ask again later
                 log.info("the server is busy; polling again in %.0fs", exc.retry_after)
                 self.stopping.wait(exc.retry_after)
@@ -381,9 +382,10 @@ def outcome(rc: int, result: dict | None, cancelled: bool) -> tuple[str, str, st
 
 
 def main(server: str, token: str, work_dir: Path, advertise: str = "127.0.0.1",
-         rdzv_port: int = 0) -> None:
+         rdzv_port: int = 0, poll_wait: int = 10) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s runner %(message)s")
-    agent = Agent(Client(server, token), work_dir, advertise=advertise, rdzv_port=rdzv_port)
+    agent = Agent(Client(server, token), work_dir, advertise=advertise, rdzv_port=rdzv_port,
+                  poll_wait=poll_wait)
     signal.signal(signal.SIGTERM, lambda _sig, _frame: agent.shutdown())
     signal.signal(signal.SIGINT, lambda _sig, _frame: agent.shutdown())
     agent.serve()
