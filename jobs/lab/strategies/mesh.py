@@ -25,15 +25,14 @@ import torch.distributed as dist
 
 from jobs.lab import costmodel, mesh_model, runtime
 from jobs.lab.model import Batch, build_model, loss_fn
-from jobs.lab.strategies.base import Piece, StepOut, Strategy, pieces_of
+from jobs.lab.strategies.base import Piece, StepOut, Strategy
 from jobs.lab.strategies.pipeline_parallel import OneFOneB, Stage
 from jobs.lab.strategies.pp_communications import StageComm
 from jobs.lab.strategies.tensor_parallel import (
-    ColumnParallelLinear,
     MegatronTP,
-    RowParallelLinear,
-    _slicer,
     apply_tensor_parallel,
+    tp_pieces,
+    tp_shards,
 )
 
 
@@ -147,22 +146,10 @@ class MeshMixin:
 
     def split_shards(self) -> dict[str, tuple[int, int, int]]:
         """Parameter name (the reference's) -> its tensor-parallel slice."""
-        shards = {}
-        for mod_name, mod in self.model.named_modules():
-            mod_name = mod_name[len(self.name_prefix):] if self.name_prefix else mod_name
-            if isinstance(mod, (ColumnParallelLinear, RowParallelLinear)):
-                shards[f"{mod_name}.weight"] = mod.shard
-                if isinstance(mod, ColumnParallelLinear):
-                    shards[f"{mod_name}.bias"] = (0,) + mod.shard[1:]
-        return shards
+        return tp_shards(self.model, self.name_prefix)
 
     def _pieces(self, what: str) -> list[Piece]:
-        shards, out = self.split_shards(), []
-        for name, p in self.model.named_parameters():
-            name = name[len(self.name_prefix):] if self.name_prefix else name
-            out += pieces_of(p, name, what, self.opt, self.precision,
-                             _slicer(shards[name]) if name in shards else None)
-        return out
+        return tp_pieces(self, what)
 
     def grad_pieces(self) -> list[Piece]:
         return self._pieces("grad")

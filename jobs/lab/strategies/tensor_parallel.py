@@ -88,6 +88,30 @@ def _slicer(shard: tuple[int, int, int]):
     return lambda full: full.narrow(dim, start, stop - start)
 
 
+def tp_shards(model: nn.Module, prefix: str = "") -> dict[str, tuple[int, int, int]]:
+    """Parameter name (the reference's: `prefix` stripped) -> its tensor-parallel slice."""
+    shards = {}
+    for mod_name, mod in model.named_modules():
+        mod_name = mod_name[len(prefix):] if prefix else mod_name
+        if isinstance(mod, (ColumnParallelLinear, RowParallelLinear)):
+            shards[f"{mod_name}.weight"] = mod.shard
+            if isinstance(mod, ColumnParallelLinear):
+                shards[f"{mod_name}.bias"] = (0,) + mod.shard[1:]
+    return shards
+
+
+def tp_pieces(strategy: Strategy, what: str) -> list[Piece]:
+    """The gate's pieces of a model with tensor-parallel linears: each split parameter
+    compared with its slice of the reference, the rest whole."""
+    prefix = strategy.name_prefix
+    shards, out = tp_shards(strategy.model, prefix), []
+    for name, p in strategy.model.named_parameters():
+        name = name[len(prefix):] if prefix else name
+        out += pieces_of(p, name, what, strategy.opt, strategy.precision,
+                         _slicer(shards[name]) if name in shards else None)
+    return out
+
+
 class MegatronTP(Strategy):
     name = "tp_megatron"
     label = "Megatron tensor parallel by hand (f/g operators)"
@@ -110,17 +134,7 @@ class MegatronTP(Strategy):
         return StepOut(loss.detach(), 1.0 / self.ctx.world)  # every rank has the full loss
 
     def _pieces(self, what: str) -> list[Piece]:
-        shards = {}
-        for mod_name, mod in self.model.named_modules():
-            if isinstance(mod, (ColumnParallelLinear, RowParallelLinear)):
-                shards[f"{mod_name}.weight"] = mod.shard
-                if isinstance(mod, ColumnParallelLinear):
-                    shards[f"{mod_name}.bias"] = (0,) + mod.shard[1:]
-        out = []
-        for name, p in self.model.named_parameters():
-            out += pieces_of(p, name, what, self.opt, self.precision,
-                             _slicer(shards[name]) if name in shards else None)
-        return out
+        return tp_pieces(self, what)
 
     def grad_pieces(self) -> list[Piece]:
         return self._pieces("grad")

@@ -32,7 +32,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 from jobs.lab import costmodel, mesh_model
 from jobs.lab.model import Batch, build_model, loss_fn, make_batch
 from jobs.lab.optim import ADAMW_LR, BETAS, EPS, WEIGHT_DECAY
-from jobs.lab.strategies.base import Piece, StepOut, Strategy, local_pieces
+from jobs.lab.strategies.base import StepOut, Strategy
 from jobs.lab.strategies.dtensor_tp import PLAN
 from jobs.lab.strategies.mesh import DataPipeline, device_backend
 from jobs.lab.strategies.pipeline_parallel import PipelineBase, Stage
@@ -93,18 +93,8 @@ class TorchDataTensor(Strategy):
             self.opt.step()
         return StepOut(loss.detach(), 1.0 / self.ctx.world)
 
-    # -- gate: every parameter gathered whole (DTensor.full_tensor, over both dimensions)
-    def _pieces(self, what: str) -> list[Piece]:
-        return local_pieces(self.model, what, opt=self.opt, precision=self.precision)
-
-    def grad_pieces(self) -> list[Piece]:
-        return self._pieces("grad")
-
-    def param_pieces(self) -> list[Piece]:
-        return self._pieces("param")
-
-    def state_pieces(self) -> list[Piece]:
-        return self._pieces("state")
+    # -- gate: Strategy's pieces, every parameter gathered whole (DTensor.full_tensor, over
+    # both dimensions)
 
     # -- prediction
     def local_tokens(self) -> int:
