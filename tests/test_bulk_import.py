@@ -22,6 +22,7 @@ import yaml
 from app import create_app, upgrades
 from app.notebook import bulk_import, transfer
 from tests.helpers import ROOT
+from tests.test_journal_e2e import processes_of, wait_until
 
 TAGS = ["ml", "gpu", "home", "work/infra"]
 
@@ -178,6 +179,8 @@ def test_an_import_killed_half_way_is_consistent_and_a_rerun_finishes_it(tmp_pat
         time.sleep(0.005)
     child.send_signal(signal.SIGKILL)
     child.wait()
+    # nothing of the killed import lives on: its pool's renderer ends with it
+    wait_until("the killed import's renderer to end", lambda: not processes_of(source), 10)
     half = snapshot(killed_dir)
     assert 0 < len(half["entry"]) < 300, "the import finished before it could be killed"
     # consistent: each entry has its revisions, its index row, its HTML resolved as it

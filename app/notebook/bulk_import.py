@@ -25,9 +25,11 @@ unchanged; a mirror file lost to the interruption is written again).
 from __future__ import annotations
 
 import concurrent.futures as cf
+import ctypes
 import multiprocessing
 import os
 import secrets
+import signal
 import time
 from collections import deque
 from collections.abc import Callable
@@ -76,7 +78,20 @@ def _pool(workers: int) -> cf.ProcessPoolExecutor | None:
     if workers <= 0:
         return None
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
-    return cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method))
+    return cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
+                                  initializer=_end_with_the_import, initargs=(os.getpid(),))
+
+
+def _end_with_the_import(importer: int) -> None:
+    """A renderer ends when the import that started it does: killed (SIGKILL, Ctrl-C
+    twice, the OOM killer), the import would otherwise leave its pool's workers waiting
+    for ever on a queue no one feeds. Linux's parent-death signal; elsewhere nothing."""
+    try:
+        ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
+    except (OSError, AttributeError):
+        return
+    if os.getppid() != importer:  # it died before we asked
+        os._exit(1)
 
 
 @dataclass
