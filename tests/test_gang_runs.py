@@ -21,15 +21,7 @@ from app.journal import runs
 from app.models import Run, RunEvent, RunNode
 from tests.client_helpers import Terminal
 from tests.helpers import SMALL, add_token, bearer, count, form_for
-from tests.test_journal_e2e import (
-    REAPER,
-    TTL,
-    Journal,
-    alive,
-    api,
-    processes_of,
-    wait_until,
-)
+from tests.test_journal_e2e import REAPER, TTL, Journal, alive, api, processes_of, wait_until
 
 WORLD4 = {"world_size": 4, "device": "cpu"}
 A = {"address": "127.0.0.1", "port": 29411}
