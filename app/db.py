@@ -20,12 +20,6 @@ from sqlalchemy.orm import Session
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
-# SQLite's page cache is per connection, and a web worker's pool keeps up to five (more
-# under load). A read session's transaction keeps 512 KiB of pages (the operating system's
-# page cache under it holds the rest of the file: pages at 100k entries took no more CPU
-# than with 2 MB), about 1.5 MB less per connection; every other transaction (writes,
-# migrations, bulk imports) has SQLite's default 2 MB, so a big one does not spill early.
-READ_CACHE_KIB, DEFAULT_CACHE_KIB = 512, 2000
 
 
 def create_engine(url: str) -> sa.Engine:
@@ -40,7 +34,7 @@ def create_engine(url: str) -> sa.Engine:
                               pool_use_lifo=True)
 
     @sa.event.listens_for(engine, "connect")
-    def _configure(dbapi_conn, record):
+    def _configure(dbapi_conn, _record):
         dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (SQLAlchemy's recipe)
         cur = dbapi_conn.cursor()
         # busy_timeout first: switching to WAL can itself meet a busy database.
@@ -48,20 +42,11 @@ def create_engine(url: str) -> sa.Engine:
         cur.execute("PRAGMA journal_mode = WAL")
         cur.execute("PRAGMA synchronous = NORMAL")
         cur.execute("PRAGMA foreign_keys = ON")
-        cur.execute(f"PRAGMA cache_size = -{DEFAULT_CACHE_KIB}")
         cur.close()
-        record.info["cache_kib"] = DEFAULT_CACHE_KIB
 
     @sa.event.listens_for(engine, "begin")
     def _begin(conn):
-        options = conn.get_execution_options()
-        immediate = options.get("sqlite_immediate")
-        # the connection's page cache for this transaction; a statement only on a change
-        cache_kib = options.get("sqlite_cache_kib", DEFAULT_CACHE_KIB)
-        pooled = conn.connection.info
-        if pooled.get("cache_kib") != cache_kib:
-            conn.exec_driver_sql(f"PRAGMA cache_size = -{cache_kib}")
-            pooled["cache_kib"] = cache_kib
+        immediate = conn.get_execution_options().get("sqlite_immediate")
         conn.exec_driver_sql("BEGIN IMMEDIATE" if immediate else "BEGIN")
 
     return engine
@@ -75,7 +60,6 @@ class Database:
         self.notes_dir = notes_dir
         self.engine = create_engine(url)
         self._write_engine = self.engine.execution_options(sqlite_immediate=True)
-        self._read_engine = self.engine.execution_options(sqlite_cache_kib=READ_CACHE_KIB)
 
     @property
     def sqlite_path(self) -> Path | None:
@@ -86,8 +70,7 @@ class Database:
         return Path(path) if path and path != ":memory:" else None
 
     def session(self, write: bool = False) -> Session:
-        session = Session(self._write_engine if write else self._read_engine,
-                          expire_on_commit=False)
+        session = Session(self._write_engine if write else self.engine, expire_on_commit=False)
         # where app/notebook/mirror.py writes its files after commit
         session.info["notes_dir"] = self.notes_dir
         return session

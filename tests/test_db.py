@@ -37,21 +37,6 @@ def test_sqlite_runs_in_wal_with_foreign_keys(db):
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 5000
 
 
-def test_read_sessions_keep_a_small_page_cache_and_writes_the_default(db):
-    # one pooled connection, as a web request's: it follows the kind of its transaction
-    def cache_kib(session):
-        return -session.connection().exec_driver_sql("PRAGMA cache_size").scalar()
-
-    with db.read() as session:
-        assert cache_kib(session) == dbmod.READ_CACHE_KIB
-    with db.write() as session:
-        assert cache_kib(session) == dbmod.DEFAULT_CACHE_KIB
-    with db.read() as session:
-        assert cache_kib(session) == dbmod.READ_CACHE_KIB
-    with db.engine.begin() as conn:  # migrations, bulk statements
-        assert -conn.exec_driver_sql("PRAGMA cache_size").scalar() == dbmod.DEFAULT_CACHE_KIB
-
-
 def test_the_models_do_not_load_the_postgresql_dialect():
     # a postgresql_* option on a table loads SQLAlchemy's whole PostgreSQL dialect (~2 MB of
     # every process, web workers included); the migrations carry Postgres's own options
