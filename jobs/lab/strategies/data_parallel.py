@@ -10,6 +10,8 @@ micro-batches the first m-1 backward passes skip the sync (``no_sync``).
 
 from __future__ import annotations
 
+from typing import Any
+
 import torch
 
 from jobs.lab import costmodel
@@ -25,7 +27,10 @@ class DataParallelNaive(Strategy):
         super().__init__(ctx, spec)
         self.model = build_model(spec.cfg, ctx.device)
         self.opt = self.optimizer(list(self.model.parameters()))
-        self.require_backward_grad_sync = True
+
+    def syncing(self, on: bool) -> None:
+        """no_sync: only the last micro-batch's backward may communicate (the bucketed
+        strategy's hooks); the naive one sends everything after backward anyway."""
 
     def sync_gradients(self) -> None:
         for p in self.model.parameters():
@@ -38,8 +43,7 @@ class DataParallelNaive(Strategy):
         self.opt.zero_grad(set_to_none=True)
         total = 0.0  # a tensor after the first micro-batch: read after the step
         for i, mb in enumerate(local.split(m)):
-            # no_sync: only the last micro-batch's backward triggers communication
-            self.require_backward_grad_sync = i == m - 1
+            self.syncing(i == m - 1)
             with tl.span("forward", mb=i):
                 loss = loss_fn(self.spec.cfg.kind)(self.model(mb.inputs), mb.targets) / m
             with tl.span("backward", mb=i):
@@ -72,49 +76,72 @@ class DataParallelNaive(Strategy):
                                      cal.coll("all_reduce", last["numel"] * self.spec.e))
 
 
-class DataParallelBucket(DataParallelNaive):
-    name = "dp_bucket"
-    label = "data parallel, bucketed + overlapped"
+class GradBuckets:
+    """Gradients in flat buckets in backward order (costmodel.plan_buckets), each
+    all-reduced through `comm` (ctx.comm, or one mesh dimension's) as soon as its last
+    gradient is accumulated - while ``sync`` is on (the step's last backward) - then
+    averaged over the d ranks and copied back in ``finish``."""
 
-    def __init__(self, ctx, spec) -> None:
-        super().__init__(ctx, spec)
-        params = list(self.model.parameters())
-        self.plan = costmodel.plan_buckets([p.numel() for p in params], spec.cap_elems)
+    def __init__(self, params: list[torch.Tensor], cap_elems: int, comm: Any,
+                 d: int) -> None:
+        self.comm, self.d, self.sync = comm, d, False
+        self.plan = costmodel.plan_buckets([p.numel() for p in params], cap_elems)
         self.buckets = []
-        for b in self.plan:
+        for index, b in enumerate(self.plan):
             members = [params[i] for i in b["params"]]
-            flat = torch.zeros(b["numel"], device=ctx.device, dtype=params[0].dtype)
+            flat = torch.zeros(b["numel"], device=params[0].device, dtype=params[0].dtype)
             self.buckets.append({"params": members, "flat": flat, "ready": 0, "work": None})
             for p in members:
-                p.register_post_accumulate_grad_hook(self._make_hook(len(self.buckets) - 1))
+                p.register_post_accumulate_grad_hook(self._hook(index))
 
-    def _make_hook(self, index: int):
+    def _hook(self, index: int):
         def hook(_param: torch.Tensor) -> None:
-            if not self.require_backward_grad_sync:
+            if not self.sync:
                 return
             bucket = self.buckets[index]
             bucket["ready"] += 1
-            if bucket["ready"] == len(bucket["params"]):  # last gradient of the bucket
+            if bucket["ready"] == len(bucket["params"]):
                 torch.cat([p.grad.reshape(-1) for p in bucket["params"]], out=bucket["flat"])
-                bucket["work"] = self.ctx.comm.all_reduce(bucket["flat"], async_op=True,
-                                                          bucket=index)
+                bucket["work"] = self.comm.all_reduce(bucket["flat"], async_op=True,
+                                                      bucket=index)
         return hook
 
-    def sync_gradients(self) -> None:
+    def finish(self) -> None:
         for bucket in self.buckets:
             bucket["work"].wait()
-            bucket["flat"].div_(self.ctx.world)
+            bucket["flat"].div_(self.d)
             offset = 0
             for p in bucket["params"]:
                 n = p.numel()
                 p.grad.copy_(bucket["flat"][offset:offset + n].view_as(p))
                 offset += n
             bucket["ready"], bucket["work"] = 0, None
+        self.sync = False
+
+    def nbytes(self) -> int:
+        return sum(b["flat"].numel() * b["flat"].element_size() for b in self.buckets)
+
+
+
+class DataParallelBucket(DataParallelNaive):
+    name = "dp_bucket"
+    label = "data parallel, bucketed + overlapped"
+
+    def __init__(self, ctx, spec) -> None:
+        super().__init__(ctx, spec)
+        self.grads = GradBuckets(list(self.model.parameters()), spec.cap_elems, ctx.comm,
+                                 ctx.world)
+        self.plan, self.buckets = self.grads.plan, self.grads.buckets
+
+    def syncing(self, on: bool) -> None:
+        self.grads.sync = on
+
+    def sync_gradients(self) -> None:
+        self.grads.finish()
 
     def model_state(self) -> dict[str, int]:
         state = super().model_state()
-        state["comm_buffers"] = sum(b["flat"].numel() * b["flat"].element_size()
-                                    for b in self.buckets)
+        state["comm_buffers"] = self.grads.nbytes()
         return state
 
     def predicted_memory(self) -> dict:

@@ -26,6 +26,7 @@ import torch.distributed as dist
 from jobs.lab import costmodel, mesh_model, runtime
 from jobs.lab.model import Batch, build_model, loss_fn
 from jobs.lab.strategies.base import Piece, StepOut, Strategy
+from jobs.lab.strategies.data_parallel import GradBuckets
 from jobs.lab.strategies.pipeline_parallel import OneFOneB, Stage
 from jobs.lab.strategies.pp_communications import StageComm
 from jobs.lab.strategies.tensor_parallel import (
@@ -70,51 +71,6 @@ class DimComm:
         self.counts[self.dim] = self.counts.get(self.dim, 0) + t.numel() * t.element_size()
         return self.comm.all_reduce(t, group=self.group, async_op=async_op, dim=self.dim,
                                     **fields)
-
-
-class GradBuckets:
-    """data_parallel.py's DataParallelBucket over a dp group: flat buckets in backward
-    order, each all-reduced as soon as its last gradient is accumulated - while ``sync``
-    is on (the step's last backward) - then averaged and copied back in ``finish``."""
-
-    def __init__(self, params: list[torch.Tensor], cap_elems: int, comm: DimComm,
-                 d: int) -> None:
-        self.comm, self.d, self.sync = comm, d, False
-        self.plan = costmodel.plan_buckets([p.numel() for p in params], cap_elems)
-        self.buckets = []
-        for index, b in enumerate(self.plan):
-            members = [params[i] for i in b["params"]]
-            flat = torch.zeros(b["numel"], device=params[0].device, dtype=params[0].dtype)
-            self.buckets.append({"params": members, "flat": flat, "ready": 0, "work": None})
-            for p in members:
-                p.register_post_accumulate_grad_hook(self._hook(index))
-
-    def _hook(self, index: int):
-        def hook(_param: torch.Tensor) -> None:
-            if not self.sync:
-                return
-            bucket = self.buckets[index]
-            bucket["ready"] += 1
-            if bucket["ready"] == len(bucket["params"]):
-                torch.cat([p.grad.reshape(-1) for p in bucket["params"]], out=bucket["flat"])
-                bucket["work"] = self.comm.all_reduce(bucket["flat"], async_op=True,
-                                                      bucket=index)
-        return hook
-
-    def finish(self) -> None:
-        for bucket in self.buckets:
-            bucket["work"].wait()
-            bucket["flat"].div_(self.d)
-            offset = 0
-            for p in bucket["params"]:
-                n = p.numel()
-                p.grad.copy_(bucket["flat"][offset:offset + n].view_as(p))
-                offset += n
-            bucket["ready"], bucket["work"] = 0, None
-        self.sync = False
-
-    def nbytes(self) -> int:
-        return sum(b["flat"].numel() * b["flat"].element_size() for b in self.buckets)
 
 
 class MeshMixin:
