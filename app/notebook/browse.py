@@ -14,6 +14,7 @@ from sqlalchemy.orm import Session
 from app.errors import NotFound
 from app.models import Entry, EntryTag, Link, Revision
 from app.notebook.entries import keys_of
+from app.notebook.entry_rows import LISTED, EntryRow, rows
 
 
 def revisions(session: Session, entry: Entry) -> list[Revision]:
@@ -36,15 +37,14 @@ def revision(session: Session, entry: Entry, number: int) -> Revision:
 
 @dataclass
 class Backlink:
-    source: Entry
+    source: EntryRow
     context: str
 
 
-# Built once (every entry page runs it): sources of links to any of an entry's keys.
+# Built once (every entry page runs it): sources of links to any of an entry's keys, as
+# rows (app/notebook/entry_rows.py): a backlink shows a title, not the text.
 BACKLINKS = (
-    sa.select(Entry, Link.context)
-    .options(sa.orm.defer(Entry.body_md), sa.orm.defer(Entry.body_html),
-             sa.orm.defer(Entry.toc_html))  # a backlink shows a title, not the text
+    sa.select(*LISTED, Link.context)
     .join(Link, Link.source_id == Entry.id)
     .where(Link.target_key.in_(sa.bindparam("keys", expanding=True)),
            Entry.id != sa.bindparam("id"))
@@ -52,14 +52,15 @@ BACKLINKS = (
 )
 
 
-def backlinks(session: Session, entry: Entry) -> list[Backlink]:
-    rows = session.execute(BACKLINKS, {"keys": sorted(keys_of(entry)), "id": entry.id}).all()
+def backlinks(session: Session, entry: Entry | EntryRow) -> list[Backlink]:
+    found = session.connection().execute(
+        BACKLINKS, {"keys": sorted(keys_of(entry)), "id": entry.id})
     seen: set[int] = set()
     result = []
-    for source, context in rows:
-        if source.id not in seen:
-            seen.add(source.id)
-            result.append(Backlink(source, context))
+    for *source, context in found:
+        if source[0] not in seen:
+            seen.add(source[0])
+            result.append(Backlink(EntryRow(*source), context))
     return result
 
 
@@ -84,23 +85,22 @@ def _neighbour_query(direction: str, published_only: bool) -> sa.Select:
 NEIGHBOURS = {(d, p): _neighbour_query(d, p) for d in ("prev", "next") for p in (False, True)}
 
 
-def neighbours(session: Session, entry: Entry, *, include_drafts: bool = True):
+def neighbours(session: Session, entry: Entry | EntryRow, *, include_drafts: bool = True):
     """(previous, next) by date, then id: rows with id, kind, title, slug, iso_week, date."""
     where = {"date": entry.date, "id": entry.id}
-    return tuple(session.execute(NEIGHBOURS[(d, not include_drafts)], where).first()
+    conn = session.connection()
+    return tuple(conn.execute(NEIGHBOURS[(d, not include_drafts)], where).first()
                  for d in ("prev", "next"))
 
 
 def recent(session: Session, limit: int = 20, kind: str | None = "entry", *,
-           include_drafts: bool = True) -> list[Entry]:
-    query = (sa.select(Entry).options(sa.orm.defer(Entry.body_md), sa.orm.defer(Entry.body_html),
-                                      sa.orm.defer(Entry.toc_html))
-             .order_by(Entry.date.desc(), Entry.id.desc()).limit(limit))
+           include_drafts: bool = True) -> list[EntryRow]:
+    query = sa.select(*LISTED).order_by(Entry.date.desc(), Entry.id.desc()).limit(limit)
     if kind:
         query = query.where(Entry.kind == kind)
     if not include_drafts:
         query = query.where(Entry.status == "published")
-    return list(session.scalars(query))
+    return rows(session, query)
 
 
 # -- counts over the whole notebook ---------------------------------------------------------
@@ -117,7 +117,7 @@ def _version(session: Session) -> tuple[int, int] | None:
     dbapi = conn.connection.dbapi_connection
     if not isinstance(dbapi, sqlite3.Connection):
         return None
-    return conn.exec_driver_sql("PRAGMA data_version").scalar_one(), dbapi.total_changes
+    return dbapi.execute("PRAGMA data_version").fetchone()[0], dbapi.total_changes
 
 
 def _counted(session: Session, key: tuple, count: Callable[[], list]) -> list:
@@ -148,8 +148,11 @@ def tag_count(session: Session, tag: str, *, include_drafts: bool = True) -> int
     return dict(tag_counts(session, include_drafts=include_drafts)).get(tag, 0)
 
 
+MAX_ID = sa.select(sa.func.max(Entry.id))
+
+
 def tagged(session: Session, tag: str, *, limit: int | None = None, offset: int = 0,
-           include_drafts: bool = True) -> tuple[list[Entry], int]:
+           include_drafts: bool = True) -> tuple[list[EntryRow], int]:
     """A page of the entries with `tag`, newest first, and how many there are in all.
 
     Two plans, chosen by how common the tag is: a rare tag's rows are found through
@@ -161,13 +164,10 @@ def tagged(session: Session, tag: str, *, limit: int | None = None, offset: int 
     if not total:
         return [], 0
     where = [Entry.status == "published"] if not include_drafts else []
-    query = (sa.select(Entry)
-             .options(sa.orm.defer(Entry.body_md), sa.orm.defer(Entry.body_html),
-                      sa.orm.defer(Entry.toc_html))
-             .order_by(Entry.date.desc(), Entry.id.desc()).offset(offset))
+    query = sa.select(*LISTED).order_by(Entry.date.desc(), Entry.id.desc()).offset(offset)
     if limit is not None:
         query = query.limit(limit)
-    size = session.scalar(sa.select(sa.func.max(Entry.id))) or 0  # rowid: an O(1) estimate
+    size = session.connection().execute(MAX_ID).scalar() or 0  # rowid: an O(1) estimate
     wanted = offset + (limit if limit is not None else total)
     if wanted * size < total * total:  # walk by date: ~wanted*size/total rows, < total
         has_tag = (sa.select(EntryTag.entry_id)
@@ -176,7 +176,7 @@ def tagged(session: Session, tag: str, *, limit: int | None = None, offset: int 
     else:
         query = query.join(EntryTag, EntryTag.entry_id == Entry.id).where(
             EntryTag.tag == tag, *where)
-    return list(session.scalars(query)), total
+    return rows(session, query), total
 
 
 def years(session: Session, *, include_drafts: bool = True) -> list[tuple[str, int]]:
@@ -206,15 +206,13 @@ def week_counts(session: Session, year: str, *, include_drafts: bool = True) -> 
 
 
 def of_year(session: Session, year: str, *, include_drafts: bool = True,
-            letters_only: bool = False) -> list[Entry]:
-    """One ISO year's entries and letters (titles and dates only), by week."""
-    query = (sa.select(Entry)
-             .options(sa.orm.load_only(Entry.id, Entry.kind, Entry.date, Entry.iso_week,
-                                       Entry.title, Entry.slug, Entry.status))
+            letters_only: bool = False) -> list[EntryRow]:
+    """One ISO year's entries and letters, by week."""
+    query = (sa.select(*LISTED)
              .where(Entry.iso_week >= f"{year}-W", Entry.iso_week < f"{year}-X")
              .order_by(Entry.iso_week.desc(), Entry.kind.desc(), Entry.date, Entry.id))
     if letters_only:  # through ix_entry_kind_date: one row per week the notebook has lived
         query = query.where(Entry.kind == "week")
     if not include_drafts:
         query = query.where(Entry.status == "published")
-    return list(session.scalars(query))
+    return rows(session, query)

@@ -9,6 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.models import Entry, Setting
 from app.notebook import entries
+from app.notebook.entry_rows import LISTED, EntryRow, rows
 from app.notebook.isoweeks import iso_week, today, week_bounds
 
 TEMPLATE_KEY = "letter_template"
@@ -95,18 +96,16 @@ def this_weeks_letter(db, session: Session, timezone: str,
     return week, letter
 
 
-def week_entries(session: Session, week: str) -> list[Entry]:
+def week_entries(session: Session, week: str) -> list[EntryRow]:
     """The week's ordinary entries, oldest first (the letter page lists them: titles,
     dates and tags, never bodies).
 
     Selected by week alone, the kind checked here: with `kind = 'entry'` in the WHERE,
     SQLite walks ix_entry_kind_date (every entry, in date order) instead of the week's few
     rows in ix_entry_iso_week, and the letter page cost grew with the notebook."""
-    rows = session.scalars(
-        sa.select(Entry)
-        .options(sa.orm.defer(Entry.body_md), sa.orm.defer(Entry.body_html),
-                 sa.orm.defer(Entry.toc_html))
-        .where(Entry.iso_week == week)
-        .order_by(Entry.date, Entry.id)
-    )
-    return [e for e in rows if e.kind == "entry"]
+    found = rows(session, WEEK_ENTRIES, {"week": week})
+    return [e for e in found if e.kind == "entry"]
+
+
+WEEK_ENTRIES = (sa.select(*LISTED).where(Entry.iso_week == sa.bindparam("week"))
+                .order_by(Entry.date, Entry.id))

@@ -11,7 +11,8 @@ from flask import abort, g
 from app.db import get_session
 from app.errors import NotFound
 from app.models import Entry
-from app.notebook import entries
+from app.notebook import entries, entry_rows
+from app.notebook.entry_rows import EntryRow
 
 
 def can_write() -> bool:
@@ -24,13 +25,22 @@ def require_owner() -> None:
         abort(403, description="read-only access: only the notebook's owners can change it")
 
 
-def visible(entry: Entry) -> bool:
+def visible(entry: Entry | EntryRow) -> bool:
     return entry.status == "published" or can_write()
 
 
 def visible_entry(entry_id: int) -> Entry:
     """The entry, or NotFound: a draft does not exist for someone who cannot write."""
     entry = entries.get(get_session(), entry_id)
+    if not visible(entry):
+        raise NotFound(f"no entry {entry_id}")
+    return entry
+
+
+def readable_entry(entry_id: int) -> EntryRow:
+    """visible_entry for pages that only show it: a row (app/notebook/entry_rows.py), not
+    the ORM object a form changes."""
+    entry = entry_rows.read(get_session(), entry_id)
     if not visible(entry):
         raise NotFound(f"no entry {entry_id}")
     return entry

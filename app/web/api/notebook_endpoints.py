@@ -11,14 +11,15 @@ from app.db import get_session
 from app.errors import Invalid, NotFound, refuse_unknown
 from app.models import Entry, Revision
 from app.notebook import attachments, browse, entries, isoweeks, letters, render, search
-from app.web.access import author, can_write, visible, visible_entry
+from app.notebook.entry_rows import EntryRow
+from app.web.access import author, can_write, readable_entry, visible, visible_entry
 from app.web.api import idempotency
 from app.web.api.blueprint import bp
 from app.web.api.openapi import document
 from app.web.parsing import int_arg, json_body
 
 
-def entry_json(entry: Entry, *, full: bool = True) -> dict:
+def entry_json(entry: Entry | EntryRow, *, full: bool = True) -> dict:
     data = {
         "id": entry.id, "kind": entry.kind, "date": entry.date.isoformat(),
         "week": entry.iso_week, "title": entry.title, "slug": entry.slug,
@@ -112,7 +113,7 @@ def _replayed(entry: Entry):
 
 @bp.get("/entries/<int:entry_id>")
 def get_entry(entry_id: int):
-    return jsonify(entry_json(visible_entry(entry_id)))
+    return jsonify(entry_json(readable_entry(entry_id)))
 
 
 @bp.put("/entries/<int:entry_id>")
@@ -171,7 +172,7 @@ def restore_revision(entry_id: int):
 
 @bp.get("/entries/<int:entry_id>/backlinks")
 def get_backlinks(entry_id: int):
-    entry = visible_entry(entry_id)
+    entry = readable_entry(entry_id)
     links = browse.backlinks(get_session(), entry)
     return jsonify(backlinks=[
         {**entry_json(b.source, full=False), "context": b.context} for b in links

@@ -18,7 +18,7 @@ from app.db import get_session
 from app.errors import BadQuery
 from app.notebook import browse, entries, isoweeks, letters, search
 from app.notebook.render import pygments_css
-from app.web.access import author, can_write, require_owner, visible, visible_entry
+from app.web.access import author, can_write, readable_entry, require_owner, visible
 from app.web.pages.blueprints import notes as bp
 
 SEARCH_PAGE = 20
@@ -137,7 +137,7 @@ def home():
 @bp.get("/entries/<int:entry_id>")
 @bp.get("/entries/<int:entry_id>/<slug>")
 def entry(entry_id: int, slug: str | None = None):
-    item = visible_entry(entry_id)
+    item = readable_entry(entry_id)
     if item.kind == "week" or slug != item.slug:
         return redirect(entries.entry_url(item))
     session = get_session()
