@@ -303,3 +303,23 @@ def test_the_migration_indexes_the_runs_already_there(tmp_path):
         command.downgrade(cfg, "0003")
         names = {r[0] for r in conn.execute(sa.text("SELECT name FROM sqlite_master"))}
     assert "run_param" not in names and "run_metric" not in names
+
+
+def test_a_list_of_runs_costs_the_same_statements_however_long(client, db):
+    """The API's and the page's list load every column they show in one query: a column
+    left out cost one more statement per run (run.nodes, found by bench/web.py)."""
+    statements = [0]
+    sa.event.listen(db.engine, "before_cursor_execute",
+                    lambda *_: statements.__setitem__(0, statements[0] + 1))
+
+    def counted(path: str) -> int:
+        statements[0] = 0
+        assert client.get(path).status_code == 200, path
+        return statements[0]
+
+    for _ in range(3):
+        make(db, result=training(strategy("1f1b", 0.2)))
+    few = {p: counted(p) for p in ("/api/v1/runs?limit=100", "/runs")}
+    for _ in range(12):
+        make(db, result=training(strategy("1f1b", 0.2)))
+    assert {p: counted(p) for p in few} == few
