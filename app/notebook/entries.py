@@ -158,6 +158,7 @@ def entry_url(entry: Entry) -> str:
     return f"/entries/{entry.id}/{entry.slug}"
 
 
+@functools.lru_cache(maxsize=4096)  # a list's tags repeat; quote() is not free
 def tag_url(tag: str) -> str:
     return f"/tags/{quote(tag)}"
 

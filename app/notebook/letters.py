@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.models import Entry, Setting
 from app.notebook import entries
-from app.notebook.entry_rows import LISTED, EntryRow, rows
+from app.notebook.entry_rows import LISTED, WHOLE, EntryRow, rows
 from app.notebook.isoweeks import iso_week, today, week_bounds
 
 TEMPLATE_KEY = "letter_template"
@@ -47,6 +47,15 @@ def find_letter(session: Session, week: str) -> Entry | None:
     return session.scalar(FIND_LETTER, {"week": week})
 
 
+LETTER_ROW = sa.select(*WHOLE).where(Entry.kind == "week", Entry.iso_week == sa.bindparam("week"))
+
+
+def letter_row(session: Session, week: str) -> EntryRow | None:
+    """The letter of `week` to show (a row, app/notebook/entry_rows.py), or None."""
+    found = rows(session, LETTER_ROW, {"week": week})
+    return found[0] if found else None
+
+
 def ensure_letter(session: Session, week: str, author: str) -> tuple[Entry, bool]:
     """The letter of `week`, created from the template if it does not exist yet.
     Must run in a write session. Returns (letter, created)."""
@@ -81,18 +90,18 @@ def ensure_this_week(db, timezone: str, author: str = "commonplace") -> tuple[st
 
 
 def this_weeks_letter(db, session: Session, timezone: str,
-                      author: str = "commonplace") -> tuple[str, Entry]:
+                      author: str = "commonplace") -> tuple[str, EntryRow]:
     """This week and its letter, read in `session` (a request's read session). Only when the
     letter is missing is it created, in a write transaction of its own; `session` then
     starts a new snapshot, which holds it. So the common case is one statement on the
     request's own connection: no second connection, no write lock."""
     week = iso_week(today(timezone))
-    letter = find_letter(session, week)
+    letter = letter_row(session, week)
     if letter is None:
         with db.write() as writing:
             ensure_letter(writing, week, author)
         session.rollback()  # end the read snapshot taken before the letter existed
-        letter = find_letter(session, week)
+        letter = letter_row(session, week)
     return week, letter
 
 

@@ -208,7 +208,7 @@ def get_week(week: str):
     if week == isoweeks.iso_week(isoweeks.today(timezone)):  # created on demand
         letter = letters.this_weeks_letter(current_app.extensions["db"], session, timezone)[1]
     else:
-        letter = letters.find_letter(session, week)
+        letter = letters.letter_row(session, week)
     if letter is None or not visible(letter):
         raise NotFound(f"no letter for {week}")
     items = [e for e in letters.week_entries(session, week) if visible(e)]

@@ -98,17 +98,20 @@ def _token_identity(secret: str, roles: set[str] | None = None) -> Identity | No
     """The identity of an active token, or None. Only its hash is stored."""
     if not secret or len(secret) > 200:
         return None
-    with current_app.extensions["db"].read() as session:
-        row = session.scalar(sa.select(Token).where(Token.token_hash == hash_token(secret),
-                                                    Token.revoked_at.is_(None)))
-        if row is None or (roles is not None and row.role not in roles):
-            return None
-        identity = Identity(f"token:{row.name}", row.role, "token")
-        stale = row.last_used_at is None or utcnow() - row.last_used_at > LAST_USED_RESOLUTION
-        token_id = row.id
-    if stale:
-        _touch(token_id)
-    return identity
+    # A Core row on a connection of its own, not an ORM session: every API call and
+    # runner heartbeat passes here, and the ORM object was most of its cost (profile of
+    # GET /api/v1/entries/<id>: 45% of the request in this lookup, 60% of that the ORM).
+    with current_app.extensions["db"].engine.connect() as conn:
+        row = conn.execute(ACTIVE_TOKEN, {"hash": hash_token(secret)}).first()
+    if row is None or (roles is not None and row.role not in roles):
+        return None
+    if row.last_used_at is None or utcnow() - row.last_used_at > LAST_USED_RESOLUTION:
+        _touch(row.id)
+    return Identity(f"token:{row.name}", row.role, "token")
+
+
+ACTIVE_TOKEN = sa.select(Token.id, Token.name, Token.role, Token.last_used_at).where(
+    Token.token_hash == sa.bindparam("hash"), Token.revoked_at.is_(None))
 
 
 def _member_identity(key: str, as_sent: Callable[[str], str], shown: str, name: str,

@@ -78,6 +78,33 @@ def page_url(endpoint: str, **values) -> str:
         return url
 
 
+SITE_ENDPOINTS = {  # what every page's header and footer link to (templates/base.html)
+    "home": "notes.home", "sitemap": "notes.sitemap", "search": "notes.search_page",
+    "feed": "notes.feed", "manifest": "notes.manifest", "pygments": "notes.pygments_stylesheet",
+    "new_entry": "notes.new_entry", "letter_template": "notes.settings_template",
+    "experiments": "experiments.catalogue", "runs": "experiments.run_list",
+    "schedules": "experiments.schedule_list", "calculator": "experiments.calculator",
+}
+SITE_ASSETS = {"css": "app.css", "js": "app.js", "icon": "icon.svg", "icon_png": "icon-32.png",
+               "touch_icon": "apple-touch-icon.png"}
+
+
+def site_links(week: str) -> dict[str, str]:
+    """The header's and footer's URLs, built once per mount point and week: base.html
+    asked page_url for 19 of them on every request, 9% of an entry page's time in the
+    profile (each call looks up the request and the app through Flask's proxies)."""
+    key = (request.script_root, week)
+    kept = current_app.extensions.setdefault("site_links", {})
+    if key not in kept:
+        if len(kept) >= 64:  # a new week, or a new mount point: forget the old ones
+            kept.clear()
+        links = {name: url_for(endpoint) for name, endpoint in SITE_ENDPOINTS.items()}
+        links.update({name: asset_url(file) for name, file in SITE_ASSETS.items()})
+        links["week"] = url_for("notes.week", week=week)
+        kept[key] = links
+    return kept[key]
+
+
 def nav_section() -> str:
     """The item of the header's menu that the page belongs to ("" for none): one place,
     so a page shown after a form error (a POST's endpoint) still marks its own item."""
@@ -99,8 +126,9 @@ def nav_section() -> str:
 
 @bp.app_context_processor
 def _page_context() -> dict:
-    return {"can_write": can_write(), "identity": g.get("identity"),
-            "this_week": current_week(), "asset_url": asset_url, "nav_section": nav_section}
+    week = current_week()
+    return {"can_write": can_write(), "identity": g.get("identity"), "this_week": week,
+            "site": site_links(week), "asset_url": asset_url, "nav_section": nav_section}
 
 
 # Globals rather than context: imported macros do not see a template's context.
@@ -116,6 +144,7 @@ def _localtime(moment: dt.datetime) -> str:
 
 
 @bp.app_template_filter("longdate")
+@functools.lru_cache(maxsize=4096)  # strftime is slow, and a list shows the same few days
 def _longdate(day: dt.date) -> str:
     return f"{day:%a} {day.day} {day:%b %Y}"
 
@@ -160,7 +189,7 @@ def week(week: str):
     week_or_404(week)
     session = get_session()
     letter = (current_letter() if week == current_week()
-              else letters.find_letter(session, week))
+              else letters.letter_row(session, week))
     if letter is not None and not visible(letter):
         letter = None
     items = [e for e in letters.week_entries(session, week) if visible(e)]
