@@ -18,7 +18,8 @@ directory:
 It prints entries/s per N, import/baseline, and the rate at the largest N over the rate at
 the smallest (goal: 100k in <= 120 s on 2 cores, the rate flat with N). --slow also times
 the per-file path (transfer.import_folder_slowly, a save per file) at each N for the ratio.
-Timings are noisy on shared machines; compare within one run.
+Timings are noisy on shared machines; compare within one run. bench/web.py builds its
+corpus with the same `generate` and the same command (bench/corpus.py).
 """
 
 from __future__ import annotations
@@ -141,14 +142,25 @@ def baseline(folder: Path) -> float:
     return time.perf_counter() - started
 
 
-def timed_import(folder: Path, data: Path) -> tuple[float, float, str]:
-    """Wall seconds, CPU seconds (the command and its worker processes), its summary."""
+def commonplace(*args: str) -> list[str]:
+    """The `commonplace` command line as the owner types it (the venv's entry point)."""
+    return [str(Path(sys.executable).parent / "commonplace"), *args]
+
+
+def cli_env(data: Path) -> dict[str, str]:
+    """The environment of a `commonplace` command on data directory `data`: its database is
+    the default <data>/commonplace.db."""
     env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data), "COMMONPLACE_TIMEZONE": "UTC"}
     env.pop("COMMONPLACE_DATABASE_URL", None)
+    return env
+
+
+def timed_import(folder: Path, data: Path) -> tuple[float, float, str]:
+    """Wall seconds, CPU seconds (the command and its worker processes), its summary."""
     cpu = resource.getrusage(resource.RUSAGE_CHILDREN)
     started = time.perf_counter()
-    done = subprocess.run([str(Path(sys.executable).parent / "commonplace"), "import",
-                           str(folder)], env=env, capture_output=True, text=True, check=False)
+    done = subprocess.run(commonplace("import", str(folder)), env=cli_env(data),
+                          capture_output=True, text=True, check=False)
     seconds = time.perf_counter() - started
     after = resource.getrusage(resource.RUSAGE_CHILDREN)
     if done.returncode != 0:

@@ -5,8 +5,10 @@
 
 A fresh data directory is migrated and filled with --runs finished runs whose results are
 real lab outputs (every <shapes>/<experiment>/result.json, e.g. from
-`python -m jobs.lab run <experiment> --out <shapes>/<experiment>`) with every number varied
-per run, stored through the product's own functions as a runner stores them (runs.create,
+`python -m jobs.lab run <experiment> --out <shapes>/<experiment>`; the experiments the
+kinds below filter and sort on — pipeline, zero, collectives, gpt_mfu — are run first on
+CPU, small, when missing: a few minutes once, then kept) with every number varied per
+run, stored through the product's own functions as a runner stores them (runs.create,
 transitions, runs.store_result) in write transactions of 500 runs; creation times are
 spread over ten years. Then:
 
@@ -19,6 +21,9 @@ spread over ten years. Then:
    (API and page), filtered by experiment and by a parameter, sorted by a result, filter
    and sort together, and compare of ten runs (page and API). It prints p50/p95, the p95
    over the baseline's, and the goal: p95 <= 25 ms for a list, <= 50 ms for compare.
+
+bench/web.py's runs part (--runs there) is this file's `load_shapes`, `fill`, `kinds`,
+`measure` and `report`, with bench/bare.py's bare+row as one more baseline kind.
 The client shares the machine's cores with the server: compare ratios within one run.
 """
 
@@ -26,16 +31,15 @@ from __future__ import annotations
 
 import argparse
 import copy
-import http.client
 import json
 import os
 import random
 import shutil
 import statistics
+import subprocess
 import sys
 import tempfile
 import time
-from concurrent.futures import ThreadPoolExecutor
 from datetime import datetime, timedelta
 from pathlib import Path
 
@@ -47,10 +51,12 @@ import sqlalchemy as sa  # noqa: E402
 from app import create_app, upgrades  # noqa: E402
 from app.journal import run_query, runs  # noqa: E402
 from app.models import Run  # noqa: E402
-from bench.serving import pct, start_web, stop, timed  # noqa: E402
+from bench.serving import drive, one_connection, pct, start_web, stop, timed  # noqa: E402
+from tests.real_runs import PARAMS as LAB_PARAMS  # noqa: E402  (small CPU lab runs)
 
 BATCH = 500
 LIST_GOAL, COMPARE_GOAL = 25.0, 50.0
+NEEDED = ("pipeline", "zero", "collectives", "gpt_mfu")  # the kinds filter and sort on these
 
 
 def vary(value, rng: random.Random, scale: float):
@@ -152,7 +158,7 @@ def in_process(app, repeat: int) -> None:
 
 
 def kinds(n: int) -> dict[str, tuple[object, float]]:
-    """kind -> (path maker, goal for its p95 in ms)."""
+    """kind -> (path maker, goal for its p95 in ms), over runs 1..n."""
     def ten(rng):
         return ",".join(str(i) for i in rng.sample(range(1, n + 1), 10))
 
@@ -184,56 +190,100 @@ def kinds(n: int) -> dict[str, tuple[object, float]]:
     }
 
 
-def drive(port: int, make, seconds: float, threads: int) -> list[float]:
-    stop_at = time.perf_counter() + seconds
-    samples: list[list[float]] = [[] for _ in range(threads)]
+Table = dict[str, tuple[list[float], list[float], float]]  # kind -> (seq, busy, goal)
 
-    def client(i: int) -> None:
-        rng = random.Random(i)
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        while time.perf_counter() < stop_at:
-            samples[i].append(timed(conn, make(rng)))
-        conn.close()
 
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(client, range(threads)))
-    return [x for row in samples for x in row]
+def measure(every: dict[str, tuple[int, object, float]], requests: int, seconds: float,
+            threads: int, seed: int) -> tuple[Table, float]:
+    """every: kind -> (port, path maker, goal). Each kind warmed, then `requests` rounds of
+    every kind in turn over one keep-alive connection per server (interleaved: a noisy
+    neighbour hits every kind alike), then `threads` concurrent clients for `seconds` per
+    kind. Returns the table and the highest load average seen while sequential."""
+    rng = random.Random(seed)
+    conns = {port: one_connection(port) for port, _, _ in every.values()}
+    try:
+        for port, make, _ in every.values():
+            for _ in range(10):  # warm: templates, caches
+                timed(conns[port], make(rng))
+            drive(port, make, 0.3, threads)  # every worker thread warm
+        for port in conns:  # fresh ones: gunicorn drops idle keep-alives
+            conns[port].close()
+            conns[port] = one_connection(port)
+        seq: dict[str, list[float]] = {kind: [] for kind in every}
+        load = os.getloadavg()[0]
+        for _ in range(requests):
+            for kind, (port, make, _) in every.items():
+                seq[kind].append(timed(conns[port], make(rng)))
+        load = max(load, os.getloadavg()[0])
+    finally:
+        for conn in conns.values():
+            conn.close()
+    table = {kind: (seq[kind], drive(port, make, seconds, threads)[1], goal)
+             for kind, (port, make, goal) in every.items()}
+    return table, load
+
+
+def report(table: Table, bases: list[str], requests: int, seconds: float, threads: int,
+           load: float) -> None:
+    """p50/p95 sequential and busy, each p95 over each base kind's p95, and the goals."""
+    print(f"\nload average during the sequential part: up to {load:.1f} "
+          f"on {os.cpu_count()} cores (others' work on this machine skews p95)")
+    over = " ".join(f"{'x ' + b:>{max(8, len(b) + 2)}}" for b in bases)
+    print(f"\nsequential ({requests} requests, one keep-alive connection) and {threads} "
+          f"concurrent clients for {seconds:g}s; ms; x = p95 over {' / '.join(bases)}'s p95")
+    print(f"  {'kind':<17} {'p50':>7} {'p95':>7} {over} {'goal':>6}       | "
+          f"{'busy p50':>8} {'p95':>7} {over}  n")
+    for kind, (seq, busy, goal) in table.items():
+        p95, busy95 = pct(seq, 95), pct(busy, 95)
+        verdict = "" if not goal else ("ok" if p95 <= goal else "MISS")
+        seq_x = " ".join(f"{p95 / pct(table[b][0], 95):{max(8, len(b) + 2) - 1}.1f}x"
+                         for b in bases)
+        busy_x = " ".join(f"{busy95 / pct(table[b][1], 95):{max(8, len(b) + 2) - 1}.1f}x"
+                          for b in bases)
+        print(f"  {kind:<17} {pct(seq, 50):7.2f} {p95:7.2f} {seq_x} {goal or '':>6} "
+              f"{verdict:<4} | {pct(busy, 50):8.2f} {busy95:7.2f} {busy_x}  {len(busy)}")
 
 
 def serve(data_dir: Path, n: int, args) -> None:
     proc, port = start_web(data_dir)
-    rng = random.Random(args.seed)
     try:
-        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        every = kinds(n)
-        for make, _ in every.values():
-            for _ in range(10):  # warm: templates, caches, every worker thread
-                timed(conn, make(rng))
-        seq: dict[str, list[float]] = {kind: [] for kind in every}
-        load = os.getloadavg()[0]
-        for _ in range(args.requests):  # interleaved: a noisy neighbour hits every kind
-            for kind, (make, _) in every.items():
-                seq[kind].append(timed(conn, make(rng)))
-        load = max(load, os.getloadavg()[0])
-        conn.close()
-        table = {kind: (seq[kind], drive(port, make, args.seconds, args.threads), goal)
-                 for kind, (make, goal) in every.items()}
+        every = {kind: (port, make, goal) for kind, (make, goal) in kinds(n).items()}
+        table, load = measure(every, args.requests, args.seconds, args.threads, args.seed)
     finally:
         stop(proc)
-    print(f"\nload average during the sequential part: up to {load:.1f} "
-          f"on {os.cpu_count()} cores (others' work on this machine skews p95)")
-    base_seq, base_busy = pct(table["healthz"][0], 95), pct(table["healthz"][1], 95)
-    print(f"\nsequential ({args.requests} requests, one keep-alive connection) and "
-          f"{args.threads} concurrent clients for {args.seconds:g}s; ms; x = p95 over "
-          "/healthz's p95")
-    print(f"  {'kind':<17} {'p50':>7} {'p95':>7} {'x':>6} {'goal':>6}  | "
-          f"{'busy p50':>8} {'p95':>7} {'x':>6}  n")
-    for kind, (seq, busy, goal) in table.items():
-        p95 = pct(seq, 95)
-        verdict = "" if not goal else ("ok" if p95 <= goal else "MISS")
-        print(f"  {kind:<17} {pct(seq, 50):7.2f} {p95:7.2f} {p95 / base_seq:5.1f}x "
-              f"{goal or '':>6} {verdict:<4}| {pct(busy, 50):8.2f} {pct(busy, 95):7.2f} "
-              f"{pct(busy, 95) / base_busy:5.1f}x  {len(busy)}")
+    report(table, ["healthz"], args.requests, args.seconds, args.threads, load)
+
+
+# -- the runs -----------------------------------------------------------------------------
+
+
+def load_shapes(folder: Path) -> dict[str, dict]:
+    """Every <folder>/<experiment>/result.json; the experiments the kinds filter and sort on
+    that are missing are run first (the lab under torchrun on CPU, small: minutes)."""
+    for experiment in NEEDED:
+        out = folder / experiment
+        if not (out / "result.json").exists():
+            print(f"  running the lab's {experiment} on CPU for its result's shape "
+                  f"into {out}", flush=True)
+            subprocess.run([sys.executable, "-m", "jobs.lab", "run", experiment, "--params",
+                            json.dumps(LAB_PARAMS[experiment]), "--out", str(out),
+                            "--timeout", "240"], cwd=ROOT, check=True,
+                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    return {p.parent.name: json.loads(p.read_text())
+            for p in sorted(folder.glob("*/result.json"))}
+
+
+def fill(data_dir: Path, n: int, shapes: dict[str, dict], seed_: int):
+    """A migrated data directory (<data_dir>/c.db) with n finished runs; returns the app
+    (dispose its engine before a server opens the file)."""
+    app = create_app({"DATA_DIR": data_dir, "DATABASE_URL": f"sqlite:///{data_dir}/c.db",
+                      "AUTH_MODE": "dev", "TIMEZONE": "UTC"})
+    upgrades.upgrade(app.extensions["db"], data_dir / "backups")
+    t0 = time.perf_counter()
+    seed(app, {k: copy.deepcopy(v) for k, v in shapes.items()}, n, random.Random(seed_))
+    size = (data_dir / "c.db").stat().st_size / 1e6
+    print(f"{n} runs stored in {time.perf_counter() - t0:.0f}s (database {size:.0f} MB)")
+    return app
 
 
 def main() -> None:
@@ -247,22 +297,11 @@ def main() -> None:
     parser.add_argument("--seed", type=int, default=14)
     parser.add_argument("--keep", action="store_true", help="keep the data directory")
     args = parser.parse_args()
-    shapes = {p.parent.name: json.loads(p.read_text())
-              for p in sorted(args.shapes.glob("*/result.json"))}
-    if not shapes:
-        sys.exit(f"no */result.json under {args.shapes}: run the lab first (module doc)")
+    shapes = load_shapes(args.shapes)
     print(f"result shapes from {args.shapes}: {', '.join(sorted(shapes))}")
     data_dir = Path(tempfile.mkdtemp(prefix="cp-bench-runs-"))
     try:
-        app = create_app({"DATA_DIR": data_dir, "DATABASE_URL": f"sqlite:///{data_dir}/c.db",
-                          "AUTH_MODE": "dev", "TIMEZONE": "UTC"})
-        upgrades.upgrade(app.extensions["db"], data_dir / "backups")
-        t0 = time.perf_counter()
-        seed(app, {k: copy.deepcopy(v) for k, v in shapes.items()}, args.runs,
-             random.Random(args.seed))
-        size = (data_dir / "c.db").stat().st_size / 1e6
-        print(f"{args.runs} runs stored in {time.perf_counter() - t0:.0f}s "
-              f"(database {size:.0f} MB)")
+        app = fill(data_dir, args.runs, shapes, args.seed)
         in_process(app, 20)
         app.extensions["db"].engine.dispose()
         serve(data_dir, args.runs, args)

@@ -1,17 +1,21 @@
 """What every bench that times the real server shares: a free loopback port, `commonplace
-web` (gunicorn as configured) on a data directory, waiting for it to listen, stopping it,
-one timed GET, percentiles, and seeding notes straight into the tables."""
+web` (gunicorn as configured) on a data directory and the bare baselines (bench/bare.py
+under the same gunicorn.conf.py), waiting for them to listen, stopping them by PID, one
+timed GET, keep-alive clients driving a path concurrently, percentiles, and seeding notes
+straight into the tables (for the benches that measure a query, not the import)."""
 
 from __future__ import annotations
 
 import http.client
 import os
+import random
 import signal
 import socket
 import statistics
 import subprocess
 import sys
 import time
+from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -25,15 +29,28 @@ def free_port() -> int:
         return sock.getsockname()[1]
 
 
-def start_web(data_dir: Path) -> tuple[subprocess.Popen, int]:
-    """The real web server on <data_dir>/c.db, dev identity (loopback is the owner)."""
+def start_web(data_dir: Path, database: str = "c.db") -> tuple[subprocess.Popen, int]:
+    """The real web server on <data_dir>/<database>, dev identity (loopback is the owner).
+    (`commonplace import` writes <data_dir>/commonplace.db, the product's default name.)"""
     port = free_port()
     env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir),
-           "COMMONPLACE_DATABASE_URL": f"sqlite:///{data_dir}/c.db",
+           "COMMONPLACE_DATABASE_URL": f"sqlite:///{data_dir}/{database}",
            "COMMONPLACE_BIND": f"127.0.0.1:{port}", "COMMONPLACE_AUTH": "dev",
            "COMMONPLACE_TIMEZONE": "UTC"}
     proc = subprocess.Popen([sys.executable, "-m", "app.cli", "web"], cwd=ROOT, env=env,
                             stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
+    wait_listening(proc, port)
+    return proc, port
+
+
+def start_bare(database: Path) -> tuple[subprocess.Popen, int]:
+    """bench/bare.py (GET / and GET /row, a row of <database>'s entry table) under the
+    repository's gunicorn.conf.py: the same workers and threads as the real server."""
+    port = free_port()
+    env = {**os.environ, "BENCH_DB": str(database)}
+    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py",
+                             "--bind", f"127.0.0.1:{port}", "bench.bare:app"], cwd=ROOT,
+                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     wait_listening(proc, port)
     return proc, port
 
@@ -71,6 +88,31 @@ def timed(conn: http.client.HTTPConnection, path: str | tuple[str, dict]) -> flo
     if response.status != 200:
         raise RuntimeError(f"{path} answered {response.status}: {body[:200]!r}")
     return elapsed * 1000
+
+
+def one_connection(port: int) -> http.client.HTTPConnection:
+    return http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+
+
+def drive(port: int, make_path, seconds: float, threads: int) -> tuple[float, list[float]]:
+    """`threads` clients, each on its own keep-alive connection (a browser tab per user),
+    asking for make_path(rng) for `seconds`: (requests per second, latencies in ms)."""
+    stop_at = time.perf_counter() + seconds
+    samples: list[list[float]] = [[] for _ in range(threads)]
+
+    def client(i: int) -> None:
+        rng = random.Random(i)
+        conn = one_connection(port)
+        while time.perf_counter() < stop_at:
+            samples[i].append(timed(conn, make_path(rng)))
+        conn.close()
+
+    start = time.perf_counter()
+    with ThreadPoolExecutor(threads) as pool:
+        list(pool.map(client, range(threads)))
+    elapsed = time.perf_counter() - start
+    flat = [x for row in samples for x in row]
+    return len(flat) / elapsed, flat
 
 
 def insert_notes(conn, entries: list[dict], fts: list[dict], tags: list[dict]) -> None:

@@ -1,35 +1,47 @@
 """Every page kind's cost as the notebook grows, against baselines in the same run.
 
-    .venv/bin/python bench/web.py                       # N = 1k, 10k, 100k
-    .venv/bin/python bench/web.py --sizes 1000 --seconds 2 --no-views
+    .venv/bin/python bench/web.py                       # N = 1k, 10k, 100k; 10k runs
+    .venv/bin/python bench/web.py --sizes 1000 --seconds 2 --runs 0 --no-views
     .venv/bin/python bench/web.py --views-only          # only the run views' part
 
-For each N: a fresh data directory is migrated and seeded with N entries (bulk SQL
-inserts of realistic bodies rendered once through the real pipeline: `seed` below; the
-product's own import is not used for the corpus yet), and three servers are started,
-each gunicorn with the repository's gunicorn.conf.py (gthread, same workers and threads)
-on a free loopback port:
+For each N (--sizes): bench/importing.py writes N markdown files in the mirror's format
+(a Zipf vocabulary, tags, wiki links, code blocks, a letter a week) and the product's own
+`commonplace import DIR` loads them into a fresh data directory, timed end to end, with
+the parse-only baseline (read and parse the same files, one process) measured alongside
+(bench/corpus.py). An owner token is made with `commonplace token create`. Then three
+servers, each gunicorn with the repository's gunicorn.conf.py (gthread, same workers and
+threads) on a free loopback port:
 
   bare        bench/bare.py  GET /     bare Flask, a constant answer
   bare+row    bench/bare.py  GET /row  bare Flask + one SQLite row + a template: the
                                        baseline every page is compared with
-  the app     `commonplace web`, the real server:
+  the app     `commonplace web`, the real server, on the imported database:
     healthz   GET /healthz
-    entry     GET /entries/<id>/<slug>      random entries
-    api       GET /api/v1/entries/<id>      random entries
+    entry     GET /entries/<id>/<slug>      random imported entries
+    api       GET /api/v1/entries/<id>      random imported entries, with the token
     home      GET /
-    letter    GET /weeks/<this week>        this week's letter
+    letter    GET /weeks/<this week>        this week's letter (the app makes it)
     sitemap   GET /sitemap                  (the newest year)
-    tag       GET /tags/ml                  a tag every entry carries (the worst case)
-    search    GET /search?q=…               varied queries
+    tag       GET /tags/<most common tag>   the worst case; the output names it
+    search    GET /search?q=…               words of the imported vocabulary (common,
+                                            rare, prefixes, a phrase, OR, -word) and
+                                            the tag:, week:, kind: filters
 
 Each kind is driven for --seconds by --concurrency client threads, each with its own
 keep-alive connection (the load a browser tab per user makes), and then sequentially
-over one connection. It prints req/s, p50 and p99 under concurrency, the sequential p50,
-the cost ratio to bare+row (its req/s over the kind's: the issue's goal is <= 2x at the
-largest N) and, per kind, that ratio at the largest N over the smallest (goal <= 1.2:
-flat). The client shares the machine's cores with the servers, as wrk would; compare
-ratios within one run, not absolute numbers across runs.
+over one connection. It prints req/s, p50 and p99 under concurrency, the sequential p50
+and p95, the cost ratio to bare+row (its req/s over the kind's) and, per kind, that ratio
+at the largest N over the smallest. For the import: entries/s, import/baseline and the
+rate at the largest N over the rate at the smallest. The goals (issue 14): every page kind
+<= 2x bare+row at 100k and its 100k/1k ratio <= 1.2; 100k entries imported in <= 120 s
+(about 1,000 entries/s), the rate flat with N; ranked search p95 <= 22 ms at 100k.
+
+Then the runs (--runs, default 10,000; --runs 0 skips them): bench/runs.py's data
+directory of finished runs stored through the product's own functions and its kinds
+(newest 100 by API and page, filtered by experiment and by a parameter, sorted by a
+result, filter and sort together, compare of ten), sequential p50/p95 against the goals
+(a list p95 <= 25 ms, compare <= 50 ms), then under --concurrency clients, with each p95
+over /healthz's and over a bare+row server's on the same database (bench/runs.py).
 
 Then the run views (skip with --no-views, or run only them with --views-only): a real CPU
 pipeline run and a real ZeRO run (the lab under torchrun, as a runner starts it) stored as
@@ -41,6 +53,9 @@ the runner stores them, and timed sequentially:
   calc      GET /api/v1/calculator   the what-if calculator's JSON, presets and degrees varied
 
 It prints views/plain (goal <= 2x) and the calculator's p95 (goal < 50 ms).
+
+The client shares the machine's cores with the servers, as wrk would; nothing here asserts
+a timing: compare ratios within one run, not absolute numbers across runs.
 """
 
 from __future__ import annotations
@@ -55,151 +70,67 @@ import shutil
 import subprocess
 import sys
 import tempfile
-import time
-from concurrent.futures import ThreadPoolExecutor
 from pathlib import Path
+from urllib.parse import quote
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import sqlalchemy as sa  # noqa: E402
-
 from app import create_app, upgrades  # noqa: E402
 from app.notebook.isoweeks import iso_week  # noqa: E402
-from app.notebook.render import render  # noqa: E402
-from app.web.auth.identity import hash_token  # noqa: E402
+from bench import runs  # noqa: E402
+from bench.corpus import DATABASE, Corpus, build  # noqa: E402
 from bench.serving import (  # noqa: E402
-    free_port,
-    insert_notes,
+    drive,
+    one_connection,
     pct,
+    start_bare,
     start_web,
     stop,
     timed,
-    wait_listening,
 )
 from tests.real_runs import store_run  # noqa: E402  (a finished run, stored as a runner does)
 
-WORDS = ("pipeline tensor gradient bubble stage rank bandwidth latency collective reduce "
-         "scatter gather broadcast shard optimizer activation memory checkpoint micro batch "
-         "schedule interleave warmup steady cooldown megatron column row split attention "
-         "head layer norm embedding vocabulary token sequence throughput flops roofline "
-         "kernel fusion overlap bucket hook backward forward loss accuracy reading letter "
-         "week notes garden coffee walk book paper idea question answer measure predict "
-         "compare ratio dominant term interconnect nvlink infiniband ethernet gloo nccl").split()
-RARE = [f"zq{i:05d}" for i in range(20000)]  # words that appear in a handful of entries
-TOKEN = "cp_bench-token-for-the-api-kind"  # an owner token `seed` stores
-QUERIES = ["pipeline", "bubble schedule", '"tensor parallel"', "collect*", "nvlink -gloo",
-           "tag:ml attention", "zq00042", "measure OR predict", "week:2024-W13", "kind:week"]
+SEARCH_GOAL = 22.0  # ms, ranked search p95 at 100k
+IMPORT_GOAL = 120.0  # s, 100k entries
 
 
-def seed(data_dir: Path, n: int, rng: random.Random) -> list[tuple[int, str]]:
-    app = create_app({"DATA_DIR": data_dir, "DATABASE_URL": f"sqlite:///{data_dir}/c.db",
-                      "AUTH_MODE": "dev", "TIMEZONE": "UTC"})
-    database = app.extensions["db"]
-    upgrades.upgrade(database, data_dir / "backups")
-    start = dt.date(2010, 1, 4)
-    now = dt.datetime(2026, 1, 1)
-    bodies = []
-    for _ in range(200):  # 200 distinct rendered bodies, reused: rendering is not measured
-        words = [rng.choice(WORDS) for _ in range(160)]
-        words[rng.randrange(160)] = f"[[Note {rng.randrange(n)}]]"
-        md = "## Notes\n\n" + " ".join(words[:80]) + "\n\n- " + " ".join(words[80:]) + " #ml\n"
-        r = render(md)
-        bodies.append((md, r.html, r.text))
-    entries, fts, tags, links = [], [], [], []
-    for i in range(n):
-        day = start + dt.timedelta(days=i * 6000 // max(n, 1))
-        md, html, text = bodies[i % len(bodies)]
-        rare = RARE[i % len(RARE)]
-        title = f"Note {i}"
-        entries.append({"id": i + 1, "kind": "entry", "date": day, "iso_week": iso_week(day),
-                        "title": title, "slug": f"note-{i}", "body_md": md + rare,
-                        "body_html": html, "toc_html": "", "tags": "ml", "status": "published",
-                        "revision": 1, "created_at": now, "updated_at": now})
-        fts.append({"id": i + 1, "t": title, "g": "ml", "b": text + " " + rare})
-        tags.append({"entry_id": i + 1, "tag": "ml"})
-        links.append({"source_id": i + 1, "target_key": f"note {(i * 7) % n}", "text": "x",
-                      "context": "context of the link"})
-    with database.engine.begin() as conn:
-        insert_notes(conn, entries, fts, tags)
-        conn.execute(sa.text("INSERT INTO link (source_id, target_key, text, context) "
-                             "VALUES (:source_id, :target_key, :text, :context)"), links)
-        conn.execute(sa.text("INSERT INTO token (name, role, token_hash, created_at) "
-                             "VALUES ('bench', 'owner', :h, :now)"),
-                     {"h": hash_token(TOKEN), "now": now})
-    with database.engine.connect() as conn:
-        conn.exec_driver_sql("PRAGMA optimize")
-    database.engine.dispose()
-    return [(e["id"], e["slug"]) for e in entries]
-
-
-def one_connection(port: int) -> http.client.HTTPConnection:
-    return http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-
-
-def drive(port: int, make_path, seconds: float, threads: int) -> tuple[float, list[float]]:
-    """`threads` clients, each on its own keep-alive connection, for `seconds`:
-    (requests per second, latencies in ms)."""
-    stop_at = time.perf_counter() + seconds
-    samples: list[list[float]] = [[] for _ in range(threads)]
-
-    def client(i: int) -> None:
-        rng = random.Random(i)
-        conn = one_connection(port)
-        while time.perf_counter() < stop_at:
-            samples[i].append(timed(conn, make_path(rng)))
-        conn.close()
-
-    start = time.perf_counter()
-    with ThreadPoolExecutor(threads) as pool:
-        list(pool.map(client, range(threads)))
-    elapsed = time.perf_counter() - start
-    flat = [x for row in samples for x in row]
-    return len(flat) / elapsed, flat
-
-
-def kinds(ids, week: str) -> dict[str, tuple[str, object]]:
+def kinds(corpus: Corpus, week: str) -> dict[str, tuple[str, object]]:
     """kind -> (server, path maker)."""
     def entry(rng):
-        return "/entries/{}/{}".format(*rng.choice(ids))
+        return "/entries/{}/{}".format(*rng.choice(corpus.entries))
 
     def api(rng):  # as a script or the CLI calls it: with a token
-        return f"/api/v1/entries/{rng.choice(ids)[0]}", {"Authorization": f"Bearer {TOKEN}"}
+        return (f"/api/v1/entries/{rng.choice(corpus.entries)[0]}",
+                {"Authorization": f"Bearer {corpus.token}"})
 
     def search(rng):
-        return "/search?q=" + rng.choice(QUERIES).replace(" ", "+").replace('"', "%22")
+        return "/search?q=" + quote(rng.choice(corpus.queries), safe="")
 
     return {"bare": ("bare", lambda rng: "/"), "bare+row": ("bare", lambda rng: "/row"),
             "healthz": ("app", lambda rng: "/healthz"), "entry": ("app", entry),
             "api": ("app", api), "home": ("app", lambda rng: "/"),
             "letter": ("app", lambda rng: f"/weeks/{week}"),
             "sitemap": ("app", lambda rng: "/sitemap"),
-            "tag": ("app", lambda rng: "/tags/ml"), "search": ("app", search)}
+            "tag": ("app", lambda rng: "/tags/" + quote(corpus.tag)),
+            "search": ("app", search)}
 
 
-def start_bare(data_dir: Path) -> tuple[subprocess.Popen, int]:
-    port = free_port()
-    env = {**os.environ, "BENCH_DB": str(data_dir / "c.db")}
-    proc = subprocess.Popen([sys.executable, "-m", "gunicorn", "-c", "gunicorn.conf.py",
-                             "--bind", f"127.0.0.1:{port}", "bench.bare:app"], cwd=ROOT,
-                            env=env, stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
-    wait_listening(proc, port)
-    return proc, port
-
-
-def run_size(n: int, args) -> dict[str, dict[str, float]]:
+def run_size(n: int, args) -> tuple[Corpus, dict[str, dict[str, float]]]:
     rng = random.Random(args.seed)
-    data_dir = Path(tempfile.mkdtemp(prefix=f"cp-bench-{n}-"))
+    work = Path(tempfile.mkdtemp(prefix=f"cp-bench-{n}-"))
     try:
-        t0 = time.perf_counter()
-        ids = seed(data_dir, n, rng)
-        seeded = time.perf_counter() - t0
+        corpus = build(work, n, args.seed)
+        print(f"  N={n:>6}: wrote {corpus.write_s:.1f}s, parsed {corpus.baseline_s:.1f}s, "
+              f"imported {corpus.import_s:.1f}s ({corpus.summary}); tag page: "
+              f"#{corpus.tag} ({corpus.tagged} entries)", flush=True)
         week = iso_week(dt.datetime.now(dt.UTC).date())
-        servers = dict(zip(("bare", "app"), (start_bare(data_dir), start_web(data_dir)),
-                           strict=True))
+        servers = {}
         results = {}
         try:
-            for kind, (server, make) in kinds(ids, week).items():
+            servers["bare"] = start_bare(corpus.database)
+            servers["app"] = start_web(corpus.data_dir, DATABASE)
+            for kind, (server, make) in kinds(corpus, week).items():
                 port = servers[server][1]
                 conn = one_connection(port)
                 for _ in range(10):  # warm up: template compile, caches, connections
@@ -211,33 +142,83 @@ def run_size(n: int, args) -> dict[str, dict[str, float]]:
                 seq = [timed(conn, make(rng)) for _ in range(args.requests)]
                 conn.close()
                 results[kind] = {"rps": rps, "p50": pct(lat, 50), "p99": pct(lat, 99),
-                                 "seq": pct(seq, 50), "n": len(lat)}
+                                 "seq": pct(seq, 50), "seq95": pct(seq, 95), "n": len(lat)}
         finally:
             for proc, _ in servers.values():
                 stop(proc)
-        print(f"  N={n:>6}: seeded in {seeded:.1f}s", flush=True)
-        return results
+        return corpus, results
     finally:
-        shutil.rmtree(data_dir, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
 
 
-def report(results: dict[int, dict[str, dict[str, float]]], concurrency: int) -> None:
+def report_import(corpora: dict[int, Corpus]) -> None:
+    print(f"\nimport: `commonplace import DIR` end to end against reading and parsing the "
+          f"same files (load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores)")
+    print("  (own s: the import's own time as it reports it, without the process start "
+          "and the migration)")
+    print(f"  {'N':>7} {'baseline s':>10} {'import s':>9} {'entries/s':>10} "
+          f"{'x baseline':>10} {'cpu ms/e':>8} {'own s':>7} {'own e/s':>8}")
+    for n, c in corpora.items():
+        print(f"  {n:>7} {c.baseline_s:>10.1f} {c.import_s:>9.1f} {c.rate:>10.0f} "
+              f"{c.import_s / c.baseline_s:>10.1f} {1000 * c.cpu_s / n:>8.2f} "
+              f"{c.own_s:>7.1f} {n / c.own_s:>8.0f}")
+    small, large = min(corpora), max(corpora)
+    at_large, at_small = corpora[large], corpora[small]
+    print(f"  rate at N={large} over N={small}: {at_large.rate / at_small.rate:.2f} end to "
+          f"end, {at_small.own_s * large / (at_large.own_s * small):.2f} own "
+          f"(goal: flat, ~1.0); {large} entries in {at_large.import_s:.0f} s, "
+          f"{IMPORT_GOAL * large / 100_000:.0f} s at the goal's rate "
+          f"(100k in <= {IMPORT_GOAL:.0f} s)")
+
+
+def report(results: dict[int, dict[str, dict[str, float]]], corpora: dict[int, Corpus],
+           concurrency: int) -> None:
     print(f"\nunder {concurrency} concurrent keep-alive clients (req/s, p50, p99 in ms), "
-          "sequential p50, and cost against bare+row (its req/s over the kind's)")
+          "sequential p50 and p95, and cost against bare+row (its req/s over the kind's)")
     for n, r in results.items():
         base = r["bare+row"]["rps"]
-        print(f"\nN={n}")
+        print(f"\nN={n} (tag page: #{corpora[n].tag}, {corpora[n].tagged} entries)")
         print(f"  {'kind':<9} {'req/s':>8} {'p50':>8} {'p99':>8} {'seq p50':>8} "
-              f"{'x bare+row':>11}")
+              f"{'seq p95':>8} {'x bare+row':>11}")
         for kind, m in r.items():
             print(f"  {kind:<9} {m['rps']:8.0f} {m['p50']:8.1f} {m['p99']:8.1f} "
-                  f"{m['seq']:8.2f} {base / m['rps']:10.2f}x")
+                  f"{m['seq']:8.2f} {m['seq95']:8.2f} {base / m['rps']:10.2f}x")
     small, large = min(results), max(results)
     print(f"\nper kind: x bare+row at N={large} (goal <= 2x) and that ratio at N={large} "
           f"over N={small} (goal <= 1.2: flat)")
     for kind in results[large]:
         at = {n: results[n]["bare+row"]["rps"] / results[n][kind]["rps"] for n in results}
         print(f"  {kind:<9} {at[large]:6.2f}x   {at[large] / at[small]:6.2f}")
+    search = results[large]["search"]["seq95"]
+    print(f"search at N={large}: sequential p95 {search:.2f} ms (goal at 100k <= "
+          f"{SEARCH_GOAL:g} ms: {'ok' if search <= SEARCH_GOAL else 'MISS'})")
+
+
+def run_runs(args) -> None:
+    """bench/runs.py's runs and kinds, with bare+row (bench/bare.py on the same database)
+    as one more baseline kind."""
+    print(f"\nruns: {args.runs} finished runs (bench/runs.py)", flush=True)
+    shapes = runs.load_shapes(args.shapes)
+    data_dir = Path(tempfile.mkdtemp(prefix="cp-bench-runs-"))
+    try:
+        app = runs.fill(data_dir, args.runs, shapes, args.seed)
+        app.extensions["db"].engine.dispose()
+        servers = {}
+        try:
+            servers["bare"] = start_bare(data_dir / "c.db")
+            servers["app"] = start_web(data_dir)
+            every = {"bare+row": (servers["bare"][1], lambda rng: "/row", 0)}
+            every.update({kind: (servers["app"][1], make, goal)
+                          for kind, (make, goal) in runs.kinds(args.runs).items()})
+            table, load = runs.measure(every, args.requests, args.seconds,
+                                       args.concurrency, args.seed)
+        finally:
+            for proc, _ in servers.values():
+                stop(proc)
+        runs.report(table, ["healthz", "bare+row"], args.requests, args.seconds,
+                    args.concurrency, load)
+    finally:
+        shutil.rmtree(data_dir, ignore_errors=True)
 
 
 VIEW_RUNS = {  # small enough for seconds on two cores, as the views' tests use
@@ -308,12 +289,19 @@ def main() -> None:
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--requests", type=int, default=300, help="per kind, sequential")
     parser.add_argument("--seed", type=int, default=7)
+    parser.add_argument("--runs", type=int, default=10_000, help="finished runs; 0: none")
+    parser.add_argument("--shapes", type=Path, default=Path("/tmp/runs"),
+                        help="lab results the runs copy (bench/runs.py makes missing ones)")
     args = parser.parse_args()
     if args.views_only:
         run_views(args.requests)
         return
-    results = {n: run_size(n, args) for n in args.sizes}
-    report(results, args.concurrency)
+    measured = {n: run_size(n, args) for n in args.sizes}
+    corpora = {n: corpus for n, (corpus, _) in measured.items()}
+    report_import(corpora)
+    report({n: r for n, (_, r) in measured.items()}, corpora, args.concurrency)
+    if args.runs:
+        run_runs(args)
     if not args.no_views:
         run_views(args.requests)
 
