@@ -154,8 +154,12 @@ def slugify(title: str) -> str:
 
 def entry_url(entry: Entry) -> str:
     if entry.kind == "week":
-        return f"/weeks/{entry.iso_week}"
+        return week_url(entry.iso_week)
     return f"/entries/{entry.id}/{entry.slug}"
+
+
+def week_url(week: str) -> str:
+    return f"/weeks/{week}"
 
 
 @functools.lru_cache(maxsize=4096)  # a list's tags repeat; quote() is not free

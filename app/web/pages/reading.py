@@ -135,6 +135,7 @@ def _page_context() -> dict:
 bp.add_app_template_global(page_url, "url_for")
 bp.add_app_template_global(entries.entry_url, "entry_url")
 bp.add_app_template_global(entries.tag_url, "tag_url")
+bp.add_app_template_global(entries.week_url, "week_url")
 
 
 @bp.app_template_filter("localtime")
@@ -231,14 +232,17 @@ def sitemap():
     compact = dict(years).get(year, 0) > SITEMAP_TITLES
     rows = browse.of_year(session, year, include_drafts=drafts,
                           letters_only=compact) if year else []
-    weeks_of_year = [(wk, list(group))
-                     for wk, group in itertools.groupby(rows, lambda e: e.iso_week)]
+    by_week = {wk: list(group) for wk, group in itertools.groupby(rows, lambda e: e.iso_week)}
     counts = {}
     if compact:
         counts = browse.week_counts(session, year, include_drafts=drafts)
-        letters_of = dict(weeks_of_year)
-        weeks_of_year = [(wk, letters_of.get(wk, []))
-                         for wk in sorted(set(counts) | set(letters_of), reverse=True)]
+    # (week, its letter or None, its entries): the week's heading is its letter's link and
+    # the list holds the entries, so the letter is listed once.
+    weeks_of_year = [
+        (wk, next((e for e in items if e.kind == "week"), None),
+         [e for e in items if e.kind != "week"])
+        for wk, items in ((wk, by_week.get(wk, []))
+                          for wk in sorted(set(counts) | set(by_week), reverse=True))]
     return render_template("notes/sitemap.html", years=years, year=year,
                            weeks_of_year=weeks_of_year, week_counts=counts,
                            count=sum(n for _, n in years),
