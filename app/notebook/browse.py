@@ -225,14 +225,22 @@ def week_counts(session: Session, year: str, *, include_drafts: bool = True) -> 
     return dict(_counted(session, ("weeks", year, include_drafts), count))
 
 
-def of_year(session: Session, year: str, *, include_drafts: bool = True,
-            letters_only: bool = False) -> list[EntryRow]:
-    """One ISO year's entries and letters, by week."""
+def _year_query(letters_only: bool, published_only: bool) -> sa.Select:
     query = (sa.select(*LISTED)
-             .where(Entry.iso_week >= f"{year}-W", Entry.iso_week < f"{year}-X")
+             .where(Entry.iso_week >= sa.bindparam("first"), Entry.iso_week < sa.bindparam("end"))
              .order_by(Entry.iso_week.desc(), Entry.kind.desc(), Entry.date, Entry.id))
     if letters_only:  # through ix_entry_kind_date: one row per week the notebook has lived
         query = query.where(Entry.kind == "week")
-    if not include_drafts:
+    if published_only:
         query = query.where(Entry.status == "published")
-    return rows(session, query)
+    return query
+
+
+OF_YEAR = {(w, p): _year_query(w, p) for w in (False, True) for p in (False, True)}
+
+
+def of_year(session: Session, year: str, *, include_drafts: bool = True,
+            letters_only: bool = False) -> list[EntryRow]:
+    """One ISO year's entries and letters, by week."""
+    return rows(session, OF_YEAR[(letters_only, not include_drafts)],
+                {"first": f"{year}-W", "end": f"{year}-X"})
