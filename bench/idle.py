@@ -7,8 +7,9 @@ fresh data directory, lets it settle, then samples each process's CPU time (utim
 from /proc) over the window and its resident memory. The baseline in the same run is an
 idle `python -c "import time; time.sleep(…)"` — the floor any Python process pays.
 
-With --entries N the data directory first holds a notebook of N entries (bench/web.py's
-`seed`), and before the idle window every page kind is read a few times on each worker
+With --entries N the data directory first holds a notebook of N entries (bench/corpus.py:
+bench/importing.py's markdown corpus loaded by the product's own `commonplace import`), and
+before the idle window every page kind is read a few times on each worker
 (home, entries, the letter, the site map, a tag, search, the API), so the workers' memory
 is what a worker that has served that notebook holds (goal: <= 60 MB at 100k entries).
 Memory is RSS (every page the process maps, shared ones included: the goal's measure) and
@@ -21,6 +22,7 @@ import argparse
 import http.client
 import os
 import random
+import shutil
 import signal
 import socket
 import subprocess
@@ -30,6 +32,10 @@ import time
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from bench import corpus as corpus_of  # noqa: E402
+
 TICK = os.sysconf("SC_CLK_TCK")
 
 
@@ -77,15 +83,17 @@ def cmdline(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
 
 
-def read_pages(port: int, ids: list[tuple[int, str]], rounds: int = 40) -> None:
+def read_pages(port: int, corpus, rounds: int = 40) -> None:
     """Every page kind, `rounds` times (keep-alive connections, so both workers serve)."""
     rng = random.Random(1)
+    token = {"Authorization": f"Bearer {corpus.token}"}
     for _ in range(rounds):
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
-        for path in ("/", "/entries/{}/{}".format(*rng.choice(ids)), "/weeks/2020-W10",
-                     "/sitemap", "/sitemap?year=2015", "/tags/ml", "/search?q=pipeline",
-                     f"/api/v1/entries/{rng.choice(ids)[0]}"):
-            conn.request("GET", path)
+        for path in ("/", "/entries/{}/{}".format(*rng.choice(corpus.entries)),
+                     f"/weeks/{corpus.week}", "/sitemap", "/sitemap?year=2017",
+                     f"/tags/{corpus.tag}", "/search?q=" + rng.choice(corpus.queries),
+                     f"/api/v1/entries/{rng.choice(corpus.entries)[0]}"):
+            conn.request("GET", path.replace(" ", "+").replace('"', "%22"), headers=token)
             conn.getresponse().read()
         conn.close()
 
@@ -94,18 +102,19 @@ def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--entries", type=int, default=0,
-                        help="seed a notebook of this many entries first (bench/web.py)")
+                        help="import a notebook of this many entries first "
+                             "(bench/corpus.py)")
     args = parser.parse_args()
-    data = Path(tempfile.mkdtemp(prefix="cp-idle-"))
+    work = Path(tempfile.mkdtemp(prefix="cp-idle-"))
+    data = work / "data"
+    corpus = None
+    if args.entries:
+        corpus = corpus_of.build(work, args.entries, seed=14)
+        print(f"imported {args.entries} entries: {corpus.summary}", flush=True)
     port = free_port()
     env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data), "COMMONPLACE_AUTH": "dev",
            "COMMONPLACE_BIND": f"127.0.0.1:{port}", "COMMONPLACE_TIMEZONE": "UTC"}
-    ids = []
-    if args.entries:
-        sys.path.insert(0, str(ROOT / "bench"))
-        import web  # noqa: PLC0415  (the seeding bench, only when asked for a notebook)
-        ids = web.seed(data, args.entries, random.Random(7))
-        env["COMMONPLACE_DATABASE_URL"] = f"sqlite:///{data}/c.db"
+    ids = corpus.entries if corpus else []
     # With a seeded notebook, the web process alone (`commonplace web`, gunicorn as
     # configured): its workers are what is measured, and `up` would first re-render every
     # seeded note (minutes at 100k).
@@ -124,8 +133,8 @@ def main() -> None:
                 if time.monotonic() > deadline or up.poll() is not None:
                     raise SystemExit("the web did not start") from None
                 time.sleep(1)
-        if ids:
-            read_pages(port, ids)
+        if corpus:
+            read_pages(port, corpus)
         procs = {"baseline (idle python)": baseline.pid}
         if command == "web":  # exec'd into the gunicorn master
             procs["web (gunicorn master)"] = up.pid
@@ -154,6 +163,7 @@ def main() -> None:
             up.wait(timeout=30)
         except subprocess.TimeoutExpired:
             up.kill()
+        shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -1,8 +1,10 @@
 """Search: bm25 ranking with title and tags above body, snippets, the query language."""
 
 import pytest
+import sqlalchemy as sa
 
 from app import errors
+from app.models import Entry
 from app.notebook import entries, letters, ranking, search
 
 
@@ -198,3 +200,31 @@ def test_title_index_follows_edits_and_deletes(db, small_window):
         entry = search.search(session, "warmup").hits[0].entry
         entries.delete(session, entry)
     assert "Warmup schedule" not in titles(db, "warmup")
+
+
+def test_a_walk_and_seeks_find_the_same_matches(db, monkeypatch):
+    """matches() checks many ids by one walk through the index and a few by one seek
+    each: both answer the same."""
+    add(db, *[(f"2024-{m:02d}-{d:02d}", f"Day {m}-{d}", "gloo" if d % 2 else "nccl", [])
+              for m in (1, 2) for d in range(1, 21)])
+    with db.read() as session:
+        ids = list(session.scalars(sa.select(Entry.id)))
+        assert len(ids) > ranking.SEEKS
+        walked = ranking.matches(session, ['"gloo"'], '"gloo"', ids)
+        monkeypatch.setattr(ranking, "SEEKS", len(ids))
+        sought = ranking.matches(session, ['"gloo"'], '"gloo"', ids)
+    assert walked == sought and len(walked) == 20
+
+
+def test_a_small_filter_set_is_walked_inside_the_index(db, small_window):
+    """kind:week keeps only the letters, given to SQLite as the walk's id set: the
+    letters that match, past the window too, and nothing else."""
+    add(db, *[(f"2024-0{m}-0{d}", f"Note {m}-{d}", "shard", []) for m in range(1, 4)
+              for d in range(1, 8)])
+    with db.write() as session:
+        for week in ("2024-W02", "2024-W07", "2024-W11"):
+            letter, _ = letters.ensure_letter(session, week, author="x")
+            entries.update(session, letter, {"body": "shard notes"}, author="x",
+                           base_revision=letter.revision)
+    found = titles(db, "kind:week shard")
+    assert found == ["Week 2024-W11", "Week 2024-W07", "Week 2024-W02"]
