@@ -70,8 +70,8 @@ def _neighbour_query(direction: str, published_only: bool) -> sa.Select:
     # Only the columns a prev/next link needs: bodies can be large.
     key = sa.tuple_(Entry.date, Entry.id)
     here = sa.tuple_(sa.bindparam("date", type_=sa.Date), sa.bindparam("id"))
-    query = sa.select(Entry.id, Entry.kind, Entry.title, Entry.slug, Entry.iso_week,
-                      Entry.date)
+    query = sa.select(sa.literal(direction).label("side"), Entry.id, Entry.kind, Entry.title,
+                      Entry.slug, Entry.iso_week, Entry.date)
     if direction == "prev":
         query = query.where(key < here).order_by(Entry.date.desc(), Entry.id.desc())
     else:
@@ -81,16 +81,19 @@ def _neighbour_query(direction: str, published_only: bool) -> sa.Select:
     return query.limit(1)
 
 
-# Built once: every page view reuses the compiled statements.
-NEIGHBOURS = {(d, p): _neighbour_query(d, p) for d in ("prev", "next") for p in (False, True)}
+# Built once, both sides in one statement: every entry page runs it (each side's own
+# ORDER BY and LIMIT stay inside its subquery, so each is still one index seek).
+NEIGHBOURS = {p: sa.union_all(*(sa.select(_neighbour_query(d, p).subquery())
+                                for d in ("prev", "next"))) for p in (False, True)}
 
 
 def neighbours(session: Session, entry: Entry | EntryRow, *, include_drafts: bool = True):
-    """(previous, next) by date, then id: rows with id, kind, title, slug, iso_week, date."""
-    where = {"date": entry.date, "id": entry.id}
-    conn = session.connection()
-    return tuple(conn.execute(NEIGHBOURS[(d, not include_drafts)], where).first()
-                 for d in ("prev", "next"))
+    """(previous, next) by date, then id: rows with id, kind, title, slug, iso_week, date
+    (and `side`), or None."""
+    found = session.connection().execute(NEIGHBOURS[not include_drafts],
+                                         {"date": entry.date, "id": entry.id})
+    sides = {row.side: row for row in found}
+    return sides.get("prev"), sides.get("next")
 
 
 def _recent_query(kind: str | None, published_only: bool) -> sa.Select:
