@@ -8,6 +8,7 @@ from __future__ import annotations
 import json
 
 import sqlalchemy as sa
+from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 
 from app.errors import BadQuery
@@ -49,19 +50,26 @@ def run(session: Session, stmt) -> list:
 HEAD_WINDOW = 100
 WINDOW = 400
 FILTER_SET = 5000  # up to this many entries in a date range, membership is a Python set
-BATCH = 200
-SPANS = 4  # an id set is walked as at most this many id ranges, split at its widest gaps
+SPANS = 2  # an id set is walked as at most this many id ranges, split at its widest gap:
+# each range is a statement of its own, and bm25 counts a common word over the whole index
+# once per statement (4-5 ms at 100k entries; "kind:week shard" took 37 ms over 4 ranges)
 INDEXED_PREFIX = 4  # the index keeps prefixes up to this long (migration 0005)
 
 
 def rank(session: Session, terms: list[str], fts: str, ranges: list, checks: list,
-         offset: int, want: int) -> list[tuple[int, float]]:
+         offset: int, want: int, scored: str | None = None) -> list[tuple[int, float]]:
     """(rowid, score) of the matches of fts (the query's terms, a tag: in the index too) at
-    [offset:want] in the order above; ranges and checks are the filters on Entry."""
+    [offset:want] in the order above; ranges and checks are the filters on Entry. `scored`
+    (scoring(terms), with the same tag: part), when it differs from fts, is what bm25
+    scores the window's matches by."""
     keep, spans = _filter(session, ranges, checks)
     if not spans:
         return []
-    body, floor = _window(session, "entry_fts", fts, keep, spans, WINDOW, True)
+    if scored is None or scored == fts:
+        body, floor = _window(session, "entry_fts", fts, keep, spans, WINDOW, True)
+    else:  # the newest matches found unscored, then scored by their words
+        newest, floor = _window(session, "entry_fts", fts, keep, spans, WINDOW, False)
+        body = _scores(session, scored, [rowid for rowid, _ in newest])
     if floor is None:  # every match seen: bm25 alone
         return _order(body)[offset:want]
     heads = _heads(session, terms, fts, keep, spans)
@@ -74,6 +82,36 @@ def rank(session: Session, terms: list[str], fts: str, ranges: list, checks: lis
                           want - len(ranked) + len(head_ids), False)
         ranked += [row for row in rest if row[0] not in head_ids]
     return ranked[offset:want]
+
+
+def scoring(terms: list[str]) -> str:
+    """What bm25 scores a window by: the query's words, each phrase as its words, excluded
+    words left out (they score nothing in a row that matches). bm25 first counts, over
+    the whole index, the rows each phrase of the query matches: for a phrase that means
+    checking the positions in every row holding its words, 42 ms for '"gradient shard"'
+    at 100k entries, against 4-7 ms for its two words (sqlite3, best of 3)."""
+    parts = []
+    for term in terms:
+        if term.startswith("NOT "):
+            continue
+        if term.startswith('"') and term.endswith('"') and " " in term.strip('"'):
+            words = term[1:-1].replace('""', '"').split()
+            term = "(" + " ".join('"' + w.replace('"', '""') + '"' for w in words) + ")"
+        parts.append(term)
+    return " ".join(parts)
+
+
+def _scores(session: Session, fts: str, ids: list[int]) -> list[tuple[int, float]]:
+    """(rowid, bm25 of fts) for ids, in their order: one walk through the matches of fts
+    between the lowest and the highest id."""
+    if not ids:
+        return []
+    found = dict(run(session, sa.text(
+        f"SELECT rowid, bm25(entry_fts, {', '.join(map(str, WEIGHTS))}) FROM entry_fts "
+        "WHERE entry_fts MATCH :q AND +rowid IN (SELECT value FROM json_each(:ids)) "
+        "AND rowid >= :lo AND rowid <= :hi"
+    ).bindparams(q=fts, ids=json.dumps(ids), lo=min(ids), hi=max(ids))))
+    return [(rowid, found.get(rowid, 0.0)) for rowid in ids]
 
 
 def _order(rows: list) -> list:
@@ -89,58 +127,71 @@ def _heads(session: Session, terms: list[str], fts: str, keep, spans) -> list:
         return []
     found, _ = _window(session, "entry_fts_heads", " OR ".join(words), keep, spans,
                        HEAD_WINDOW * 2, True)
+    if terms == [fts]:  # one word (or phrase, or prefix): a head holds it, as the index does
+        return found[:HEAD_WINDOW]
     found_ids = [rowid for rowid, _ in found]
     matching = matches(session, terms, fts, found_ids)
     return [row for row in found if row[0] in matching][:HEAD_WINDOW]
 
 
-SEEKS = 32  # up to this many ids are checked one seek each; more, by one walk
+SEEKS = 32  # up to this many ids are checked one seek each; more, by one walk,
+SPAN_PER_ID = 200  # as are a few ids close together (less than this apart on average)
 
 
 def matches(session: Session, terms: list[str], fts: str, ids: list[int],
             column: str = "0", **params) -> dict:
-    """{rowid: column} for those ids that match fts: one seek per id for a few ids (a
-    page's snippets), or one walk through the matches between the lowest and the highest
-    id, each checked against the list: for many ids (the heads), and where a prefix is
-    longer than the index keeps (each seek would merge its terms again). A seek into a
-    common word's doclist is not cheap: the heads' 200 seeks for "pipeline bubble" took
-    44 ms at 20k entries, the walk through the same span 0.8 ms (sqlite3, best of 3)."""
+    """{rowid: column} for those ids that match fts: one seek per id for a few ids far
+    apart (a page's snippets past the window), or one walk through the matches between
+    the lowest and the highest id, each checked against the list: for many ids (the
+    heads), a few close together, and where a prefix is longer than the index keeps (each
+    seek would merge its terms again). A seek into a common word's doclist is not cheap:
+    the heads' 200 seeks for "pipeline bubble" took 44 ms at 20k entries, the walk
+    through the same span 0.8 ms (sqlite3, best of 3)."""
     if not ids:
         return {}
     listed = ",".join(str(int(i)) for i in ids)
     long_prefix = any(t.endswith("*") and len(t.removeprefix("NOT ")) - 3 > INDEXED_PREFIX
                       for t in terms)  # '"coll"*' is a prefix of 4
     where = (f"+rowid IN ({listed}) AND rowid >= {min(ids)} AND rowid <= {max(ids)}"
-             if long_prefix or len(ids) > SEEKS else f"rowid IN ({listed})")
+             if long_prefix or len(ids) > SEEKS or max(ids) - min(ids) < SPAN_PER_ID * len(ids)
+             else f"rowid IN ({listed})")
     return dict(run(session, sa.text(
         f"SELECT rowid, {column} FROM entry_fts WHERE entry_fts MATCH :q AND {where}"
     ).bindparams(q=fts, **params)))
 
 
 class Keep:
-    """What the filters allow of a batch of (rowid, score) rows: the ids of a small set
-    (`allowed`: a date range, a week, the letters) and the per-row checks (tags, drafts,
-    a broad range) asked of the database for the few rows a window holds."""
+    """What the filters allow, as conditions of the walk's own SQL, so SQLite skips the
+    rows they refuse as it walks and a LIMIT still stops it early: the ids of a small set
+    (a date range, a week, the letters) as a json_each list, and the per-row checks
+    (tags, drafts, a broad range) as an EXISTS on the entry row. They were applied in
+    Python to batches of 200 matches: "kind:week shard" walked every match of a common
+    word to keep the letters' (26 ms at 20k entries), "tag:travel gradient" spent 22 ms
+    of its 50 at 100k in the batches' queries."""
 
-    def __init__(self, session: Session, allowed: set[int] | None, checks: list):
-        self.session, self.allowed, self.checks = session, allowed, checks
-        # The set also goes into the walk's SQL, so SQLite skips the others itself:
-        # "kind:week shard" walked every match of a common word through Python batches
-        # to keep the letters' (26 ms at 20k entries).
-        self.allowed_json = json.dumps(sorted(allowed)) if allowed is not None else None
+    def __init__(self, allowed: set[int] | None, checks: list):
+        self.params: dict = {}
+        self.sql = ""
+        if allowed is not None:  # '+': a filter on the walk, not a seek per id
+            self.params["allowed"] = json.dumps(sorted(allowed))
+            self.sql += " AND +rowid IN (SELECT value FROM json_each(:allowed))"
+        if checks:
+            exists = sa.exists().where(Entry.id == sa.literal_column("{table}.rowid"),
+                                       *checks)
+            compiled = exists.compile(dialect=NAMED)
+            self.sql += f" AND {compiled}"
+            self.binds = [sa.bindparam(name, bind.effective_value, type_=bind.type)
+                          for bind, name in compiled.bind_names.items()]
+        else:
+            self.binds = []
 
-    def __call__(self, batch: list) -> list:
-        rows = [row for row in batch if self.allowed is None or row[0] in self.allowed]
-        if rows and self.checks:
-            ok = set(self.session.scalars(sa.select(Entry.id).where(
-                Entry.id.in_([row[0] for row in rows]), *self.checks)))
-            rows = [row for row in rows if row[0] in ok]
-        return rows
+
+NAMED = sqlite.dialect(paramstyle="named")  # checks compiled to :name binds, for sa.text
 
 
 def _filter(session: Session, ranges: list, checks: list):
-    """(keep, spans): keep(batch) drops what the filters refuse (None: no filters); spans
-    are (lowest, highest) id ranges worth walking, newest first; [] when nothing is."""
+    """(keep, spans): keep holds the filters as SQL (None: no filters); spans are
+    (lowest, highest) id ranges worth walking, newest first; [] when nothing is."""
     allowed = None
     spans: list = [(None, None)]
     if ranges:
@@ -155,7 +206,7 @@ def _filter(session: Session, ranges: list, checks: list):
             checks = ranges + checks
     if allowed is None and not checks:
         return None, spans
-    return Keep(session, allowed, checks), spans
+    return Keep(allowed, checks), spans
 
 
 def _spans(ids: list[int]) -> list[tuple[int, int]]:
@@ -171,29 +222,17 @@ def _window(session: Session, table: str, fts: str, keep: Keep | None, spans, n:
     (rowid, bm25 or 0.0); and the lowest rowid walked when it stopped before the end."""
     weights = WEIGHTS if table == "entry_fts" else WEIGHTS[:2]  # entry_fts_heads: title, tags
     rank = f"bm25({table}, {', '.join(map(str, weights))})" if score else "0.0"
-    params = {"q": fts}
-    if keep is not None and keep.allowed_json is not None:  # '+': filter, not seek, by id
-        params["allowed"] = keep.allowed_json
+    params = {"q": fts, **(keep.params if keep else {})}
+    binds = keep.binds if keep else []
     kept: list = []
     for lo, hi in spans:
         where = f"{table} MATCH :q"
         where += "" if lo is None else f" AND rowid >= {int(lo)}"
         where += "" if hi is None else f" AND rowid <= {int(hi)}"
-        if "allowed" in params:
-            where += " AND +rowid IN (SELECT value FROM json_each(:allowed))"
-        sql = f"SELECT rowid, {rank} FROM {table} WHERE {where} ORDER BY rowid DESC"
-        if keep is None or not keep.checks:
-            rows = run(session, sa.text(sql + f" LIMIT {n - len(kept)}").bindparams(**params))
-            kept += [tuple(row) for row in rows]
-        else:
-            try:
-                result = session.execute(sa.text(sql).bindparams(**params))
-                while len(kept) < n and (batch := result.fetchmany(BATCH)):
-                    kept += [tuple(row) for row in keep(batch)][:n - len(kept)]
-                result.close()
-            except sa.exc.OperationalError as exc:
-                session.rollback()
-                raise BadQuery(f"cannot search for that: {exc.orig}") from None
+        where += keep.sql.replace("{table}", table) if keep else ""
+        sql = (f"SELECT rowid, {rank} FROM {table} WHERE {where} ORDER BY rowid DESC "
+               f"LIMIT {n - len(kept)}")
+        kept += [tuple(row) for row in run(session, sa.text(sql).bindparams(*binds, **params))]
         if len(kept) >= n:
             return kept, kept[-1][0]
     return kept, None

@@ -184,11 +184,14 @@ def search(session: Session, text: str, *, limit: int = 20, offset: int = 0,
 
 def _ranked(session: Session, query: Query, ranges: list, checks: list, limit: int,
             offset: int) -> list:
-    fts = query.fts
+    fts, scored = query.fts, ranking.scoring(query.terms)
+    scored_apart = scored != fts  # a phrase or an excluded word: bm25 scores the words
     tag_words = [_quote(t) for t in query.tags if re.search(r"[^\W_]", t)]
     if tag_words:  # found by the index too, checked exactly by ranking's filter
-        fts = f"({fts}) AND {{tags body}} : ({' '.join(tag_words)})"
-    top = ranking.rank(session, query.terms, fts, ranges, checks, offset, limit + offset)
+        tagged = f" AND {{tags body}} : ({' '.join(tag_words)})"
+        fts, scored = f"({fts}){tagged}", f"({scored}){tagged}"
+    top = ranking.rank(session, query.terms, fts, ranges, checks, offset, limit + offset,
+                       scored if scored_apart else None)
     return _page(session, query, top)
 
 
