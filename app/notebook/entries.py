@@ -153,9 +153,7 @@ def slugify(title: str) -> str:
 
 
 def entry_url(entry: Entry) -> str:
-    if entry.kind == "week":
-        return week_url(entry.iso_week)
-    return f"/entries/{entry.id}/{entry.slug}"
+    return week_url(entry.iso_week) if entry.kind == "week" else f"/entries/{entry.id}/{entry.slug}"
 
 
 def week_url(week: str) -> str:
