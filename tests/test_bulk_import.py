@@ -20,7 +20,8 @@ import pytest
 import yaml
 
 from app import create_app, upgrades
-from app.notebook import bulk_import, transfer
+from app.models import Entry
+from app.notebook import bulk_import, mirror, transfer
 from tests.helpers import ROOT
 from tests.test_journal_e2e import processes_of, wait_until
 
@@ -195,3 +196,32 @@ def test_an_import_killed_half_way_is_consistent_and_a_rerun_finishes_it(tmp_pat
     rerun = transfer.import_folder(app.extensions["db"], source, workers=0)
     assert rerun.unchanged == len(half["entry"]) and rerun.created == 303 - len(half["entry"])
     assert differences(snapshot(killed_dir), snapshot(whole_dir)) == {}
+
+
+def _front_matter_as_pyyaml_writes_it(entry: Entry) -> str:
+    meta: dict = {"title": entry.title, "date": entry.date}
+    if entry.kind == "week":
+        meta.update(kind="week", week=entry.iso_week)
+    meta.update(tags=entry.tag_list, status=entry.status)
+    front = yaml.safe_dump(meta, sort_keys=False, allow_unicode=True, default_flow_style=None)
+    return f"---\n{front}---\nbody\n"
+
+
+def test_mirror_files_are_written_as_pyyaml_writes_them():
+    """to_text takes libyaml's emitter where it writes PyYAML's bytes; fuzzed titles and
+    tags on both sides of that line (long ones, emoji, quotes, YAML's own words)."""
+    rng = random.Random(14)
+    alphabets = ["abc XYZ-'", "a:#-?,[]{}'\"!&*|>%@`. \t", "yes no null ~ 1e3 0x1 -+.",
+                 "éü漢字—«»\u00a0\u2028🙂 a", "".join(map(chr, range(32, 127)))]
+    titles = ["yes", "null", "- a", "a: b", " lead", "trail ", "#x", "'q'", '"d"', "2024-01-01",
+              "x" * 61, "é" * 41, "🙂", "a\u2028b"]
+    for n in range(3000):
+        alphabet = alphabets[n % len(alphabets)]
+        titles.append("".join(rng.choice(alphabet) for _ in range(rng.randint(1, 90))))
+    for n, title in enumerate(titles):
+        tags = " ".join("".join(rng.choice("abcé/-_") for _ in range(rng.randint(1, 12)))
+                        for _ in range(n % 5))
+        entry = Entry(kind="week" if n % 7 == 0 else "entry", date=dt.date(2024, 1, 1) +
+                      dt.timedelta(days=n), iso_week="2024-W01", title=title, slug="s",
+                      tags=tags, status="published", body_md="body")
+        assert mirror.to_text(entry) == _front_matter_as_pyyaml_writes_it(entry), title

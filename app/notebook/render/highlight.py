@@ -22,3 +22,22 @@ def pygments_css() -> str:
         f"{light}\n"
         f"@media (prefers-color-scheme: dark) {{\n{dark}\n}}\n"
     )
+
+
+class CodeFormatter(HtmlFormatter):
+    """Pygments' HtmlFormatter for codehilite (its `pygments_formatter`), less the
+    stylesheet it builds in every constructor: a table per style (~0.5 ms a code block)
+    that the HTML with CSS classes never reads. Built once per (style, prefix) here and
+    shared; nothing changes it after construction. Same output as `HtmlFormatter`
+    (codehilite passes `lang_str`, which Pygments' formatter ignores)."""
+
+    _sheets: dict[tuple[object, str], tuple[dict, dict]] = {}
+
+    def _create_stylesheet(self) -> None:
+        key = (self.style, self.classprefix)
+        sheet = self._sheets.get(key)
+        if sheet is None:
+            super()._create_stylesheet()
+            self._sheets[key] = (self.ttype2class, self.class2style)
+        else:
+            self.ttype2class, self.class2style = sheet

@@ -13,6 +13,9 @@ from urllib.parse import quote
 import markdown
 from markdown.extensions.toc import slugify_unicode
 
+from .block_skip import SkippingBlockLoop
+from .highlight import CodeFormatter
+from .inline_skip import SkippingInlineProcessor
 from .plaintext import extract
 from .sanitize import MARKER_ATTR, make_cleaner
 from .syntax import CommonplaceExtension, RenderState
@@ -81,12 +84,15 @@ _EXTENSIONS = [
 ]  # fmt: skip
 
 
+_INLINE_PRIORITY = 20  # Python-Markdown's own place for "inline" (markdown/treeprocessors.py)
+
 _local = threading.local()  # one Markdown per thread: building one is ~15% of a render
 
 
 def _new_markdown(state: RenderState) -> tuple[markdown.Markdown, CommonplaceExtension]:
     configs: dict[str, dict[str, Any]] = {
-        "codehilite": {"css_class": "highlight", "guess_lang": False, "noclasses": False},
+        "codehilite": {"css_class": "highlight", "guess_lang": False, "noclasses": False,
+                       "pygments_formatter": CodeFormatter},
         "toc": {"permalink": True, "slugify": _heading_slug, "marker": ""},
         "tables": {"use_align_attribute": True},  # not style="text-align: ..."
         "pymdownx.tasklist": {"custom_checkbox": False, "clickable_checkbox": False},
@@ -94,6 +100,9 @@ def _new_markdown(state: RenderState) -> tuple[markdown.Markdown, CommonplaceExt
     ext = CommonplaceExtension(state)
     md = markdown.Markdown(extensions=[*_EXTENSIONS, ext], extension_configs=configs,
                            output_format="html")
+    # the stock inline processor (same name, same place), less the tries that cannot match
+    md.treeprocessors.register(SkippingInlineProcessor(md), "inline", _INLINE_PRIORITY)
+    SkippingBlockLoop(md).install()  # and the block loop, less the tests that cannot succeed
     return md, ext
 
 

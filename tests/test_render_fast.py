@@ -1,0 +1,165 @@
+"""The render's shortcuts give exactly what the stock parts give: the inline processor that
+skips tries which cannot match, the regex walk of sanitized HTML for the plain text, the
+Pygments formatter that shares its style table, and the sanitizer built once. Each is
+compared with the stock part on a corpus of tricky notes and a seeded jumble of them."""
+
+from __future__ import annotations
+
+import random
+
+import nh3
+import pytest
+from markdown.treeprocessors import InlineProcessor
+from pygments import highlight
+from pygments.formatters import HtmlFormatter
+from pygments.lexers import get_lexer_by_name
+
+from app.notebook.render import pipeline, plaintext, sanitize
+from app.notebook.render.block_skip import SkippingBlockLoop
+from app.notebook.render.highlight import CodeFormatter
+from app.notebook.render.inline_skip import SkippingInlineProcessor
+from app.notebook.render.syntax import RenderState
+
+NOTES = [
+    "plain prose with nothing special at all",
+    "[[Target]] and [[Other|alias text]] and #tag and #nested/tag-",
+    "a [link](http://x.test/a_b) and ![img](http://x.test/i.png \"t\") and [[W]]",
+    "[see [[X]]](http://x.test) stays one link",
+    "[ref][d] and [d] and [D][] and ![pic][d]\n\n[d]: http://x.test/d 'Title'",
+    "[ref][missing] and [missing] with no definitions",
+    "`code [[not a link]] #nottag` and ``double `tick` code``",
+    "escaped \\[[not]] \\#not \\*not\\*",
+    "<http://auto.test/x> <me@mail.test> <b>raw</b> <span class=x>s</span>",
+    "&amp; &#39; &#x27; &copy; & lone; AT&T",
+    "*em* **strong** ***both*** _u_ __uu__ snake_case_word 2*3*4",
+    "line one  \nline two (a hard break)",
+    "footnote[^1] and [^missing]\n\n[^1]: the note [[In Foot]]",
+    "- [ ] open\n- [x] done [[Task Link]]\n- plain",
+    "# Title\n\n## Second #tag\n\ntext [[H]]",
+    "> quote [[Q]] *em*\n> more",
+    "| a | b |\n|:--|--:|\n| [[T]] | `c` |",
+    "!!! note \"Heads up\"\n    body [[Adm]]",
+    "```python\nimport x  # [[no]]\n```\n\n```\nplain\n```\n\n```nosuchlang\nx\n```",
+    "```python hl_lines=\"1\"\nx = 1\ny = 2\n```",
+    "    indented code\n    [[no]]",
+    "[[a]][[b]] [[c|]] [[ spaced   target ]] [[2024-W03]] [[2024-03-31]]",
+    "<a href=\"http://x.test\">[[inside anchor]]</a> #tag-in-text",
+    "[outer [inner] brackets](http://x.test) [unclosed [[x]]",
+    "![alt [[x]]](http://x.test/i.png) [![img](http://i.test/i.png)](http://x.test)",
+    "<details><summary>s [[S]]</summary>d</details> <kbd>K</kbd>",
+    "1. one\n2. two [[N]]\n\n---\n\nafter rule",
+    "- a\n    - nested > not quote\n\n    para in item\n* b\n+ c\n\n3. three\n   1. sub",
+    "> - list in quote\n> > nested quote\n>\n> # heading in quote",
+    "text\n***\n_ _ _\ntext | not a table\n\na | b\n--|--\n1 | 2",
+    "[id]: http://x.test/id\n[^fn]: foot\n\nuse [id] and [^fn]",
+    "Setext\n======\n\nSub\n---",
+    "<!-- comment --> text <?pi?> <![CDATA[x]]>",
+    "<script>alert(1)</script> [x](javascript:alert(1)) <img src=x onerror=alert(1)>",
+]
+
+_PIECES = ["\n---\n", "\n===\n", "1. ", "- ", "> ", "| a | b |\n|---|---|\n", "    ",
+           "[d]: http://d.test\n", "[^f]: f\n", "!!! note\n    n\n", "***",
+           "[[A]]", "[[B|c]]", "#tag", "`c`", "*e*", "_u_", "[l](http://x.test)", "![i](u)",
+           "[r]", "[r][s]", "<b>", "</b>", "&amp;", "<http://a.test>", "\\*", "  \n", "[^1]",
+           "word ", "\n\n", "- [ ] t\n", "# H\n", "> q\n", "```\nc\n```\n", "[", "]", "(",
+           ")", "!", "<", ">", "&", ";", "__", "**", "\n[r]: http://r.test\n"]
+
+
+def _jumble(count: int = 300) -> list[str]:
+    rng = random.Random(14)
+    return ["".join(rng.choice(_PIECES) for _ in range(rng.randint(1, 30)))
+            for _ in range(count)]
+
+
+CORPUS = NOTES + _jumble()
+
+
+def _converted(source: str, stock: bool) -> tuple[str, str, list, list]:
+    state = RenderState("0" * 32, pipeline.default_resolve_link, pipeline.default_tag_url, {})
+    md, ext = pipeline._new_markdown(state)
+    if stock:
+        md.treeprocessors.register(InlineProcessor(md), "inline", pipeline._INLINE_PRIORITY)
+        del md.parser.parseBlocks  # the class's own loop again
+    assert isinstance(md.treeprocessors["inline"], SkippingInlineProcessor) is not stock
+    assert isinstance(md.parser.parseBlocks, SkippingBlockLoop) is not stock
+    return md.convert(source), md.toc, state.links, state.tags
+
+
+@pytest.mark.parametrize("source", CORPUS)
+def test_skipping_inline_and_block_loops_render_as_the_stock_ones(source):
+    assert _converted(source, stock=False) == _converted(source, stock=True)
+
+
+def _events(html: str, regex: bool) -> plaintext.Extracted:
+    into = plaintext._Extractor("0" * 32, None)
+    if regex:
+        plaintext._scan(html, into)
+    else:
+        parser = plaintext._Parser(into)
+        parser.feed(html)
+        parser.close()
+    into.close()
+    return plaintext.Extracted("".join(into.flat), into.link_order, into.link_context,
+                               into.tag_order)
+
+
+@pytest.mark.parametrize("source", CORPUS)
+def test_plain_text_regex_walk_matches_html_parser(source):
+    nonce = "0" * 32
+    state = RenderState(nonce, pipeline.default_resolve_link, pipeline.default_tag_url, {})
+    body, _, _ = pipeline._convert(source, state)
+    html = sanitize.make_cleaner(nonce)(body)
+    assert _events(html, regex=True) == _events(html, regex=False)
+
+
+def test_plain_text_of_unexpected_html_goes_to_html_parser():
+    html = '<p>a <!-- c --> b <a class="tag" href="/t">#t</a></p>'
+    found = plaintext.extract(html, "0" * 32, None)
+    assert found.text == "a  b #t"  # html.parser's two pieces of text around the comment
+
+
+def test_code_formatter_writes_what_pygments_writes():
+    code = "import torch\n\ndef f(x):\n    return x * 2  # comment\n"
+    for lang in ("python", "bash", "yaml", "text"):
+        lexer = get_lexer_by_name(lang)
+        for options in ({}, {"hl_lines": [2]}, {"linenos": "inline"}):
+            expected = highlight(code, lexer, HtmlFormatter(cssclass="highlight", **options))
+            for _ in range(2):  # the second one takes the shared table
+                got = highlight(code, lexer, CodeFormatter(cssclass="highlight", lang_str="x",
+                                                           **options))
+                assert got == expected
+    assert CodeFormatter().get_style_defs(".h") == HtmlFormatter().get_style_defs(".h")
+
+
+def test_the_reused_sanitizer_cleans_as_nh3_clean_does():
+    nonce, other = "a" * 32, "b" * 32
+    clean = sanitize.make_cleaner(nonce)
+    for source in CORPUS:
+        body, _, _ = pipeline._convert(source, RenderState(
+            nonce, pipeline.default_resolve_link, pipeline.default_tag_url, {}))
+        body += (f'<a data-cp-ref="{nonce}:w:0" href="/a">kept</a>'
+                 f'<a data-cp-ref="{other}:w:0" href="/b">dropped mark</a>')
+        expected = nh3.clean(body, **{**sanitize._OPTIONS, "attribute_filter": _filter(nonce)})
+        assert _tasks_in_order(clean(body)) == _tasks_in_order(expected)
+
+
+def _filter(nonce: str):
+    def attribute_filter(tag, attr, value):
+        if attr == sanitize.MARKER_ATTR:
+            return value if value.startswith(nonce + ":") else None
+        return sanitize._attribute_filter(tag, attr, value)  # the rest reads no state
+
+    return attribute_filter
+
+
+def _tasks_in_order(html: str) -> str:
+    # nh3 writes a task box's set attributes in either order (a hash map's), run to run
+    return html.replace('type="checkbox" disabled=""', 'disabled="" type="checkbox"')
+
+
+def test_markers_of_another_render_are_dropped_even_inside_one():
+    outer, inner = sanitize.make_cleaner("a" * 32), sanitize.make_cleaner("b" * 32)
+    html = f'<a data-cp-ref="{"a" * 32}:w:0" href="/x">x</a>'
+    assert "data-cp-ref" not in inner(html)
+    assert "data-cp-ref" in outer(html)
+    assert "data-cp-ref" not in sanitize._clean(html)  # no render running: no marker kept
