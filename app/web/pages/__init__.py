@@ -1,6 +1,7 @@
 """The HTML pages, server-rendered from templates/ and readable without JavaScript.
 
-    reading.py         home, entry, letter, site map, tags, search, settings
+    reading.py         home, entry, letter, site map, tags, search, settings; the header's
+                       links (site_links) and a list's lines (listed_line), kept
     editing.py         new / edit (with the merge view), delete, history, diff, restore, preview
     ticking.py         task boxes ticked from a rendered page
     diffing.py         line and word diffs for history and the merge view
