@@ -27,6 +27,7 @@ from sqlalchemy.orm import Session
 from app.errors import BadQuery
 from app.models import Entry, EntryTag
 from app.notebook import ranking
+from app.notebook.entry_rows import WHOLE, EntryRow, rows
 from app.notebook.isoweeks import WEEK_RE
 from app.notebook.ranking import run as _run
 
@@ -130,7 +131,7 @@ def _apply_filter(query: Query, name: str, value: str) -> None:
 
 @dataclass
 class Hit:
-    entry: Entry
+    entry: EntryRow
     snippet_html: str
     score: float
 
@@ -165,21 +166,18 @@ def search(session: Session, text: str, *, limit: int = 20, offset: int = 0,
     conditions = ranges + checks
 
     if query.terms:
-        rows = _ranked(session, query, ranges, checks, limit + 1, offset)
+        found = _ranked(session, query, ranges, checks, limit + 1, offset)
     else:
-        stmt = (
-            sa.select(Entry, sa.literal(0.0), sa.literal(""))
-            .where(*conditions)
-            .order_by(Entry.date.desc(), Entry.id.desc())
-        )
-        rows = _run(session, stmt.limit(limit + 1).offset(offset))
-    leads = _leads(session, [entry.id for entry, _, snip in rows[:limit] if not snip])
+        stmt = (sa.select(*WHOLE).where(*conditions)
+                .order_by(Entry.date.desc(), Entry.id.desc()).limit(limit + 1).offset(offset))
+        found = [(entry, 0.0, "") for entry in rows(session, stmt)]
+    leads = _leads(session, [entry.id for entry, _, snip in found[:limit] if not snip])
     hits = [
         Hit(entry, _snippet_html(snip) or html.escape(leads.get(entry.id) or _lead(entry)),
             float(score))
-        for entry, score, snip in rows[:limit]
+        for entry, score, snip in found[:limit]
     ]
-    return Results(query, hits, len(rows) > limit)
+    return Results(query, hits, len(found) > limit)
 
 
 def _ranked(session: Session, query: Query, ranges: list, checks: list, limit: int,
@@ -202,8 +200,8 @@ def _page(session: Session, query: Query, top: list) -> list:
     snippets = ranking.matches(session, query.terms, query.fts, [i for i, _ in top],
                                "snippet(entry_fts, 2, :o, :c, '…', 16)",
                                o=MARK_OPEN, c=MARK_CLOSE)
-    found = {e.id: e for e in session.scalars(
-        sa.select(Entry).where(Entry.id.in_([i for i, _ in top])))}
+    found = {e.id: e for e in rows(session, sa.select(*WHOLE).where(
+        Entry.id.in_([i for i, _ in top])))}
     return [(found[i], score, snippets.get(i, "")) for i, score in top if i in found]
 
 
@@ -220,10 +218,10 @@ def _leads(session: Session, ids: list[int]) -> dict[int, str]:
     keeps its `_` and `#` and no markdown syntax shows."""
     if not ids or not _has_index(session):
         return {}
-    rows = _run(session, sa.text(
+    texts = _run(session, sa.text(
         "SELECT rowid, substr(body, 1, :n) FROM entry_fts "
         f"WHERE rowid IN ({','.join(str(int(i)) for i in ids)})").bindparams(n=LEAD * 2))
-    return {rowid: _cut(text or "") for rowid, text in rows}
+    return {rowid: _cut(text or "") for rowid, text in texts}
 
 
 def _cut(text: str) -> str:
@@ -239,7 +237,7 @@ _SYNTAX_RE = re.compile(r"^\s{0,3}(?:#{1,6}\s|>\s?|[-*+]\s\[[ xX]\]\s)|(?<!\w)[*
                         r"|!?\[\[?|\]\]?(?:\([^)]*\))?", re.M)
 
 
-def _lead(entry: Entry) -> str:
+def _lead(entry: EntryRow) -> str:
     """Without the index (another database): the markdown with its syntax taken out."""
     return _cut(_SYNTAX_RE.sub("", entry.body_md))
 
