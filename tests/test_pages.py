@@ -242,6 +242,10 @@ def test_malformed_search_is_a_400_with_the_reason(client, query):
 def test_search_offset_must_be_a_number(client):
     assert client.get("/search?q=x&offset=-1").status_code == 400
     assert client.get("/search?q=x&offset=abc").status_code == 400
+    # str.isdigit() says yes to superscripts, which int() refuses (test_fuzz found a 500)
+    assert client.get("/search?q=x&offset=%C2%B9").status_code == 400
+    assert client.get("/tags/x?offset=%C2%B2").status_code == 400
+    assert client.get("/entries/1/edit?base=%C2%B9").status_code in (400, 404)
 
 
 # -- settings and preview -----------------------------------------------------------------

@@ -136,7 +136,7 @@ def run(ctx: Ctx, experiment, params, requires, nodes, watching, exit_status, in
             "params": {k: coerce(k, schema[k], v) for k, v in given.items()}}
     needs = pairs(requires, "--requires")
     if needs:
-        body["requires"] = {k: int(v) if v.isdigit() else v for k, v in needs.items()}
+        body["requires"] = {k: int(v) if v.isdecimal() else v for k, v in needs.items()}
     if nodes is not None:
         body["nodes"] = nodes
     started = ctx.api.post("/api/v1/runs", body)

@@ -121,7 +121,7 @@ def weekday_names(field: str) -> str:
     chosen: list[int] = []
     for part in field.lower().split(","):
         base, _, step = part.partition("/")
-        if step and (not step.isdigit() or int(step) == 0):
+        if step and (not step.isdecimal() or int(step) == 0):
             raise Invalid(f"day-of-week: bad step in {part!r}", "cron")
         if base == "*":
             low, high = 0, 6
@@ -138,7 +138,7 @@ def weekday_names(field: str) -> str:
 
 
 def _day_number(text: str) -> int:
-    if text.isdigit() and int(text) <= 7:
+    if text.isdecimal() and int(text) <= 7:
         return int(text)
     if text[:3] in DAYS:
         return DAYS.index(text[:3])

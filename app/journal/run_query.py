@@ -71,7 +71,7 @@ def values(args, name: str) -> list[str]:
 
 
 def run_id(text: str, field: str) -> int:
-    if not text.isdigit() or len(text) > 19 or not 0 < int(text) <= MAX_ID:
+    if not text.isdecimal() or len(text) > 19 or not 0 < int(text) <= MAX_ID:
         raise Invalid(f"{field} is a run id", field)
     return int(text)
 
@@ -117,7 +117,7 @@ def run_filters(args, timezone: str, runs_table) -> list:
         where += [r.created_at >= start, r.created_at < end]
     if arg(args, "schedule"):
         text = arg(args, "schedule")
-        if not text.isdigit() or len(text) > 19 or int(text) > MAX_ID:
+        if not text.isdecimal() or len(text) > 19 or int(text) > MAX_ID:
             raise Invalid("schedule is a schedule id", "schedule")
         where.append(r.schedule_id == int(text))
     return where

@@ -64,7 +64,7 @@ def check(draft: Draft) -> dict[str, str]:
 
 def base_revision() -> int:
     raw = request.form.get("base_revision", "")
-    if not raw.isdigit() or len(raw) > 9:
+    if not raw.isdecimal() or len(raw) > 9:
         raise Invalid("base_revision must be the revision number the edit started from",
                       "base_revision")
     return int(raw)
@@ -210,7 +210,7 @@ def history(entry_id: int):
 
 def _revision_arg(name: str) -> int:
     raw = request.args.get(name, "")
-    if not raw.isdigit() or len(raw) > 9:
+    if not raw.isdecimal() or len(raw) > 9:
         abort(400, description=f"{name} must be a revision number")
     return int(raw)
 
@@ -234,7 +234,7 @@ def restore(entry_id: int):
     session = get_session()
     entry = entries.get(session, entry_id)
     raw = request.form.get("revision", "")
-    if not raw.isdigit() or len(raw) > 9:
+    if not raw.isdecimal() or len(raw) > 9:
         raise Invalid("revision must be a revision number", "revision")
     entries.restore(session, entry, int(raw), base_revision=base_revision(), author=author())
     session.commit()

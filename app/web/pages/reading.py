@@ -254,7 +254,7 @@ def sitemap():
     drafts = can_write()
     years = browse.years(session, include_drafts=drafts)
     year = request.args.get("year") or (years[0][0] if years else "")
-    if year and not (len(year) == 4 and year.isdigit()):
+    if year and not (len(year) == 4 and year.isdecimal()):
         abort(400, description="year is four digits, e.g. 2024")
     compact = dict(years).get(year, 0) > SITEMAP_TITLES
     rows = browse.of_year(session, year, include_drafts=drafts,
@@ -292,7 +292,7 @@ def tag(tag: str):
 
 def _offset() -> int:
     raw = request.args.get("offset", "0")
-    if not raw.isdigit() or int(raw) > 100_000:
+    if not raw.isdecimal() or int(raw) > 100_000:
         abort(400, description="offset must be a whole number up to 100000")
     return int(raw)
 

@@ -39,7 +39,7 @@ bp.add_app_template_global(summary.progress_text, "progress_text")
 
 
 def is_id(text: str) -> bool:
-    return text.isdigit() and len(text) <= 12
+    return text.isdecimal() and len(text) <= 12
 
 
 def experiment_or_404(name: str) -> dict:
@@ -123,7 +123,7 @@ def create_run(name: str):
     nodes = request.form.get("nodes", "").strip() or "1"  # hosts that run it together
     try:
         run = runs.create(session, name, params, actor=author(),
-                          nodes=int(nodes) if nodes.isdigit() and len(nodes) < 4 else nodes)
+                          nodes=int(nodes) if nodes.isdecimal() and len(nodes) < 4 else nodes)
     except Invalid as exc:
         if exc.field in form.field_names() or exc.field == "nodes":
             form.errors[exc.field] = exc.message
