@@ -42,6 +42,22 @@ def test_drafts_are_hidden_from_viewers(served):
         assert "Secret plan" in owner("get", path).text
 
 
+def test_the_shared_header_and_footer_are_each_readers_own(served):
+    """base.html's header and footer are rendered once per variant and kept
+    (reading.site_chrome): turn by turn on the same pages, the owner's and the viewer's
+    never leak into each other."""
+    owner, viewer = served.as_user(OWNER), served.as_user(VIEWER)
+    for _ in range(2):
+        for path in ("/", "/sitemap", "/runs"):
+            mine, theirs = owner("get", path).text, viewer("get", path).text
+            assert 'id="new-entry-link"' in mine and 'id="new-entry-link"' not in theirs
+            assert f"Signed in as {OWNER}</li>" in mine and "(read only)" not in mine
+            assert f"Signed in as {VIEWER} (read only)</li>" in theirs
+            assert "Letter template" in mine and "Letter template" not in theirs
+    search = owner("get", "/search?q=x").text  # its own box: none in the header
+    assert 'id="site-search"' not in search and 'id="site-search"' in owner("get", "/").text
+
+
 def test_viewers_read_but_cannot_write(served):
     owner, viewer = served.as_user(OWNER), served.as_user(VIEWER)
     url = owner("post", "/entries/new", data=entry_form(title="Note")).location

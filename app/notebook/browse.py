@@ -1,6 +1,6 @@
 """Browsing the notebook: an entry's history, what links to it, its neighbours by date,
 recent entries, tags and years. Read-only queries; the pages and the API call these.
-Queries on every entry page are built once at import (their SQL compiles once)."""
+Queries a page runs on every view are built and compiled once (app/db.py's Prepared)."""
 
 from __future__ import annotations
 
@@ -11,6 +11,7 @@ from dataclasses import dataclass
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from app.db import Prepared
 from app.errors import NotFound
 from app.models import Entry, EntryTag, Link, Revision
 from app.notebook.entries import keys_of
@@ -43,7 +44,7 @@ class Backlink:
 
 # Built once (every entry page runs it): sources of links to any of an entry's keys, as
 # rows (app/notebook/entry_rows.py): a backlink shows a title, not the text.
-BACKLINKS = (
+BACKLINKS = Prepared(
     sa.select(*LISTED, Link.context)
     .join(Link, Link.source_id == Entry.id)
     .where(Link.target_key.in_(sa.bindparam("keys", expanding=True)),
@@ -53,8 +54,7 @@ BACKLINKS = (
 
 
 def backlinks(session: Session, entry: Entry | EntryRow) -> list[Backlink]:
-    found = session.connection().execute(
-        BACKLINKS, {"keys": sorted(keys_of(entry)), "id": entry.id})
+    found = BACKLINKS.run(session, {"keys": sorted(keys_of(entry)), "id": entry.id})
     seen: set[int] = set()
     result = []
     for *source, context in found:
@@ -83,15 +83,14 @@ def _neighbour_query(direction: str, published_only: bool) -> sa.Select:
 
 # Built once, both sides in one statement: every entry page runs it (each side's own
 # ORDER BY and LIMIT stay inside its subquery, so each is still one index seek).
-NEIGHBOURS = {p: sa.union_all(*(sa.select(_neighbour_query(d, p).subquery())
-                                for d in ("prev", "next"))) for p in (False, True)}
+NEIGHBOURS = {p: Prepared(sa.union_all(*(sa.select(_neighbour_query(d, p).subquery())
+                                         for d in ("prev", "next")))) for p in (False, True)}
 
 
 def neighbours(session: Session, entry: Entry | EntryRow, *, include_drafts: bool = True):
     """(previous, next) by date, then id: rows with id, kind, title, slug, iso_week, date
     (and `side`), or None."""
-    found = session.connection().execute(NEIGHBOURS[not include_drafts],
-                                         {"date": entry.date, "id": entry.id})
+    found = NEIGHBOURS[not include_drafts].run(session, {"date": entry.date, "id": entry.id})
     sides = {row.side: row for row in found}
     return sides.get("prev"), sides.get("next")
 
@@ -108,7 +107,8 @@ def _recent_query(kind: str | None, published_only: bool) -> sa.Select:
 
 # Built once, as the home page asks on every view (building a select and its cache key
 # cost more than SQLite's answer: ~10 us through ix_entry_kind_date at 20k entries).
-RECENT = {(k, p): _recent_query(k, p) for k in ("entry", "week", None) for p in (False, True)}
+RECENT = {(k, p): Prepared(_recent_query(k, p))
+          for k in ("entry", "week", None) for p in (False, True)}
 
 
 def recent(session: Session, limit: int = 20, kind: str | None = "entry", *,
@@ -163,7 +163,7 @@ def tag_count(session: Session, tag: str, *, include_drafts: bool = True) -> int
     return counts[0].get(tag, 0)
 
 
-MAX_ID = sa.select(sa.func.max(Entry.id))
+MAX_ID = Prepared(sa.select(sa.func.max(Entry.id).label("id")))
 
 
 def _tagged_query(walk: bool, published_only: bool) -> sa.Select:
@@ -180,7 +180,7 @@ def _tagged_query(walk: bool, published_only: bool) -> sa.Select:
     return query
 
 
-TAGGED = {(w, p): _tagged_query(w, p) for w in (False, True) for p in (False, True)}
+TAGGED = {(w, p): Prepared(_tagged_query(w, p)) for w in (False, True) for p in (False, True)}
 
 
 def tagged(session: Session, tag: str, *, limit: int | None = None, offset: int = 0,
@@ -196,7 +196,7 @@ def tagged(session: Session, tag: str, *, limit: int | None = None, offset: int 
     if not total:
         return [], 0
     limit = total if limit is None else limit
-    size = session.connection().execute(MAX_ID).scalar() or 0  # rowid: an O(1) estimate
+    size = MAX_ID.run(session)[0].id or 0  # rowid: an O(1) estimate
     walk = (offset + limit) * size < total * total  # ~wanted*size/total rows, < total
     return rows(session, TAGGED[(walk, not include_drafts)],
                 {"tag": tag, "limit": limit, "offset": offset}), total
@@ -239,7 +239,7 @@ def _year_query(letters_only: bool, published_only: bool) -> sa.Select:
     return query
 
 
-OF_YEAR = {(w, p): _year_query(w, p) for w in (False, True) for p in (False, True)}
+OF_YEAR = {(w, p): Prepared(_year_query(w, p)) for w in (False, True) for p in (False, True)}
 
 
 def of_year(session: Session, year: str, *, include_drafts: bool = True,

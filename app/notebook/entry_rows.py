@@ -7,7 +7,8 @@ put 38% of the request in SQLAlchemy's ORM against 2% in SQLite itself; 50 liste
 cost 640 us as ORM objects and 150 us as rows, one entry by id 180 us against 40 us.
 
 So the reads here select the columns a page shows with SQLAlchemy Core, on the request
-session's own connection (the same transaction: one page sees one snapshot), and return
+session's own connection (the same transaction: one page sees one snapshot); the ones a
+page runs on every view are built and compiled once (app/db.py's Prepared). They return
 EntryRow: a named tuple that reads like an Entry (`tag_list` included), so templates and
 the JSON API take either. Nothing here writes; a form that changes an entry loads the
 ORM object through entries.get.
@@ -21,6 +22,7 @@ from typing import NamedTuple
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from app.db import Prepared
 from app.errors import NotFound
 from app.models import Entry
 
@@ -52,17 +54,20 @@ LISTED = (Entry.id, Entry.kind, Entry.date, Entry.iso_week, Entry.title, Entry.s
 WHOLE = (*LISTED, Entry.body_md, Entry.body_html, Entry.toc_html)
 assert [c.key for c in WHOLE] == list(EntryRow._fields)
 
-ONE = sa.select(*WHOLE).where(Entry.id == sa.bindparam("id"))  # built once: compiles once
+ONE = Prepared(sa.select(*WHOLE).where(Entry.id == sa.bindparam("id")))
 
 
-def rows(session: Session, query: sa.Select, params: dict | None = None) -> list[EntryRow]:
+def rows(session: Session, query: Prepared | sa.Select,
+         params: dict | None = None) -> list[EntryRow]:
     """`query` (selecting LISTED or WHOLE) run on the session's connection, as EntryRows."""
-    return [EntryRow(*row) for row in session.connection().execute(query, params)]
+    found = (query.run(session, params) if isinstance(query, Prepared)
+             else session.connection().execute(query, params))
+    return [EntryRow(*row) for row in found]
 
 
 def read(session: Session, entry_id: int) -> EntryRow:
     """One entry, bodies included, or NotFound."""
-    found = session.connection().execute(ONE, {"id": entry_id}).first()
-    if found is None:
+    found = ONE.run(session, {"id": entry_id})
+    if not found:
         raise NotFound(f"no entry {entry_id}")
-    return EntryRow(*found)
+    return EntryRow(*found[0])

@@ -7,6 +7,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from app.db import Prepared
 from app.models import Entry, Setting
 from app.notebook import entries
 from app.notebook.entry_rows import LISTED, WHOLE, EntryRow, rows
@@ -47,7 +48,8 @@ def find_letter(session: Session, week: str) -> Entry | None:
     return session.scalar(FIND_LETTER, {"week": week})
 
 
-LETTER_ROW = sa.select(*WHOLE).where(Entry.kind == "week", Entry.iso_week == sa.bindparam("week"))
+LETTER_ROW = Prepared(sa.select(*WHOLE).where(Entry.kind == "week",
+                                             Entry.iso_week == sa.bindparam("week")))
 
 
 def letter_row(session: Session, week: str) -> EntryRow | None:
@@ -116,5 +118,5 @@ def week_entries(session: Session, week: str) -> list[EntryRow]:
     return [e for e in found if e.kind == "entry"]
 
 
-WEEK_ENTRIES = (sa.select(*LISTED).where(Entry.iso_week == sa.bindparam("week"))
-                .order_by(Entry.date, Entry.id))
+WEEK_ENTRIES = Prepared(sa.select(*LISTED).where(Entry.iso_week == sa.bindparam("week"))
+                        .order_by(Entry.date, Entry.id))

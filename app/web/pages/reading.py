@@ -127,11 +127,31 @@ def nav_section() -> str:
         endpoint, "")
 
 
+def site_chrome(part: str) -> Markup:
+    """base.html's header or footer (templates/_site.html). A page's chrome depends only
+    on the links (mount point and week), which menu item is the page's, whether it has its
+    own search box and who reads it, so each variant is rendered once and kept: the loop
+    over the menu and its escapes were most of base.html's time on every page."""
+    identity = g.get("identity")
+    if part == "header":
+        variant = (nav_section(), request.endpoint != "notes.search_page", can_write())
+    else:
+        variant = (identity.login if identity else "",
+                   bool(identity and not identity.can_write), can_write())
+    return _chrome(current_app.jinja_env, part, request.script_root, current_week(), variant)
+
+
+@functools.lru_cache(maxsize=256)
+def _chrome(env: Environment, part: str, script_root: str, week: str, variant: tuple) -> Markup:
+    macro = getattr(env.get_template("_site.html").module, part)
+    return Markup(macro(site_links(week), *variant))
+
+
 @bp.app_context_processor
 def _page_context() -> dict:
     week = current_week()
     return {"can_write": can_write(), "identity": g.get("identity"), "this_week": week,
-            "site": site_links(week), "asset_url": asset_url, "nav_section": nav_section}
+            "site": site_links(week), "asset_url": asset_url, "site_chrome": site_chrome}
 
 
 # Globals rather than context: imported macros do not see a template's context.

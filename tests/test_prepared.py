@@ -1,0 +1,100 @@
+"""app/db.py's Prepared: the reading pages' statements compiled once and run straight on
+sqlite3 must answer exactly what SQLAlchemy answers for the same statement - the same
+rows, in the same order, with the same Python types (dates, datetimes) - whatever the
+parameters: lists (json_each), dates, limits, drafts in or out."""
+
+from __future__ import annotations
+
+import datetime as dt
+
+import pytest
+import sqlalchemy as sa
+
+from app.db import Prepared
+from app.notebook import browse, entries, entry_rows, letters
+
+
+@pytest.fixture
+def notebook(db):
+    """Entries over two years: letters, drafts, tags, links between them, two entries on
+    one day (the neighbours' tie on id)."""
+    with db.write() as session:
+        day = dt.date(2024, 12, 20)
+        for n in range(40):
+            date = day + dt.timedelta(days=n // 2)
+            links = f" See [[Entry {n - 1}]] and [[{date.isoformat()}]]." if n else ""
+            entries.create(session, author="t", date=date, title=f"Entry {n}",
+                           body=f"Body {n}.{links}", tags=["gpu"] if n % 3 else ["gpu", "notes"],
+                           status="draft" if n % 7 == 3 else "published")
+        for week in ("2024-W52", "2025-W01", "2025-W02"):
+            letters.ensure_letter(session, week, author="t")
+    return db
+
+
+def both(session, prepared: Prepared, params: dict | None = None):
+    raw = prepared.run(session, params)
+    core = list(session.connection().execute(prepared.query, params))
+    return raw, core
+
+
+def same(raw: list, core: list) -> None:
+    assert [tuple(r) for r in raw] == [tuple(r) for r in core]
+    for r, c in zip(raw, core, strict=True):
+        assert [type(v) for v in r] == [type(v) for v in c]
+        assert r._fields == tuple(c._fields)
+
+
+def test_every_prepared_statement_answers_as_sqlalchemy_does(notebook):
+    with notebook.read() as session:
+        ids = [e.id for e in entry_rows.rows(session, browse.RECENT[("entry", False)],
+                                             {"limit": 100})]
+        assert len(ids) == 40
+        for entry_id in (ids[0], ids[17], ids[-1], 10**9):
+            same(*both(session, entry_rows.ONE, {"id": entry_id}))
+        for entry_id in ids[::5]:
+            entry = entry_rows.read(session, entry_id)
+            assert isinstance(entry.date, dt.date) and isinstance(entry.updated_at, dt.datetime)
+            keys = sorted(entries.keys_of(entry))
+            raw, core = both(session, browse.BACKLINKS, {"keys": keys, "id": entry.id})
+            same(raw, core)
+            for drafts in (True, False):
+                same(*both(session, browse.NEIGHBOURS[drafts],
+                           {"date": entry.date, "id": entry.id}))
+        assert any(both(session, browse.BACKLINKS, {"keys": sorted(entries.keys_of(
+            entry_rows.read(session, i))), "id": i})[0] for i in ids)  # some links exist
+        for query in browse.RECENT.values():
+            for limit in (0, 1, 15, 1000):
+                same(*both(session, query, {"limit": limit}))
+        for query in browse.TAGGED.values():
+            for tag, limit, offset in (("gpu", 10, 0), ("notes", 5, 3), ("none", 5, 0)):
+                same(*both(session, query, {"tag": tag, "limit": limit, "offset": offset}))
+        for query in browse.OF_YEAR.values():
+            for year in ("2024", "2025", "1999"):
+                same(*both(session, query, {"first": f"{year}-W", "end": f"{year}-X"}))
+        for week in ("2024-W52", "2025-W01", "2030-W01"):
+            same(*both(session, letters.LETTER_ROW, {"week": week}))
+            same(*both(session, letters.WEEK_ENTRIES, {"week": week}))
+        same(*both(session, browse.MAX_ID))
+
+
+def test_a_list_bound_as_json_is_not_sql(notebook):
+    """Hostile text in a list travels as one JSON value: it matches nothing and runs
+    nothing."""
+    query = Prepared(sa.select(sa.literal_column("1").label("one")).where(
+        sa.literal_column("'x'").in_(sa.bindparam("keys", expanding=True))))
+    with notebook.read() as session:
+        assert query.run(session, {"keys": ["') OR 1=1 --", '"]']}) == []
+        assert [tuple(r) for r in query.run(session, {"keys": ["y", "x"]})] == [(1,)]
+        assert query.run(session, {"keys": []}) == []
+
+
+def test_prepared_reads_the_sessions_own_transaction(notebook):
+    """One snapshot per page: a row written by the session, not yet committed, is seen by
+    the prepared statements it runs next."""
+    with notebook.write() as session:
+        entry = entries.create(session, author="t", date="2031-01-01", title="Unsaved")
+        session.flush()
+        assert entry_rows.read(session, entry.id).title == "Unsaved"
+        session.rollback()
+    with notebook.read() as session:
+        assert not entry_rows.ONE.run(session, {"id": entry.id})
