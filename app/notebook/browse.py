@@ -125,7 +125,9 @@ def recent(session: Session, limit: int = 20, kind: str | None = "entry", *,
 # connection's own total_changes when it wrote itself. Other databases count every time.
 
 
-def _version(session: Session) -> tuple[int, int] | None:
+def version(session: Session) -> tuple[int, int] | None:
+    """The database's version as the session's connection sees it (None: not SQLite).
+    Kept answers are per connection, as this is (app/web/pages/kept.py keeps pages too)."""
     conn = session.connection()
     dbapi = conn.connection.dbapi_connection
     if not isinstance(dbapi, sqlite3.Connection):
@@ -134,13 +136,13 @@ def _version(session: Session) -> tuple[int, int] | None:
 
 
 def _counted(session: Session, key: tuple, count: Callable[[], list]) -> list:
-    version = _version(session)
-    if version is None:
+    found = version(session)
+    if found is None:
         return count()
     cache = session.connection().info.setdefault("notebook_counts", {})
     kept = cache.get(key)
-    if kept is None or kept[0] != version:
-        kept = cache[key] = (version, count())
+    if kept is None or kept[0] != found:
+        kept = cache[key] = (found, count())
     return list(kept[1])
 
 

@@ -23,6 +23,7 @@ from app.notebook.entry_rows import EntryRow
 from app.notebook.render import pygments_css
 from app.web.access import author, can_write, readable_entry, require_owner, visible
 from app.web.pages.blueprints import notes as bp
+from app.web.pages.kept import kept
 
 SEARCH_PAGE = 20
 
@@ -201,6 +202,7 @@ def _shortdate(day: dt.date) -> str:
 
 
 @bp.get("/")
+@kept
 def home():
     letter = current_letter()
     session = get_session()
@@ -233,6 +235,7 @@ def week_or_404(week: str) -> str:
 
 
 @bp.get("/weeks/<week>")
+@kept
 def week(week: str):
     week_or_404(week)
     session = get_session()
@@ -267,6 +270,7 @@ SITEMAP_TITLES = 400
 
 
 @bp.get("/sitemap")
+@kept
 def sitemap():
     """Every page by ISO year and week, one year at a time (a page stays small however
     long the notebook grows), and the index of tags."""
@@ -300,6 +304,7 @@ TAG_PAGE = 50
 
 
 @bp.get("/tags/<path:tag>")
+@kept
 def tag(tag: str):
     offset = _offset()
     items, total = browse.tagged(get_session(), tag.lower(), limit=TAG_PAGE, offset=offset,

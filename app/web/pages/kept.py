@@ -1,0 +1,58 @@
+"""Pages kept between views. Home, the letter, the site map and a tag's page are read far
+more often than the notebook changes (the letter above all: the owner reloads it through
+the week), and each costs a few queries and a template with dozens of lines.
+
+Each database connection keeps the last pages it rendered, with the version of the
+database they were read at (browse.version: SQLite's `PRAGMA data_version`, which moves
+when any other connection or process commits, and the connection's own changes). A view
+of the same URL, by the same reader, on the same day, at the same version, is answered
+with the kept HTML; anything else renders afresh. So a save anywhere (the web, the CLI,
+an import, the scheduler posting a card) shows on the next view, and nothing is
+invalidated by hand. The version is read in the request's own transaction, before the
+view reads anything, so a kept page is never newer than its key says it is.
+
+Only views whose HTML depends on nothing but the URL, the reader, the day and the
+database are kept, and only a view that read one version throughout: the first view of a
+week, which creates its letter (current_letter), is kept from the next view on. Other
+databases render every time.
+"""
+
+from __future__ import annotations
+
+import functools
+
+from flask import current_app, g, request
+
+from app.db import get_session
+from app.notebook import browse, isoweeks
+
+KEPT_PAGES = 16  # per database connection: home, this week, a year of the site map, tags
+
+
+def kept(view):
+    """Decorate a page view (under its route) whose HTML is kept as described above."""
+
+    @functools.wraps(view)
+    def keep_or_render(**kwargs):
+        session = get_session()
+        version = browse.version(session)
+        if version is None:
+            return view(**kwargs)
+        identity = g.get("identity")
+        key = (request.script_root, request.full_path,
+               isoweeks.today(current_app.config["TIMEZONE"]),
+               identity.login if identity else "", identity.role if identity else "")
+        pages = session.connection().info.setdefault("kept_pages", {})
+        found = pages.get(key)
+        if found is not None and found[0] == version:
+            return found[1]
+        html = view(**kwargs)
+        # Kept only if it is a rendered page (not a redirect) and the view read one version
+        # throughout: a view that wrote, or whose session began again, is not kept.
+        if isinstance(html, str) and browse.version(session) == version:
+            if key not in pages and len(pages) >= KEPT_PAGES:
+                del pages[next(iter(pages))]  # the oldest
+            pages[key] = (version, html)
+        return html
+
+    return keep_or_render
