@@ -228,3 +228,27 @@ def test_a_small_filter_set_is_walked_inside_the_index(db, small_window):
                            base_revision=letter.revision)
     found = titles(db, "kind:week shard")
     assert found == ["Week 2024-W11", "Week 2024-W07", "Week 2024-W02"]
+
+
+def test_a_filter_set_larger_than_the_window_ranks_its_newest_and_finds_every_match(
+        db, small_window):
+    """With more letters than the window holds, the window is the newest letters: those
+    that match are ranked by bm25, the older matches follow newest first; every matching
+    letter is found once, pages stay disjoint, and no other entry slips in."""
+    add(db, *[(f"2024-0{m}-0{d}", f"Note {m}-{d}", "shard shard shard", [])
+              for m in range(1, 4) for d in range(1, 8)])
+    bodies = {"2024-W02": "shard notes", "2024-W03": "shard shard shard shard",
+              "2024-W05": "nothing", "2024-W06": "nothing", "2024-W07": "nothing",
+              "2024-W08": "nothing", "2024-W09": "shard notes",
+              "2024-W10": "shard shard shard", "2024-W11": "shard notes"}
+    with db.write() as session:
+        for week, body in bodies.items():
+            letter, _ = letters.ensure_letter(session, week, author="x")
+            entries.update(session, letter, {"body": body}, author="x",
+                           base_revision=letter.revision)
+    assert titles(db, "kind:week shard") == [  # window: W11, W10, W09, W08 (newest four)
+        "Week 2024-W10", "Week 2024-W11", "Week 2024-W09", "Week 2024-W03", "Week 2024-W02"]
+    with db.read() as session:
+        pages = [search.search(session, "kind:week shard", limit=2, offset=o) for o in (0, 2, 4)]
+    assert [h.entry.title for p in pages for h in p.hits] == titles(db, "kind:week shard")
+    assert [p.has_more for p in pages] == [True, True, False]
