@@ -77,6 +77,13 @@ def test_an_owner_ticks_boxes_on_the_page_without_script(client, db):
         "false", "true", "true", "false"]
 
 
+def test_boxes_post_under_the_notebooks_mount_point(client):
+    entry_id = create_entry(client, title="Todo", body=TODO)
+    page = client.get(f"/entries/{entry_id}/todo", base_url="http://localhost/nb").text
+    assert boxes_on(page)[2]["formaction"] == f"/nb/entries/{entry_id}/tasks/2"
+    assert f'action="/nb/entries/{entry_id}/tasks/0"' in page  # the form they belong to
+
+
 def test_script_ticks_get_json_and_tick_from_the_revision_they_were_shown(client, db):
     entry_id = create_entry(client, title="Todo", body=TODO)
     answer = client.post(f"/entries/{entry_id}/tasks/0", data={"base_revision": "1",

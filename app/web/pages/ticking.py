@@ -40,12 +40,13 @@ def task_boxes(entry: Entry) -> Markup:
         return Markup(render.hide_draft_links(html))  # sanitized when it was saved
     if 'data-task="' not in html:
         return Markup(html)
+    root = request.script_root  # the notebook's mount point, as url_for would prefix
 
     def button(m: re.Match[str]) -> str:
         n = int(m[1])
         done = ' checked=""' in m[0]
         return (f'<button type="submit" form="{form_id(entry)}" id="task-{entry.id}-{n}" '
-                f'formaction="/entries/{entry.id}/tasks/{n}" name="done" '
+                f'formaction="{root}/entries/{entry.id}/tasks/{n}" name="done" '
                 f'value="{0 if done else 1}" class="task-box" role="checkbox" '
                 f'aria-checked="{"true" if done else "false"}" aria-label="Task {n + 1}">'
                 f"</button>")
