@@ -155,9 +155,9 @@ class Prepared:
             return json.dumps([processor(v) if processor else v for v in value])
         return processor(value) if processor and value is not None else value
 
-    def run(self, session: Session, params: dict | None = None) -> list:
-        """The rows, as named tuples."""
-        conn = session.connection()
+    def run(self, session: Session | sa.Connection, params: dict | None = None) -> list:
+        """The rows, as named tuples, read in the session's (or connection's) transaction."""
+        conn = session.connection() if isinstance(session, Session) else session
         dbapi = conn.connection.dbapi_connection
         if not isinstance(dbapi, sqlite3.Connection):
             return [self.row._make(r) for r in conn.execute(self.query, params)]

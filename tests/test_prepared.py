@@ -75,6 +75,10 @@ def test_every_prepared_statement_answers_as_sqlalchemy_does(notebook):
             same(*both(session, letters.LETTER_ROW, {"week": week}))
             same(*both(session, letters.WEEK_ENTRIES, {"week": week}))
         same(*both(session, browse.MAX_ID))
+    with notebook.engine.connect() as conn, notebook.read() as session:
+        # a connection of its own, as the token lookup runs it
+        assert [tuple(r) for r in entry_rows.ONE.run(conn, {"id": ids[3]})] == [
+            tuple(entry_rows.read(session, ids[3]))]
 
 
 def test_a_list_bound_as_json_is_not_sql(notebook):

@@ -22,6 +22,7 @@ import sqlalchemy as sa
 from flask import current_app, request
 
 from app.config import ascii_lower
+from app.db import Prepared
 from app.errors import Denied
 from app.models import Token, utcnow
 from app.web.auth import tailscaled
@@ -102,7 +103,8 @@ def _token_identity(secret: str, roles: set[str] | None = None) -> Identity | No
     # runner heartbeat passes here, and the ORM object was most of its cost (profile of
     # GET /api/v1/entries/<id>: 45% of the request in this lookup, 60% of that the ORM).
     with current_app.extensions["db"].engine.connect() as conn:
-        row = conn.execute(ACTIVE_TOKEN, {"hash": hash_token(secret)}).first()
+        found = ACTIVE_TOKEN.run(conn, {"hash": hash_token(secret)})
+    row = found[0] if found else None
     if row is None or (roles is not None and row.role not in roles):
         return None
     if row.last_used_at is None or utcnow() - row.last_used_at > LAST_USED_RESOLUTION:
@@ -110,8 +112,8 @@ def _token_identity(secret: str, roles: set[str] | None = None) -> Identity | No
     return Identity(f"token:{row.name}", row.role, "token")
 
 
-ACTIVE_TOKEN = sa.select(Token.id, Token.name, Token.role, Token.last_used_at).where(
-    Token.token_hash == sa.bindparam("hash"), Token.revoked_at.is_(None))
+ACTIVE_TOKEN = Prepared(sa.select(Token.id, Token.name, Token.role, Token.last_used_at).where(
+    Token.token_hash == sa.bindparam("hash"), Token.revoked_at.is_(None)))
 
 
 def _member_identity(key: str, as_sent: Callable[[str], str], shown: str, name: str,
