@@ -23,6 +23,11 @@ threads) on a free loopback port:
     letter    GET /weeks/<this week>        this week's letter (the app makes it)
     sitemap   GET /sitemap                  (the newest year)
     tag       GET /tags/<most common tag>   the worst case; the output names it
+    home* letter* sitemap* tag*             the same pages, each request with a query
+                                            argument of its own (?n=<random>): these four
+                                            are kept whole between views while nothing
+                                            changes (app/web/pages/kept.py), so the starred
+                                            kinds are what a rendering costs
     search    GET /search?q=…               words of the imported vocabulary (common,
                                             rare, prefixes, a phrase, OR, -word) and
                                             the tag:, week:, kind: filters
@@ -107,12 +112,16 @@ def kinds(corpus: Corpus, week: str) -> dict[str, tuple[str, object]]:
     def search(rng):
         return "/search?q=" + quote(rng.choice(corpus.queries), safe="")
 
+    def fresh(path: str):  # a query argument the view ignores: a new URL, rendered
+        return lambda rng: f"{path}{'&' if '?' in path else '?'}n={rng.getrandbits(48)}"
+
+    pages = {"home": "/", "letter": f"/weeks/{week}", "sitemap": "/sitemap",
+             "tag": "/tags/" + quote(corpus.tag)}
     return {"bare": ("bare", lambda rng: "/"), "bare+row": ("bare", lambda rng: "/row"),
             "healthz": ("app", lambda rng: "/healthz"), "entry": ("app", entry),
-            "api": ("app", api), "home": ("app", lambda rng: "/"),
-            "letter": ("app", lambda rng: f"/weeks/{week}"),
-            "sitemap": ("app", lambda rng: "/sitemap"),
-            "tag": ("app", lambda rng: "/tags/" + quote(corpus.tag)),
+            "api": ("app", api),
+            **{kind: ("app", lambda rng, path=path: path) for kind, path in pages.items()},
+            **{f"{kind}*": ("app", fresh(path)) for kind, path in pages.items()},
             "search": ("app", search)}
 
 
