@@ -194,7 +194,7 @@ class Keep:
         self.sql = ""
         self.newest = None if allowed is None else sorted(allowed, reverse=True)
         if allowed is not None:  # '+': a filter on the walk, not a seek per id
-            self.params["allowed"] = json.dumps(sorted(allowed))
+            self.params["allowed"] = json.dumps(self.newest)
             self.sql += " AND +rowid IN (SELECT value FROM json_each(:allowed))"
         if checks:
             exists = sa.exists().where(Entry.id == sa.literal_column("{table}.rowid"),
