@@ -133,12 +133,11 @@ def site_chrome(part: str) -> Markup:
     on the links (mount point and week), which menu item is the page's, whether it has its
     own search box and who reads it, so each variant is rendered once and kept: the loop
     over the menu and its escapes were most of base.html's time on every page."""
-    identity = g.get("identity")
     if part == "header":
         variant = (nav_section(), request.endpoint != "notes.search_page", can_write())
     else:
-        variant = (identity.login if identity else "",
-                   bool(identity and not identity.can_write), can_write())
+        identity = g.get("identity")
+        variant = (identity.login if identity else "", can_write())
     return _chrome(current_app.jinja_env, part, request.script_root, current_week(), variant)
 
 
