@@ -63,19 +63,40 @@ INERT_CSP = "default-src 'none'; img-src 'self'; style-src 'unsafe-inline'; sand
 HSTS = "max-age=31536000"
 
 
-def security_headers(response):
-    response.headers.setdefault("Content-Security-Policy", CSP)
-    response.headers["X-Content-Type-Options"] = "nosniff"
-    response.headers["X-Frame-Options"] = "DENY"
-    response.headers["Referrer-Policy"] = "same-origin"
-    response.headers["Cross-Origin-Opener-Policy"] = "same-origin"
-    response.headers["Cross-Origin-Resource-Policy"] = "same-origin"
-    response.headers["Permissions-Policy"] = "geolocation=(), microphone=(), payment=(), usb=()"
-    if request.is_secure:
-        # Only over HTTPS (serve's X-Forwarded-Proto): on plain http://127.0.0.1 the header
-        # is meaningless, and on a name it would pin HTTPS for a year.
-        response.headers["Strict-Transport-Security"] = HSTS
-    return response
+# Every response's fixed headers. The CSP is a default: a response that set its own (an
+# inert file, a card image) keeps it.
+FIXED_HEADERS = [
+    ("X-Content-Type-Options", "nosniff"),
+    ("X-Frame-Options", "DENY"),
+    ("Referrer-Policy", "same-origin"),
+    ("Cross-Origin-Opener-Policy", "same-origin"),
+    ("Cross-Origin-Resource-Policy", "same-origin"),
+    ("Permissions-Policy", "geolocation=(), microphone=(), payment=(), usb=()"),
+]
+
+
+class SecurityHeaders:
+    """WSGI middleware around Flask's own app: the headers above on every response, errors
+    and static files included. Added to the list start_response gets, which cost 1 µs
+    where an after_request hook setting them one by one on werkzeug's Headers cost 18
+    (8 sets, each scanning the list; 2% of a page's time under gunicorn)."""
+
+    def __init__(self, wsgi_app):
+        self.wsgi_app = wsgi_app
+
+    def __call__(self, environ, start_response):
+        def with_headers(status, headers, exc_info=None):
+            headers = [*headers, *FIXED_HEADERS]
+            if not any(name == "Content-Security-Policy" for name, _ in headers):
+                headers.append(("Content-Security-Policy", CSP))
+            if environ.get("wsgi.url_scheme") == "https":
+                # Only over HTTPS (serve's X-Forwarded-Proto, which ProxyFix, outside this,
+                # has applied): on plain http://127.0.0.1 the header is meaningless, and on
+                # a name it would pin HTTPS for a year.
+                headers.append(("Strict-Transport-Security", HSTS))
+            return start_response(status, headers, exc_info)
+
+        return self.wsgi_app(environ, with_headers)
 
 
 class BoundedInt(IntegerConverter):
@@ -340,8 +361,7 @@ class SlowBodies:
 def init_app(app: Flask) -> None:
     app.url_map.converters["int"] = BoundedInt  # before the blueprints add their routes
     app.register_error_handler(SecurityError, untrusted_host)
-    app.after_request(security_headers)
-    app.wsgi_app = SlowBodies(app.wsgi_app)
+    app.wsgi_app = SlowBodies(SecurityHeaders(app.wsgi_app))
 
 
 def init_long_polls(app: Flask) -> None:

@@ -18,6 +18,7 @@ up`; it reaches the TCP door, not the socket, whose directory it is not given
 
 from __future__ import annotations
 
+import functools
 import ipaddress
 import socket
 
@@ -31,6 +32,7 @@ PROXY_HEADER_PREFIXES = ("x-forwarded-", "tailscale-")
 PROXY_HEADERS = ("forwarded", "x-real-ip", "via")
 
 
+@functools.lru_cache(maxsize=1024)  # asked on every request, of the same few peers
 def ip_of(value: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
     """An address as a dual-stack socket may write it ("[::ffff:100.64.0.1]", "fe80::1%lo")
     as the address it is, or None if it is not one."""
