@@ -73,6 +73,10 @@ def snapshot(data: Path) -> dict:
         "fts": "SELECT rowid, title, tags, body FROM entry_fts ORDER BY rowid",
     }
     found = {name: db.execute(sql).fetchall() for name, sql in tables.items()}
+    # how the index merges: FTS5's default (4) unless an import is loading (search.py)
+    found["automerge"] = [
+        (table, (db.execute(f"SELECT v FROM {table}_config WHERE k = 'automerge'").fetchone()
+                 or (4,))[0]) for table in ("entry_fts", "entry_fts_heads")]
     assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
     db.close()
     notes = data / "notes"
@@ -190,6 +194,7 @@ def test_an_import_killed_half_way_is_consistent_and_a_rerun_finishes_it(tmp_pat
     assert {(r[0], r[1]) for r in half["revision"]} == {
         (e[0], n) for e in half["entry"] for n in range(1, e[11] + 1)}
     assert all(e[7] for e in half["entry"] if e[6])
+    assert half["automerge"] == [("entry_fts", 16), ("entry_fts_heads", 16)]  # still loading
     app = create_app({"DATA_DIR": killed_dir, "TIMEZONE": "UTC", "AUTH_MODE": "dev",
                       "DATABASE_URL": f"sqlite:///{killed_dir}/commonplace.db",
                       "OWNERS": [], "VIEWERS": [], "TESTING": True})
