@@ -102,3 +102,35 @@ def test_prepared_reads_the_sessions_own_transaction(notebook):
         session.rollback()
     with notebook.read() as session:
         assert not entry_rows.ONE.run(session, {"id": entry.id})
+
+
+def test_insert_many_stores_what_sqlalchemys_insert_stores(db):
+    """db.insert_many (the bulk import's rows, straight to sqlite3) against SQLAlchemy's
+    own executemany of the same rows: the same stored text, byte for byte (dates,
+    datetimes with and without microseconds, None, hostile text), read back the same."""
+    from app.db import insert_many
+    from app.models import Entry, Revision
+
+    with db.write() as session:
+        entry = entries.create(session, author="t", date=dt.date(2025, 1, 2), title="E",
+                               body="b")
+        rows = [{"entry_id": entry.id, "number": n, "date": dt.date(2025, 1, n),
+                 "title": f"T{n} '); DROP TABLE entry; --", "body_md": "ü\x00b" if n % 2 else "",
+                 "tags": "a b", "status": "draft", "author": "t", "note": "",
+                 "created_at": dt.datetime(2025, 1, 2, 3, 4, 5, 6 * n if n % 2 else 0)}
+                for n in range(2, 8)]
+        insert_many(session, Revision.__table__, rows)
+        session.execute(Revision.__table__.insert(), [{**r, "number": r["number"] + 10}
+                                                      for r in rows])
+        stored = session.connection().exec_driver_sql(
+            "SELECT number, date, title, body_md, created_at, typeof(created_at) "
+            "FROM revision WHERE number > 1 ORDER BY number").all()
+        read = session.scalars(sa.select(Revision).where(Revision.number.between(2, 7))
+                               .order_by(Revision.number)).all()
+    ours, theirs = stored[:6], stored[6:]
+    assert [r[1:] for r in ours] == [r[1:] for r in theirs]  # the same stored values
+    assert {len(r[4]) for r in ours} == {26}  # .ffffff even at 0 microseconds, as SQLAlchemy
+    assert [(r.date, r.created_at, r.body_md) for r in read] == [
+        (row["date"], row["created_at"], row["body_md"]) for row in rows]
+    with db.write() as session, pytest.raises(ValueError, match="created_at"):
+        insert_many(session, Entry.__table__, [{"id": 99, "title": "no timestamps"}])

@@ -27,6 +27,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import ctypes
 import datetime as dt
+import functools
 import multiprocessing
 import os
 import secrets
@@ -40,6 +41,7 @@ from typing import NamedTuple
 
 import sqlalchemy as sa
 
+from app.db import insert_many
 from app.models import Entry, EntryTag, Link, Revision, utcnow
 from app.notebook import embeds, entries, import_plan, mirror, search
 from app.notebook.bulk_render import Template, place_links, placeholder_re, read, template
@@ -113,6 +115,7 @@ class _Writer:
         self.placeholders = placeholder_re(self.nonce)
         self.embed_names = tuple(embeds.EMBEDS)
         self.index = LinkIndex()  # the notebook as committed (so far)
+        self.resolve = self.index.resolve
         self.live: dict[int, Known] = committed  # id(entity) -> its entry in self.index
         for known in committed.values():
             self.index.add(known)
@@ -208,6 +211,9 @@ class _Writer:
                 final[key] = (op, tpl)
                 first_before.setdefault(key, op.before)
             now = utcnow()
+            # The index holds still until the next batch: a target (half of a batch's
+            # links repeat one) is resolved once.
+            self.resolve = functools.cache(self.index.resolve)
             rendered = self._rows(session, batch, final, created, now)
             changed = set().union(*(op.changed_keys for op in batch))
             self._place_again(session, changed, {op.entity.id for op in batch})
@@ -229,11 +235,10 @@ class _Writer:
         rendered = {}
         for key, (_op, tpl) in final.items():
             if tpl is not None:
-                rendered[key] = place_links(self.placeholders, tpl, self.index.resolve)
+                rendered[key] = place_links(self.placeholders, tpl, self.resolve)
         rows = [_entry_row(op, rendered.get(key, ("", "")), now) for key, (op, _) in final.items()]
         inserts = [row for row, key in zip(rows, final, strict=True) if key in created]
-        if inserts:
-            session.execute(ENTRY.insert(), [{**row, "created_at": now} for row in inserts])
+        insert_many(session, ENTRY, [{**row, "created_at": now} for row in inserts])
         if updated:
             session.execute(_UPDATE, [_by_id(row) for row, key in zip(rows, final, strict=True)
                                       if key not in created])
@@ -248,7 +253,7 @@ class _Writer:
                 session.flush()
                 final[key] = (op, None)
                 rendered[key] = done
-        session.execute(Revision.__table__.insert(), [
+        insert_many(session, Revision.__table__, [
             {"entry_id": op.after.id, "number": op.after.revision, "date": op.after.date,
              "title": op.after.title, "body_md": op.body, "tags": op.after.tags,
              "status": op.after.status, "author": self.author,
@@ -264,10 +269,8 @@ class _Writer:
                 op.after.tag_list + [t for t in done.tags if entries.TAG_RE.match(t)])]
             fts.append({"id": op.after.id, "t": op.after.title, "g": op.after.tags,
                         "b": done.text})
-        if links:
-            session.execute(Link.__table__.insert(), links)
-        if tags:
-            session.execute(EntryTag.__table__.insert(), tags)
+        insert_many(session, Link.__table__, links)
+        insert_many(session, EntryTag.__table__, tags)
         if session.get_bind().dialect.name == "sqlite":  # search.index_entry, in bulk
             if updated:
                 session.execute(sa.text("DELETE FROM entry_fts WHERE rowid = :id"),
@@ -288,7 +291,7 @@ class _Writer:
             if holder.tpl is None:
                 entries.refresh_html(session, session.get(Entry, entry_id))
                 continue
-            html, toc = place_links(self.placeholders, holder.tpl, self.index.resolve)
+            html, toc = place_links(self.placeholders, holder.tpl, self.resolve)
             if hash((html, toc)) != holder.html_hash:
                 holder.html_hash = hash((html, toc))
                 updates.append({"_id": entry_id, "body_html": html, "toc_html": toc})
