@@ -37,9 +37,9 @@ from app.notebook.mirror import parse_file  # noqa: E402
 from bench.importing import generate  # noqa: E402
 
 BATCH = 500
-INSERT = "INSERT INTO entry_fts (rowid, title, tags, body) VALUES (?, ?, ?, ?)"
+INSERT = "INSERT INTO entry_fts (rowid, title, tags, body, kind) VALUES (?, ?, ?, ?, ?)"
 RANKED = ("SELECT rowid FROM entry_fts WHERE entry_fts MATCH ? "
-          "ORDER BY bm25(entry_fts, 10, 5, 1) LIMIT 20")
+          "ORDER BY bm25(entry_fts, 10, 5, 1, 0) LIMIT 20")
 
 
 def rows_of(n: int, work: Path) -> list[tuple]:
@@ -47,7 +47,8 @@ def rows_of(n: int, work: Path) -> list[tuple]:
     generate(folder, n)
     parsed = [parse_file(path) for path in sorted(folder.rglob("*.md"))]
     shutil.rmtree(folder)
-    return [(i + 1, p.title, " ".join(p.tags), p.body) for i, p in enumerate(parsed)]
+    return [(i + 1, p.title, " ".join(p.tags), p.body, search.kind_token(p.kind))
+            for i, p in enumerate(parsed)]
 
 
 def queries(rows: list[tuple], seed: int = 3) -> list[str]:

@@ -107,7 +107,8 @@ def seed(data_dir: Path, n: int, rng: random.Random) -> list[str]:
                         "body_html": "<p>" + html.escape(md) + "</p>", "toc_html": "",
                         "tags": " ".join(entry_tags), "status": "published", "revision": 1,
                         "created_at": now, "updated_at": now})
-        fts.append({"id": i + 1, "t": title, "g": " ".join(entry_tags), "b": text})
+        fts.append({"id": i + 1, "t": title, "g": " ".join(entry_tags), "b": text,
+                    "k": search.kind_token("entry")})
         tags.extend({"entry_id": i + 1, "tag": t} for t in entry_tags)
         weeks.setdefault(iso_week(day), day)
     for k, (week, day) in enumerate(sorted(weeks.items())):  # the weekly letters
@@ -118,7 +119,8 @@ def seed(data_dir: Path, n: int, rng: random.Random) -> list[str]:
                         "body_html": f"<p>{body}</p>", "toc_html": "", "tags": "",
                         "status": "published", "revision": 1, "created_at": now,
                         "updated_at": now})
-        fts.append({"id": eid, "t": f"Week {week}", "g": "", "b": body})
+        fts.append({"id": eid, "t": f"Week {week}", "g": "", "b": body,
+                    "k": search.kind_token("week")})
     with database.engine.begin() as conn:
         insert_notes(conn, entries, fts, tags)
         conn.exec_driver_sql("INSERT INTO entry_fts (entry_fts) VALUES ('optimize')")

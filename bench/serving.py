@@ -21,6 +21,9 @@ from pathlib import Path
 import sqlalchemy as sa
 
 ROOT = Path(__file__).resolve().parent.parent
+sys.path.insert(0, str(ROOT))
+
+from app.notebook.search import INSERT_FTS  # noqa: E402
 
 
 def free_port() -> int:
@@ -122,8 +125,7 @@ def insert_notes(conn, entries: list[dict], fts: list[dict], tags: list[dict]) -
         "toc_html, tags, status, revision, created_at, updated_at) VALUES (:id, :kind, "
         ":date, :iso_week, :title, :slug, :body_md, :body_html, :toc_html, :tags, :status, "
         ":revision, :created_at, :updated_at)"), entries)
-    conn.execute(sa.text("INSERT INTO entry_fts (rowid, title, tags, body) "
-                         "VALUES (:id, :t, :g, :b)"), fts)
+    conn.execute(INSERT_FTS, fts)  # each with its kind_token (app/notebook/search.py)
     if tags:
         conn.execute(sa.text("INSERT INTO entry_tag (entry_id, tag) VALUES (:entry_id, :tag)"),
                      tags)

@@ -252,3 +252,77 @@ def test_a_filter_set_larger_than_the_window_ranks_its_newest_and_finds_every_ma
         pages = [search.search(session, "kind:week shard", limit=2, offset=o) for o in (0, 2, 4)]
     assert [h.entry.title for p in pages for h in p.hits] == titles(db, "kind:week shard")
     assert [p.has_more for p in pages] == [True, True, False]
+
+
+def kinds_in_index(db) -> dict[str, str]:
+    with db.read() as session:
+        return dict(session.execute(sa.text(
+            "SELECT e.title, f.kind FROM entry_fts AS f JOIN entry AS e ON e.id = f.rowid")).all())
+
+
+def test_letters_carry_their_kind_in_the_index_through_edits(db):
+    """kind:week is a doclist inside FTS5 (migration 0007): a letter's row holds the
+    token, an entry's holds nothing, and an edit keeps them so. The column weighs 0; bm25
+    divides by the row's length over every column, so the token lengthens a letter by one
+    word: a letter and an entry with the same 60 words score within a percent."""
+    body = "shard the optimizer " + "then measure each step again " * 11
+    add(db, ("2024-03-12", "Shard plan", body, []))
+    with db.write() as session:
+        letter, _ = letters.ensure_letter(session, "2024-W11", author="x")
+        entries.update(session, letter, {"body": body}, author="x",
+                       base_revision=letter.revision)
+        letter = entries.get(session, letter.id)
+        entries.update(session, letter, {"title": "Shard plan"}, author="x",
+                       base_revision=letter.revision)
+    with db.read() as session:
+        rows = session.execute(sa.text(
+            "SELECT f.kind, e.kind FROM entry_fts AS f JOIN entry AS e ON e.id = f.rowid")).all()
+        scores = {h.entry.kind: h.score for h in search.search(session, "shard optimizer").hits}
+    assert sorted(rows) == [("", "entry"), (search.LETTER_TOKEN, "week")]
+    assert scores["week"] == pytest.approx(scores["entry"], rel=0.01)
+    assert titles(db, "kind:week optimizer") == ["Shard plan"]
+    with db.read() as session:
+        assert [h.entry.kind for h in search.search(session, "kind:week optimizer").hits] == [
+            "week"]
+
+
+def test_migration_0007_puts_the_letters_kind_into_an_existing_index(tmp_path):
+    """A notebook indexed before 0007 (entry_fts of three columns) upgrades to the kind
+    column with its letters marked, and kind:week finds them; downgrading gives the three
+    columns back with the same rows."""
+    from alembic import command
+
+    from app import create_app, upgrades
+
+    data = tmp_path / "data"
+    app = create_app({"DATA_DIR": data, "DATABASE_URL": f"sqlite:///{data}/c.db",
+                      "TIMEZONE": "UTC", "TESTING": True})
+    db = app.extensions["db"]
+    cfg = upgrades.alembic_config(db.url)
+
+    def migrate(step, revision: str) -> None:  # as upgrades.upgrade runs alembic
+        with db.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            step(cfg, revision)
+
+    migrate(command.upgrade, "0006")
+    with db.engine.begin() as conn:  # an entry and a letter as a 0006 notebook indexed them
+        conn.exec_driver_sql(
+            "INSERT INTO entry (id, kind, date, iso_week, title, slug, body_md, body_html, "
+            "toc_html, tags, status, revision, created_at, updated_at) VALUES "
+            "(1, 'entry', '2024-03-12', '2024-W11', 'Shard plan', 'shard-plan', 'shard', '', "
+            "'', '', 'published', 1, '2024-03-12 00:00:00.000000', '2024-03-12 00:00:00.000000'),"
+            "(2, 'week', '2024-03-11', '2024-W11', 'Week 2024-W11', '2024-w11', 'shard', '', "
+            "'', '', 'published', 1, '2024-03-12 00:00:00.000000', '2024-03-12 00:00:00.000000')")
+        conn.exec_driver_sql("INSERT INTO entry_fts (rowid, title, tags, body) VALUES "
+                             "(1, 'Shard plan', '', 'shard'), (2, 'Week 2024-W11', '', 'shard')")
+    assert upgrades.pending_migrations(db) == ["0007"]
+    upgrades.upgrade(db, tmp_path / "backups")
+    assert kinds_in_index(db) == {"Shard plan": "", "Week 2024-W11": search.LETTER_TOKEN}
+    assert titles(db, "kind:week shard") == ["Week 2024-W11"]
+    assert sorted(titles(db, "shard")) == ["Shard plan", "Week 2024-W11"]
+    migrate(command.downgrade, "0006")
+    with db.engine.connect() as conn:
+        assert conn.exec_driver_sql("SELECT rowid, title, tags, body FROM entry_fts "
+                                    "ORDER BY rowid").all() == [
+            (1, "Shard plan", "", "shard"), (2, "Week 2024-W11", "", "shard")]

@@ -268,15 +268,14 @@ class _Writer:
             tags += [{"entry_id": op.after.id, "tag": tag} for tag in dict.fromkeys(
                 op.after.tag_list + [t for t in done.tags if entries.TAG_RE.match(t)])]
             fts.append({"id": op.after.id, "t": op.after.title, "g": op.after.tags,
-                        "b": done.text})
+                        "b": done.text, "k": search.kind_token(op.after.kind)})
         insert_many(session, Link.__table__, links)
         insert_many(session, EntryTag.__table__, tags)
         if session.get_bind().dialect.name == "sqlite":  # search.index_entry, in bulk
             if updated:
                 session.execute(sa.text("DELETE FROM entry_fts WHERE rowid = :id"),
                                 [{"id": i} for i in updated])
-            session.execute(sa.text("INSERT INTO entry_fts (rowid, title, tags, body) "
-                                    "VALUES (:id, :t, :g, :b)"), fts)
+            session.execute(search.INSERT_FTS, fts)
         return rendered
 
     def _place_again(self, session, changed: set[str], skip: set[int]) -> None:

@@ -15,7 +15,7 @@ from app.errors import BadQuery
 from app.models import Entry
 
 # Title and tags matter more than a passing mention in the body.
-WEIGHTS = (10.0, 5.0, 1.0)  # title, tags, body
+WEIGHTS = (10.0, 5.0, 1.0, 0.0)  # title, tags, body; kind (search.kind_token) scores nothing
 
 
 def run(session: Session, stmt) -> list:

@@ -188,6 +188,8 @@ def _ranked(session: Session, query: Query, ranges: list, checks: list, limit: i
     if tag_words:  # found by the index too, checked exactly by ranking's filter
         tagged = f" AND {{tags body}} : ({' '.join(tag_words)})"
         fts, scored = f"({fts}){tagged}", f"({scored}){tagged}"
+    if query.kind == "week":  # the letters' own doclist (kind_token), weighed 0 by bm25
+        fts, scored = f"({fts}) AND kind : {LETTER_TOKEN}", f"({scored}) AND kind : {LETTER_TOKEN}"
     top = ranking.rank(session, query.terms, fts, ranges, checks, offset, limit + offset,
                        scored if scored_apart else None)
     return _page(session, query, top)
@@ -249,14 +251,23 @@ def _has_index(session: Session) -> bool:
     return session.get_bind().dialect.name == "sqlite"
 
 
+# entry_fts.kind (migration 0007): one token for a letter, none for an entry, so kind:week
+# is a doclist FTS5 intersects with the words'. A user who types the token finds letters.
+LETTER_TOKEN = "cpletter"
+INSERT_FTS = sa.text("INSERT INTO entry_fts (rowid, title, tags, body, kind) "
+                     "VALUES (:id, :t, :g, :b, :k)")
+
+
+def kind_token(kind: str) -> str:
+    return LETTER_TOKEN if kind == "week" else ""
+
+
 def index_entry(session: Session, entry: Entry, text: str) -> None:
     if not _has_index(session):
         return
     session.execute(sa.text("DELETE FROM entry_fts WHERE rowid = :id"), {"id": entry.id})
-    session.execute(
-        sa.text("INSERT INTO entry_fts (rowid, title, tags, body) VALUES (:id, :t, :g, :b)"),
-        {"id": entry.id, "t": entry.title, "g": entry.tags, "b": text},
-    )
+    session.execute(INSERT_FTS, {"id": entry.id, "t": entry.title, "g": entry.tags, "b": text,
+                                 "k": kind_token(entry.kind)})
 
 
 def remove_entry(session: Session, entry_id: int) -> None:
