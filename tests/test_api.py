@@ -179,6 +179,8 @@ def test_attachment_upload_and_safe_serving(client, app):
     assert served.headers["Content-Type"] == "image/png"
     assert "sandbox" in served.headers["Content-Security-Policy"]
     assert served.headers["X-Content-Type-Options"] == "nosniff"
+    assert [len(served.headers.getlist(h)) for h in ("Content-Security-Policy",
+                                                     "X-Content-Type-Options")] == [1, 1]
     files = list((app.config["DATA_DIR"] / "attachments").rglob("*"))
     assert any(f.name == stored["sha256"] for f in files)
     # the same bytes again are stored once
