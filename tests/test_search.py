@@ -326,3 +326,24 @@ def test_migration_0007_puts_the_letters_kind_into_an_existing_index(tmp_path):
         assert conn.exec_driver_sql("SELECT rowid, title, tags, body FROM entry_fts "
                                     "ORDER BY rowid").all() == [
             (1, "Shard plan", "", "shard"), (2, "Week 2024-W11", "", "shard")]
+
+
+def test_a_long_prefix_finds_its_snippets_by_the_prefix_the_index_keeps(db):
+    """check* (longer than the 4-letter prefixes the index keeps) finds the same entries
+    in the same order; their snippets are found through "chec"*, and a word only the
+    shorter prefix reaches (checa, Chécz) is not marked, while check... words are."""
+    add(db, ("2024-03-01", "Saving", "the checkpoint lands next to checa and Chécz", []),
+        ("2024-03-02", "Only checa", "checa and chec but nothing longer", []),
+        ("2024-03-03", "Sums", "a checksum; Checking it twice", []))
+    assert search._snippet_terms(['"check"*']) == (['"chec"*'], [("chec", "check")])
+    # another word the kept prefix could mark, or a NOT: not cut
+    assert search._snippet_terms(['"check"*', '"checa"'])[1] == []
+    assert search._snippet_terms(['"save"', 'NOT "checkpoint"*'])[1] == []
+    with db.read() as session:
+        hits = search.search(session, "check*").hits
+    assert [h.entry.title for h in hits] == ["Sums", "Saving"]
+    snippets = {h.entry.title: h.snippet_html for h in hits}
+    assert "<mark>checkpoint</mark>" in snippets["Saving"]
+    assert "<mark>checa" not in snippets["Saving"] and "<mark>Chécz" not in snippets["Saving"]
+    assert "<mark>checksum</mark>" in snippets["Sums"] and "<mark>Checking</mark>" in snippets[
+        "Sums"]
