@@ -10,7 +10,8 @@ each, as `commonplace import` does, twice in fresh databases:
 
   usual     FTS5's default: a level merged once it holds 4 segments
   loading   app/notebook/search.py start_loading (merge at 16) before the first batch,
-            finish_loading (back to 4, merged a transaction at a time) after the last
+            finish_loading (back to 4, then all merged into one segment, a
+            transaction at a time) after the last
 
 It prints the CPU seconds of each (the loading time and the final merge), their ratio,
 and the same ranked queries (bm25 with the column weights, LIMIT 20: words, prefixes, a

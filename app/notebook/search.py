@@ -329,9 +329,9 @@ def remove_entry(session: Session, entry_id: int) -> None:
 #
 # FTS5 writes each transaction's terms as a new segment and, by default, merges a level
 # once it holds 4 segments ('automerge'): an import of 100k entries in batches of 500
-# rewrote the index over and over, 32 of its CPU seconds (with the prefix indexes, every
-# term four times). Merging at 16 while loading, then to FTS5's usual shape once at the
-# end, cost 21 s, and left an index that answers faster (bench/fts_loading.py).
+# rewrote the index over and over, 30 of its CPU seconds (with the prefix indexes, every
+# term four times). Merging at 16 while loading, then merging everything into one segment
+# at the end, costs 23 s, and the index answers faster than either (bench/fts_loading.py).
 
 FTS_TABLES = ("entry_fts", "entry_fts_heads")
 USUAL_AUTOMERGE = 4  # FTS5's default
@@ -353,8 +353,9 @@ def start_loading(session: Session) -> None:
 
 def finish_loading(db) -> None:
     """After the last batch (or on a re-run after an interruption): the usual automerge
-    back, and the segments merged as it would have merged them, a transaction at a time.
-    FTS5's own loop: a 'merge' that changes fewer than 2 rows found nothing to do."""
+    back, then every segment merged into one, MERGE_PAGES at a time ('merge' with a
+    negative count: FTS5's 'optimize', in steps), until a step changes fewer than 2 rows
+    (FTS5's own test that nothing was left to do)."""
     with db.write() as session:
         if not _has_index(session):
             return
@@ -365,6 +366,6 @@ def finish_loading(db) -> None:
                 connection = session.connection().connection.dbapi_connection
                 before = connection.total_changes
                 session.execute(sa.text(f"INSERT INTO {table} ({table}, rank) "
-                                        f"VALUES ('merge', {MERGE_PAGES})"))
+                                        f"VALUES ('merge', {-MERGE_PAGES})"))
                 if connection.total_changes - before < 2:
                     break
