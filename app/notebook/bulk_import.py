@@ -272,8 +272,7 @@ class _Writer:
         insert_many(session, EntryTag.__table__, tags)
         if session.get_bind().dialect.name == "sqlite":  # search.index_entry, in bulk
             if updated:
-                session.execute(sa.text("DELETE FROM entry_fts WHERE rowid = :id"),
-                                [{"id": i} for i in updated])
+                session.execute(search.DELETE_FTS, [{"id": i} for i in updated])
             session.execute(search.INSERT_FTS, fts)
         return rendered
 

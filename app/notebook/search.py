@@ -224,12 +224,11 @@ def _snippet_terms(terms: list[str]) -> tuple[list[str], list[tuple[str, str]]]:
     """The terms a page's snippets are found by, and (kept, whole) for each prefix cut to
     what the index keeps. A prefix is not cut where another word could mark the same
     words (it starts with the kept prefix), nor inside NOT (fewer rows would match)."""
-    words = [LONG_PREFIX_RE.fullmatch(t) or t for t in terms]
     cut: list[tuple[str, str]] = []
     out = []
     for i, term in enumerate(terms):
-        m = words[i]
-        if isinstance(m, re.Match) and len(m[1]) > ranking.INDEXED_PREFIX:
+        m = LONG_PREFIX_RE.fullmatch(term)
+        if m and len(m[1]) > ranking.INDEXED_PREFIX:
             whole = m[1].lower()
             kept = whole[:ranking.INDEXED_PREFIX]
             others = [t for j, t in enumerate(terms) if j != i and t != "OR"]
@@ -306,6 +305,7 @@ def _has_index(session: Session) -> bool:
 LETTER_TOKEN = "cpletter"
 INSERT_FTS = sa.text("INSERT INTO entry_fts (rowid, title, tags, body, kind) "
                      "VALUES (:id, :t, :g, :b, :k)")
+DELETE_FTS = sa.text("DELETE FROM entry_fts WHERE rowid = :id")
 
 
 def kind_token(kind: str) -> str:
@@ -315,14 +315,14 @@ def kind_token(kind: str) -> str:
 def index_entry(session: Session, entry: Entry, text: str) -> None:
     if not _has_index(session):
         return
-    session.execute(sa.text("DELETE FROM entry_fts WHERE rowid = :id"), {"id": entry.id})
+    session.execute(DELETE_FTS, {"id": entry.id})
     session.execute(INSERT_FTS, {"id": entry.id, "t": entry.title, "g": entry.tags, "b": text,
                                  "k": kind_token(entry.kind)})
 
 
 def remove_entry(session: Session, entry_id: int) -> None:
     if _has_index(session):
-        session.execute(sa.text("DELETE FROM entry_fts WHERE rowid = :id"), {"id": entry_id})
+        session.execute(DELETE_FTS, {"id": entry_id})
 
 
 # -- bulk loading (app/notebook/bulk_import.py) -------------------------------------------
@@ -339,10 +339,15 @@ LOADING_AUTOMERGE = 16
 MERGE_PAGES = 1000  # pages of merge work per write transaction: the web writes in between
 
 
+def _command(session: Session, table: str, name: str, value: int) -> None:
+    """One of FTS5's special INSERTs: ('automerge', n), ('merge', n)."""
+    session.execute(sa.text(f"INSERT INTO {table} ({table}, rank) "
+                            f"VALUES ('{name}', {int(value)})"))
+
+
 def _set_automerge(session: Session, value: int) -> None:
     for table in FTS_TABLES:
-        session.execute(sa.text(f"INSERT INTO {table} ({table}, rank) "
-                                f"VALUES ('automerge', {int(value)})"))
+        _command(session, table, "automerge", value)
 
 
 def start_loading(session: Session) -> None:
@@ -365,7 +370,6 @@ def finish_loading(db) -> None:
             with db.write() as session:
                 connection = session.connection().connection.dbapi_connection
                 before = connection.total_changes
-                session.execute(sa.text(f"INSERT INTO {table} ({table}, rank) "
-                                        f"VALUES ('merge', {-MERGE_PAGES})"))
+                _command(session, table, "merge", -MERGE_PAGES)
                 if connection.total_changes - before < 2:
                     break
