@@ -153,6 +153,39 @@ def test_a_second_import_over_a_notebook_links_both_ways(tmp_path, two):
     assert differences(snapshot(bulk_dir), snapshot(slow_dir)) == {}
 
 
+def segments(data: Path) -> dict[int, set]:
+    """entry_fts's segments: {segment id: its pages}. FTS5 numbers each %_data row
+    segment << 37 | page (fts5Int.h, FTS5_SEGMENT_ROWID); rows below hold its config."""
+    db = sqlite3.connect(data / "commonplace.db")
+    found: dict[int, set] = {}
+    for rowid, block in db.execute("SELECT id, block FROM entry_fts_data WHERE id >= ?",
+                                   (1 << 37,)):
+        found.setdefault(rowid >> 37, set()).add((rowid, block))
+    db.close()
+    return found
+
+
+def test_a_large_import_leaves_one_segment_and_a_small_one_merges_nothing(tmp_path, two):
+    """An import of many batches loads the index with merging put off, then merges it into
+    one segment; an import of a few files (one batch) adds its segment and leaves the rest
+    as it was: merging all of a large notebook's index took seconds."""
+    _, (bulk, bulk_dir) = two  # batches of 16
+    source = tmp_path / "in"
+    corpus(source)
+    transfer.import_folder(bulk, source, workers=0)
+    assert len(segments(bulk_dir)) == 1
+    assert snapshot(bulk_dir)["automerge"] == [("entry_fts", 4), ("entry_fts_heads", 4)]
+    before = segments(bulk_dir)
+    few = tmp_path / "few"
+    for i in range(3):
+        write(few, f"2021/2021-02-0{i + 1}-later.md", f"# Later {i}\n\nsee [[Twice]]\n")
+    report = transfer.import_folder(bulk, few, workers=0)
+    assert report.created == 3
+    after = segments(bulk_dir)
+    assert len(after) == 2 and all(after[seg] == pages for seg, pages in before.items())
+    assert snapshot(bulk_dir)["automerge"] == [("entry_fts", 4), ("entry_fts_heads", 4)]
+
+
 KILLED_IMPORT = """
 import sys
 from app import create_app

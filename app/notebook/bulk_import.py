@@ -189,7 +189,7 @@ class _Writer:
         templates = [tpl for tpl, _ in rendered_batch]
         texts = {id(op): text for op, (_, text) in zip(batch, rendered_batch, strict=True)}
         with self.db.write() as session:
-            if number == 0:
+            if number == 0 and len(self.ops) > BATCH:
                 search.start_loading(session)
             next_id = (session.scalar(sa.select(sa.func.max(Entry.id))) or 0) + 1
             final: dict[int, tuple[Op, Template | None]] = {}
