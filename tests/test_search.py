@@ -177,6 +177,31 @@ def test_tag_from_the_body_still_filters(db, small_window):
     assert titles(db, "shard tag:zero") == ["Body tag"]
 
 
+def test_every_filter_at_once_past_the_window_finds_what_a_scan_finds(db, small_window,
+                                                                      monkeypatch):
+    """A broad date range (more entries than FILTER_SET: checked per row with the rest), two
+    tags and drafts hidden, all walked inside the index past the window: exactly the
+    entries a plain scan of the rows keeps, each once, over pages."""
+    monkeypatch.setattr(ranking, "FILTER_SET", 3)
+    rows = [(f"2024-0{1 + d // 9}-{1 + d % 9:02d}", f"Day {d}", "stage " * (1 + d % 4),
+             ["pp", "ops"][: d % 3]) for d in range(27)]
+    with db.write() as session:
+        for i, (date, title, body, tags) in enumerate(rows):
+            entries.create(session, author="x", date=date, title=title, body=body, tags=tags,
+                           status="draft" if i % 5 == 0 else "published")
+    expected = {title for i, (date, title, _, tags) in enumerate(rows)
+                if date >= "2024-01-05" and {"pp", "ops"} <= set(tags) and i % 5}
+    query = "stage tag:pp tag:ops from:2024-01-05"
+    found = titles(db, query, include_drafts=False, limit=50)
+    assert len(found) == len(set(found)) and set(found) == expected and len(expected) > 4
+    with db.read() as session:
+        pages = [search.search(session, query, include_drafts=False, limit=3, offset=o)
+                 for o in range(0, 12, 3)]
+    assert [h.entry.title for p in pages for h in p.hits] == found
+    owner = set(titles(db, query, limit=50))  # the owner sees the drafts too
+    assert owner - set(found) and all(int(t.split()[1]) % 5 == 0 for t in owner - set(found))
+
+
 def test_snippets_highlight_past_the_window(db, small_window):
     add(db, *[(f"2024-01-{d:02d}", f"Day {d}", f"intro text then collective number {d}", [])
               for d in range(1, 9)])

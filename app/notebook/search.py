@@ -150,11 +150,7 @@ def search(session: Session, text: str, *, limit: int = 20, offset: int = 0,
     if not query.terms and not (query.tags or query.date_from or query.date_to
                                 or query.week or query.kind):
         return Results(query, [], False)
-    checks = []  # looked up for the few rows a window holds
-    for tag in query.tags:
-        checks.append(sa.exists().where(EntryTag.entry_id == Entry.id, EntryTag.tag == tag))
-    if not include_drafts:
-        checks.append(Entry.status == "published")
+    checks = ranking.Checks(tuple(query.tags), not include_drafts)  # looked up per row
     ranges = []  # indexed on entry: their ids bound the walk through the index
     if query.date_from:
         ranges.append(Entry.date >= query.date_from)
@@ -164,12 +160,13 @@ def search(session: Session, text: str, *, limit: int = 20, offset: int = 0,
         ranges.append(Entry.iso_week == query.week)
     if query.kind:
         ranges.append(Entry.kind == query.kind)
-    conditions = ranges + checks
-
     if query.terms:
         found = _ranked(session, query, ranges, checks, limit + 1, offset)
     else:
-        stmt = (sa.select(*WHOLE).where(*conditions)
+        on_row = [sa.exists().where(EntryTag.entry_id == Entry.id, EntryTag.tag == tag)
+                  for tag in checks.tags]
+        on_row += [Entry.status == "published"] if checks.published_only else []
+        stmt = (sa.select(*WHOLE).where(*ranges, *on_row)
                 .order_by(Entry.date.desc(), Entry.id.desc()).limit(limit + 1).offset(offset))
         found = [(entry, 0.0, "") for entry in rows(session, stmt)]
     leads = _leads(session, [entry.id for entry, _, snip in found[:limit] if not snip])
@@ -181,7 +178,7 @@ def search(session: Session, text: str, *, limit: int = 20, offset: int = 0,
     return Results(query, hits, len(found) > limit)
 
 
-def _ranked(session: Session, query: Query, ranges: list, checks: list, limit: int,
+def _ranked(session: Session, query: Query, ranges: list, checks: ranking.Checks, limit: int,
             offset: int) -> list:
     fts, scored = query.fts, ranking.scoring(query.terms)
     scored_apart = scored != fts  # a phrase or an excluded word: bm25 scores the words
