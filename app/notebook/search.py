@@ -25,10 +25,11 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from app.db import Prepared
 from app.errors import BadQuery
 from app.models import Entry, EntryTag
 from app.notebook import ranking
-from app.notebook.entry_rows import WHOLE, EntryRow, rows
+from app.notebook.entry_rows import LISTED, EntryRow, rows
 from app.notebook.isoweeks import WEEK_RE
 from app.notebook.ranking import run as _run
 
@@ -144,6 +145,11 @@ class Results:
     has_more: bool
 
 
+# What a hit shows: a listed entry, and its markdown for a lead where the index has none.
+HIT = (*LISTED, Entry.body_md)
+HITS = Prepared(sa.select(*HIT).where(Entry.id.in_(sa.bindparam("ids", expanding=True))))
+
+
 def search(session: Session, text: str, *, limit: int = 20, offset: int = 0,
            include_drafts: bool = True) -> Results:
     query = parse(text)
@@ -166,7 +172,7 @@ def search(session: Session, text: str, *, limit: int = 20, offset: int = 0,
         on_row = [sa.exists().where(EntryTag.entry_id == Entry.id, EntryTag.tag == tag)
                   for tag in checks.tags]
         on_row += [Entry.status == "published"] if checks.published_only else []
-        stmt = (sa.select(*WHOLE).where(*ranges, *on_row)
+        stmt = (sa.select(*HIT).where(*ranges, *on_row)
                 .order_by(Entry.date.desc(), Entry.id.desc()).limit(limit + 1).offset(offset))
         found = [(entry, 0.0, "") for entry in rows(session, stmt)]
     leads = _leads(session, [entry.id for entry, _, snip in found[:limit] if not snip])
@@ -203,8 +209,7 @@ def _page(session: Session, query: Query, top: list) -> list:
                                o=MARK_OPEN, c=MARK_CLOSE)
     if cut:
         snippets = {i: _unmark(snippet, cut) for i, snippet in snippets.items()}
-    found = {e.id: e for e in rows(session, sa.select(*WHOLE).where(
-        Entry.id.in_([i for i, _ in top])))}
+    found = {e.id: e for e in rows(session, HITS, {"ids": [i for i, _ in top]})}
     return [(found[i], score, snippets.get(i, "")) for i, score in top if i in found]
 
 
@@ -266,9 +271,8 @@ def _leads(session: Session, ids: list[int]) -> dict[int, str]:
     keeps its `_` and `#` and no markdown syntax shows."""
     if not ids or not _has_index(session):
         return {}
-    texts = _run(session, sa.text(
-        "SELECT rowid, substr(body, 1, :n) FROM entry_fts "
-        f"WHERE rowid IN ({','.join(str(int(i)) for i in ids)})").bindparams(n=LEAD * 2))
+    texts = _run(session, "SELECT rowid, substr(body, 1, :n) FROM entry_fts "
+                 f"WHERE rowid IN ({','.join(str(int(i)) for i in ids)})", {"n": LEAD * 2})
     return {rowid: _cut(text or "") for rowid, text in texts}
 
 
