@@ -9,7 +9,7 @@ migrated schema: entry_fts with its prefix indexes) in batches of 500, one trans
 each, as `commonplace import` does, twice in fresh databases:
 
   usual     FTS5's default: a level merged once it holds 4 segments
-  loading   app/notebook/search.py start_loading (merge at 16) before the first batch,
+  loading   app/notebook/search_index.py start_loading (merge at 16) before the first batch,
             finish_loading (back to 4, then all merged into one segment, a
             transaction at a time) after the last
 
@@ -33,7 +33,7 @@ ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
 from app import create_app, upgrades  # noqa: E402
-from app.notebook import search  # noqa: E402
+from app.notebook import search_index  # noqa: E402
 from app.notebook.mirror import parse_file  # noqa: E402
 from bench.importing import generate  # noqa: E402
 
@@ -48,7 +48,7 @@ def rows_of(n: int, work: Path) -> list[tuple]:
     generate(folder, n)
     parsed = [parse_file(path) for path in sorted(folder.rglob("*.md"))]
     shutil.rmtree(folder)
-    return [(i + 1, p.title, " ".join(p.tags), p.body, search.kind_token(p.kind))
+    return [(i + 1, p.title, " ".join(p.tags), p.body, search_index.kind_token(p.kind))
             for i, p in enumerate(parsed)]
 
 
@@ -71,12 +71,12 @@ def load(work: Path, name: str, rows: list[tuple], loading: bool) -> tuple[float
     for i in range(0, len(rows), BATCH):
         with db.write() as session:
             if loading and i == 0:
-                search.start_loading(session)
+                search_index.start_loading(session)
             dbapi = session.connection().connection.dbapi_connection
             dbapi.executemany(INSERT, rows[i:i + BATCH])
     loaded = time.process_time() - started
     if loading:
-        search.finish_loading(db)
+        search_index.finish_loading(db)
     db.engine.dispose()
     return loaded, time.process_time() - started - loaded, data / "c.db"
 

@@ -43,7 +43,7 @@ sys.path.insert(0, str(ROOT))
 import sqlalchemy as sa  # noqa: E402
 
 from app import create_app, upgrades  # noqa: E402
-from app.notebook import search  # noqa: E402
+from app.notebook import search, search_index  # noqa: E402
 from app.notebook.isoweeks import iso_week  # noqa: E402
 from bench.serving import insert_notes, pct, start_web, stop, timed  # noqa: E402
 
@@ -108,7 +108,7 @@ def seed(data_dir: Path, n: int, rng: random.Random) -> list[str]:
                         "tags": " ".join(entry_tags), "status": "published", "revision": 1,
                         "created_at": now, "updated_at": now})
         fts.append({"id": i + 1, "t": title, "g": " ".join(entry_tags), "b": text,
-                    "k": search.kind_token("entry")})
+                    "k": search_index.kind_token("entry")})
         tags.extend({"entry_id": i + 1, "tag": t} for t in entry_tags)
         weeks.setdefault(iso_week(day), day)
     for k, (week, day) in enumerate(sorted(weeks.items())):  # the weekly letters
@@ -120,7 +120,7 @@ def seed(data_dir: Path, n: int, rng: random.Random) -> list[str]:
                         "status": "published", "revision": 1, "created_at": now,
                         "updated_at": now})
         fts.append({"id": eid, "t": f"Week {week}", "g": "", "b": body,
-                    "k": search.kind_token("week")})
+                    "k": search_index.kind_token("week")})
     with database.engine.begin() as conn:
         insert_notes(conn, entries, fts, tags)
         conn.exec_driver_sql("INSERT INTO entry_fts (entry_fts) VALUES ('optimize')")

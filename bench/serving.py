@@ -23,7 +23,7 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from app.notebook.search import INSERT_FTS  # noqa: E402
+from app.notebook.search_index import INSERT_FTS, rebuild_recent  # noqa: E402
 
 
 def free_port() -> int:
@@ -125,7 +125,8 @@ def insert_notes(conn, entries: list[dict], fts: list[dict], tags: list[dict]) -
         "toc_html, tags, status, revision, created_at, updated_at) VALUES (:id, :kind, "
         ":date, :iso_week, :title, :slug, :body_md, :body_html, :toc_html, :tags, :status, "
         ":revision, :created_at, :updated_at)"), entries)
-    conn.execute(INSERT_FTS, fts)  # each with its kind_token (app/notebook/search.py)
+    conn.execute(INSERT_FTS, fts)  # each with its kind_token (app/notebook/search_index.py)
+    rebuild_recent(conn)
     if tags:
         conn.execute(sa.text("INSERT INTO entry_tag (entry_id, tag) VALUES (:entry_id, :tag)"),
                      tags)

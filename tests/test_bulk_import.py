@@ -76,12 +76,20 @@ def snapshot(data: Path) -> dict:
     # how the index merges: FTS5's default (4) unless an import is loading (search.py)
     found["automerge"] = [
         (table, (db.execute(f"SELECT v FROM {table}_config WHERE k = 'automerge'").fetchone()
-                 or (4,))[0]) for table in ("entry_fts", "entry_fts_heads")]
+                 or (4,))[0]) for table in ("entry_fts", "entry_fts_heads", "entry_fts_recent")]
     assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
+    # the recent entries' index: exactly entry_fts's rows from its floor on (search_index.py)
+    assert db.execute("SELECT rowid, title, tags, body, kind FROM entry_fts_recent "
+                      "ORDER BY rowid").fetchall() == db.execute(
+        "SELECT rowid, title, tags, body, kind FROM entry_fts "
+        "WHERE rowid >= (SELECT floor FROM search_recent) ORDER BY rowid").fetchall()
     db.close()
     notes = data / "notes"
     found["files"] = {str(p.relative_to(notes)): p.read_text() for p in notes.rglob("*.md")}
     return found
+
+
+USUAL = [("entry_fts", 4), ("entry_fts_heads", 4), ("entry_fts_recent", 4)]
 
 
 def differences(a: dict, b: dict) -> dict:
@@ -174,7 +182,7 @@ def test_a_large_import_leaves_one_segment_and_a_small_one_merges_nothing(tmp_pa
     corpus(source)
     transfer.import_folder(bulk, source, workers=0)
     assert len(segments(bulk_dir)) == 1
-    assert snapshot(bulk_dir)["automerge"] == [("entry_fts", 4), ("entry_fts_heads", 4)]
+    assert snapshot(bulk_dir)["automerge"] == USUAL
     before = segments(bulk_dir)
     few = tmp_path / "few"
     for i in range(3):
@@ -183,7 +191,7 @@ def test_a_large_import_leaves_one_segment_and_a_small_one_merges_nothing(tmp_pa
     assert report.created == 3
     after = segments(bulk_dir)
     assert len(after) == 2 and all(after[seg] == pages for seg, pages in before.items())
-    assert snapshot(bulk_dir)["automerge"] == [("entry_fts", 4), ("entry_fts_heads", 4)]
+    assert snapshot(bulk_dir)["automerge"] == USUAL
 
 
 KILLED_IMPORT = """
@@ -227,7 +235,7 @@ def test_an_import_killed_half_way_is_consistent_and_a_rerun_finishes_it(tmp_pat
     assert {(r[0], r[1]) for r in half["revision"]} == {
         (e[0], n) for e in half["entry"] for n in range(1, e[11] + 1)}
     assert all(e[7] for e in half["entry"] if e[6])
-    assert half["automerge"] == [("entry_fts", 16), ("entry_fts_heads", 16)]  # still loading
+    assert half["automerge"] == [(table, 16) for table, _ in USUAL]  # still loading
     app = create_app({"DATA_DIR": killed_dir, "TIMEZONE": "UTC", "AUTH_MODE": "dev",
                       "DATABASE_URL": f"sqlite:///{killed_dir}/commonplace.db",
                       "OWNERS": [], "VIEWERS": [], "TESTING": True})

@@ -5,7 +5,8 @@ search, attachments and the plain-markdown mirror. Knows nothing of runs or of H
     letters.py      the weekly letter and its template
     isoweeks.py     ISO week arithmetic ("2024-W13")
     browse.py       read-only queries the pages share (history, backlinks, prev/next, tags)
-    search.py       the query language → FTS5, bm25 ranking; the index kept in step
+    search.py       the query language → FTS5, bm25 ranking (ranking.py)
+    search_index.py the index's tables, kept in step with every save
     mirror.py       every entry as <data>/notes/YYYY/….md, written after commit
     transfer.py     import and export of whole folders of markdown
     attachments.py  uploaded files, stored by content hash

@@ -41,7 +41,7 @@ import sqlalchemy as sa
 
 from app.db import insert_many
 from app.models import Entry, EntryTag, Link, Revision, utcnow
-from app.notebook import embeds, entries, import_plan, mirror, search
+from app.notebook import embeds, entries, import_plan, mirror, search_index
 from app.notebook.bulk_render import Template, place_links, placeholder_re, read, template
 from app.notebook.entry_rows import EntryRow
 from app.notebook.import_plan import ImportReport, Op
@@ -69,7 +69,7 @@ def run(db, paths: list[Path], report: ImportReport, *, author: str = "import",
         committed = {id(known): known.copy() for known in existing}  # before planning
         ops, untouched = import_plan.plan(list(mapped), existing, author, report)
         _Writer(db, pool, ops, committed, author, report, progress, len(paths)).run()
-        search.finish_loading(db)
+        search_index.finish_loading(db)
         _restore_lost_mirror_files(db, untouched)
     finally:
         if pool:
@@ -116,6 +116,7 @@ class _Writer:
         self.index = LinkIndex()  # the notebook as committed (so far)
         self.resolve = self.index.resolve
         self.live: dict[int, Known] = committed  # id(entity) -> its entry in self.index
+        self.creates_left = sum(op.before is None for op in ops)
         for known in committed.values():
             self.index.add(known)
         self.holders: dict[int, _Holder] = {}
@@ -190,7 +191,7 @@ class _Writer:
         texts = {id(op): text for op, (_, text) in zip(batch, rendered_batch, strict=True)}
         with self.db.write() as session:
             if number == 0 and len(self.ops) > BATCH:
-                search.start_loading(session)
+                search_index.start_loading(session)
             next_id = (session.scalar(sa.select(sa.func.max(Entry.id))) or 0) + 1
             final: dict[int, tuple[Op, Template | None]] = {}
             created: set[int] = set()
@@ -210,10 +211,12 @@ class _Writer:
                 final[key] = (op, tpl)
                 first_before.setdefault(key, op.before)
             now = utcnow()
+            self.creates_left -= len(created)
+            last_id = next_id - 1 + self.creates_left  # the import's last new entry
             # The index holds still until the next batch: a target (half of a batch's
             # links repeat one) is resolved once.
             self.resolve = functools.cache(self.index.resolve)
-            rendered = self._rows(session, batch, final, created, now)
+            rendered = self._rows(session, batch, final, created, now, last_id)
             changed = set().union(*(op.changed_keys for op in batch))
             self._place_again(session, changed, {op.entity.id for op in batch})
             for key, (op, tpl) in final.items():
@@ -229,7 +232,7 @@ class _Writer:
             self.files.append(self.writer.submit(mirror.apply, Path(self.db.notes_dir), writes,
                                                  removes))
 
-    def _rows(self, session, batch, final, created, now) -> dict:
+    def _rows(self, session, batch, final, created, now, last_id: int) -> dict:
         updated = [op.after.id for key, (op, _) in final.items() if key not in created]
         rendered = {}
         for key, (_op, tpl) in final.items():
@@ -267,13 +270,10 @@ class _Writer:
             tags += [{"entry_id": op.after.id, "tag": tag} for tag in dict.fromkeys(
                 op.after.tag_list + [t for t in done.tags if entries.TAG_RE.match(t)])]
             fts.append({"id": op.after.id, "t": op.after.title, "g": op.after.tags,
-                        "b": done.text, "k": search.kind_token(op.after.kind)})
+                        "b": done.text, "k": search_index.kind_token(op.after.kind)})
         insert_many(session, Link.__table__, links)
         insert_many(session, EntryTag.__table__, tags)
-        if session.get_bind().dialect.name == "sqlite":  # search.index_entry, in bulk
-            if updated:
-                session.execute(search.DELETE_FTS, [{"id": i} for i in updated])
-            session.execute(search.INSERT_FTS, fts)
+        search_index.index_rows(session, fts, updated, last_id)
         return rendered
 
     def _place_again(self, session, changed: set[str], skip: set[int]) -> None:

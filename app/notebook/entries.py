@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from app.errors import Conflict, Invalid, NotFound, refuse_unknown
 from app.models import Entry, EntryTag, Link, Revision, utcnow
-from app.notebook import embeds, merge, mirror, search
+from app.notebook import embeds, merge, mirror, search_index
 from app.notebook.isoweeks import WEEK_RE, iso_week
 from app.notebook.render import Rendered, Resolved, render
 
@@ -268,7 +268,7 @@ def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: st
         )
     )
     _store_links_and_tags(session, entry, rendered)
-    search.index_entry(session, entry, rendered.text)
+    search_index.index_entry(session, entry, rendered.text)
     mirror.queue_write(session, entry, old_path)
     # Links written before this entry existed (or under its old title) render afresh.
     # Links to a draft are marked as such, so publishing or unpublishing re-renders them all.
@@ -392,7 +392,7 @@ def delete(session: Session, entry: Entry, *, base_revision=None) -> None:
     if base_revision is not None and base_revision != entry.revision:
         raise stale(entry, base_revision)
     keys = keys_of(entry)
-    search.remove_entry(session, entry.id)
+    search_index.remove_entry(session, entry.id)
     mirror.queue_delete(session, entry)
     session.delete(entry)
     session.flush()

@@ -15,6 +15,7 @@ from sqlalchemy.orm import Session
 
 from app.errors import BadQuery
 from app.models import Entry
+from app.notebook import search_index
 
 # Title and tags matter more than a passing mention in the body.
 WEIGHTS = (10.0, 5.0, 1.0, 0.0)  # title, tags, body; kind (search.kind_token) scores nothing
@@ -33,8 +34,11 @@ def run(session: Session, sql: str, params: dict) -> list[tuple]:
 
 
 # Ranking. bm25 over every match costs O(matches): ~85 ms for a word in every one of 100k
-# entries, however small the page. So bm25 runs over a bounded window, inside FTS5, walking
-# the doclists newest first (ORDER BY rowid DESC stops early; bm25 runs on rows walked):
+# entries, however small the page. So bm25 runs over a bounded window, inside FTS5: the
+# doclists are walked newest first (ORDER BY rowid DESC stops early), and the window's rows
+# are scored by a second statement, in entry_fts_recent when the window lies among the
+# newest entries it holds (bm25 first counts each word's rows in the whole table: 5 ms per
+# common word at 100k entries in entry_fts, ~1 ms there; search_index.py):
 #
 #   * up to WINDOW matches (that the filters allow): all of them, in bm25's own order
 #     (weights title 10, tags 5, body 1), ties to the newer entry;
@@ -84,11 +88,10 @@ def rank(session: Session, terms: list[str], fts: str, ranges: list, checks: Che
     if not spans:
         return []
     window, edge = _window_spans(keep, spans)
-    if scored is None or scored == fts:
-        body, floor = _window(session, "entry_fts", fts, keep, window, WINDOW, True)
-    else:  # the newest matches found unscored, then scored by their words
-        newest, floor = _window(session, "entry_fts", fts, keep, window, WINDOW, False)
-        body = _scores(session, scored, [rowid for rowid, _ in newest])
+    # the newest matches found unscored, then scored by their words (search_index.py: from
+    # the recent entries' index where it holds them all)
+    newest, floor = _window(session, "entry_fts", fts, keep, window, WINDOW, False)
+    body = _scores(session, scored or fts, [rowid for rowid, _ in newest])
     floor = edge if floor is None else floor
     if floor is None:  # every match seen: bm25 alone
         return _order(body)[offset:want]
@@ -137,13 +140,18 @@ def scoring(terms: list[str]) -> str:
 
 def _scores(session: Session, fts: str, ids: list[int]) -> list[tuple[int, float]]:
     """(rowid, bm25 of fts) for ids, in their order: one walk through the matches of fts
-    between the lowest and the highest id."""
+    between the lowest and the highest id, in entry_fts_recent when it holds them all. Its
+    bm25 counts a word's rows among the recent entries (1 ms for a word in most of them)
+    where entry_fts counted all (5 ms at 100k entries): the same scores in a notebook the
+    recent index holds whole, and in a larger one the recent entries' word statistics."""
     if not ids:
         return []
+    floor = search_index.recent_floor(session)
+    table = "entry_fts_recent" if floor is not None and min(ids) >= floor else "entry_fts"
     found = dict(run(
         session,
-        f"SELECT rowid, bm25(entry_fts, {', '.join(map(str, WEIGHTS))}) FROM entry_fts "
-        "WHERE entry_fts MATCH :q AND +rowid IN (SELECT value FROM json_each(:ids)) "
+        f"SELECT rowid, bm25({table}, {', '.join(map(str, WEIGHTS))}) FROM {table} "
+        f"WHERE {table} MATCH :q AND +rowid IN (SELECT value FROM json_each(:ids)) "
         "AND rowid >= :lo AND rowid <= :hi",
         {"q": fts, "ids": json.dumps(ids), "lo": min(ids), "hi": max(ids)}))
     return [(rowid, found.get(rowid, 0.0)) for rowid in ids]

@@ -32,6 +32,7 @@ from app.notebook import ranking
 from app.notebook.entry_rows import LISTED, EntryRow, rows
 from app.notebook.isoweeks import WEEK_RE
 from app.notebook.ranking import run as _run
+from app.notebook.search_index import LETTER_TOKEN, has_index
 
 FILTERS = {"tag", "from", "to", "week", "kind"}
 MAX_QUERY = 500
@@ -269,7 +270,7 @@ LEAD = 200  # characters of a result that matched no words (a filter-only search
 def _leads(session: Session, ids: list[int]) -> dict[int, str]:
     """The start of each entry's text as the index keeps it: rendered plain text, so code
     keeps its `_` and `#` and no markdown syntax shows."""
-    if not ids or not _has_index(session):
+    if not ids or not has_index(session):
         return {}
     texts = _run(session, "SELECT rowid, substr(body, 1, :n) FROM entry_fts "
                  f"WHERE rowid IN ({','.join(str(int(i)) for i in ids)})", {"n": LEAD * 2})
@@ -292,95 +293,3 @@ _SYNTAX_RE = re.compile(r"^\s{0,3}(?:#{1,6}\s|>\s?|[-*+]\s\[[ xX]\]\s)|(?<!\w)[*
 def _lead(entry: EntryRow) -> str:
     """Without the index (another database): the markdown with its syntax taken out."""
     return _cut(_SYNTAX_RE.sub("", entry.body_md))
-
-
-# -- index maintenance (called by entries.py inside the saving transaction) --------------
-
-
-def _has_index(session: Session) -> bool:
-    return session.get_bind().dialect.name == "sqlite"
-
-
-# entry_fts.kind (migration 0007): one token for a letter, none for an entry, so kind:week
-# is a doclist FTS5 intersects with the words'. A user who types the token finds letters.
-LETTER_TOKEN = "cpletter"
-INSERT_FTS = sa.text("INSERT INTO entry_fts (rowid, title, tags, body, kind) "
-                     "VALUES (:id, :t, :g, :b, :k)")
-DELETE_FTS = sa.text("DELETE FROM entry_fts WHERE rowid = :id")
-
-
-def kind_token(kind: str) -> str:
-    return LETTER_TOKEN if kind == "week" else ""
-
-
-def index_entry(session: Session, entry: Entry, text: str) -> None:
-    if not _has_index(session):
-        return
-    session.execute(DELETE_FTS, {"id": entry.id})
-    session.execute(INSERT_FTS, {"id": entry.id, "t": entry.title, "g": entry.tags, "b": text,
-                                 "k": kind_token(entry.kind)})
-
-
-def remove_entry(session: Session, entry_id: int) -> None:
-    if _has_index(session):
-        session.execute(DELETE_FTS, {"id": entry_id})
-
-
-# -- bulk loading (app/notebook/bulk_import.py) -------------------------------------------
-#
-# FTS5 writes each transaction's terms as a new segment and, by default, merges a level
-# once it holds 4 segments ('automerge'): an import of 100k entries in batches of 500
-# rewrote the index over and over, 30 of its CPU seconds (with the prefix indexes, every
-# term four times). Merging at 16 while loading, then merging everything into one segment
-# at the end, costs 23 s, and the index answers faster than either (bench/fts_loading.py).
-
-FTS_TABLES = ("entry_fts", "entry_fts_heads")
-USUAL_AUTOMERGE = 4  # FTS5's default
-LOADING_AUTOMERGE = 16
-MERGE_PAGES = 1000  # pages of merge work per write transaction: the web writes in between
-
-
-def _command(session: Session, table: str, name: str, value: int) -> None:
-    """One of FTS5's special INSERTs: ('automerge', n), ('merge', n)."""
-    session.execute(sa.text(f"INSERT INTO {table} ({table}, rank) "
-                            f"VALUES ('{name}', {int(value)})"))
-
-
-def _set_automerge(session: Session, value: int) -> None:
-    for table in FTS_TABLES:
-        _command(session, table, "automerge", value)
-
-
-def start_loading(session: Session) -> None:
-    """Inside the first batch's transaction of an import of many batches: merge less while
-    they come. (One batch is one segment: FTS5's usual merging is right for it.)"""
-    if _has_index(session):
-        _set_automerge(session, LOADING_AUTOMERGE)
-
-
-def _loading(session: Session) -> bool:
-    """Whether an import set the loading automerge and has not finished (its config row;
-    FTS5 writes none while the default holds)."""
-    return any(session.scalar(sa.text(f"SELECT v FROM {table}_config WHERE k = 'automerge'"))
-               == LOADING_AUTOMERGE for table in FTS_TABLES)
-
-
-def finish_loading(db) -> None:
-    """After the last batch of an import that started loading (or on any re-run after such
-    an import was interrupted): the usual automerge back, then every segment merged into
-    one, MERGE_PAGES at a time ('merge' with a negative count: FTS5's 'optimize', in
-    steps), until a step changes fewer than 2 rows (FTS5's own test that nothing was left
-    to do). An import of a few files leaves the index as it is: merging a whole 100k-entry
-    index took ~4 s."""
-    with db.write() as session:
-        if not _has_index(session) or not _loading(session):
-            return
-        _set_automerge(session, USUAL_AUTOMERGE)
-    for table in FTS_TABLES:
-        while True:
-            with db.write() as session:
-                connection = session.connection().connection.dbapi_connection
-                before = connection.total_changes
-                _command(session, table, "merge", -MERGE_PAGES)
-                if connection.total_changes - before < 2:
-                    break
