@@ -152,3 +152,31 @@ def test_migration_0008_indexes_the_newest_entries_again(tmp_path):
         names = {r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master")}
         assert not {"entry_fts_recent", "search_recent"} & names
         assert conn.exec_driver_sql("SELECT count(*) FROM entry_fts").scalar() == n
+
+
+def test_a_walk_crossing_the_floor_finds_what_entry_fts_alone_finds(db, monkeypatch):
+    """The newest matches are walked in entry_fts_recent from its floor up and in entry_fts
+    below it: the same ids in the same order as entry_fts alone, for every length, with a
+    filter, a span and a prefix longer than the index keeps."""
+    monkeypatch.setattr(search_index, "RECENT", 4)
+    with db.write() as session:
+        for i in range(20):
+            entries.create(session, author="x", date=f"2024-02-{1 + i:02d}", title=f"N {i}",
+                           body="checkpoint saved" if i % 3 else "checksum only",
+                           tags=["pp"] if i % 2 else [])
+    recent = holds_its_part(db, 4)
+    assert recent > 1
+    tagged = search.ranking.Keep(None, search.ranking.Checks(("pp",)), [])
+    with db.read() as session:
+        for fts, keep, spans in (('"check"*', None, [(None, None)]),
+                                 ('"saved"', tagged, [(None, None)]),
+                                 ('"check"*', None, [(3, 17), (1, 2)])):
+            for n in range(1, 22):
+                split = search.ranking._window(session, "entry_fts", fts, keep, spans, n,
+                                               False, recent)
+                alone = search.ranking._window(session, "entry_fts", fts, keep, spans, n,
+                                               False)
+                assert split == alone
+    with db.read() as session:
+        pages = [search.search(session, "check*", limit=4, offset=o).hits for o in (0, 4, 8)]
+    assert len({h.entry.id for page in pages for h in page}) == 12
