@@ -180,3 +180,15 @@ def test_a_walk_crossing_the_floor_finds_what_entry_fts_alone_finds(db, monkeypa
     with db.read() as session:
         pages = [search.search(session, "check*", limit=4, offset=o).hits for o in (0, 4, 8)]
     assert len({h.entry.id for page in pages for h in page}) == 12
+
+
+def test_rebuild_recent_fills_it_for_an_index_written_around_it(db, monkeypatch):
+    """bench/serving.py seeds entry_fts straight; rebuild_recent then makes the recent part
+    what index_rows would have left: the newest RECENT ids, as entry_fts holds them."""
+    monkeypatch.setattr(search_index, "RECENT", 5)
+    with db.write() as session:
+        session.execute(search_index.INSERT_FTS, [
+            {"id": i, "t": f"T {i}", "g": "", "b": "seeded", "k": ""} for i in range(1, 31)])
+        search_index.rebuild_recent(session)
+    floor = holds_its_part(db, 5)
+    assert floor == 26 and len(state(db)[1]) == 5
