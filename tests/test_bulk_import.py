@@ -78,11 +78,12 @@ def snapshot(data: Path) -> dict:
         (table, (db.execute(f"SELECT v FROM {table}_config WHERE k = 'automerge'").fetchone()
                  or (4,))[0]) for table in ("entry_fts", "entry_fts_heads", "entry_fts_recent")]
     assert db.execute("PRAGMA integrity_check").fetchone() == ("ok",)
-    # the recent entries' index: exactly entry_fts's rows from its floor on (search_index.py)
+    # the recent entries' index: exactly entry_fts's rows from its floor on, and the letters
+    # (search_index.py)
     assert db.execute("SELECT rowid, title, tags, body, kind FROM entry_fts_recent "
                       "ORDER BY rowid").fetchall() == db.execute(
-        "SELECT rowid, title, tags, body, kind FROM entry_fts "
-        "WHERE rowid >= (SELECT floor FROM search_recent) ORDER BY rowid").fetchall()
+        "SELECT rowid, title, tags, body, kind FROM entry_fts WHERE rowid >= "
+        "(SELECT floor FROM search_recent) OR kind = 'cpletter' ORDER BY rowid").fetchall()
     db.close()
     notes = data / "notes"
     found["files"] = {str(p.relative_to(notes)): p.read_text() for p in notes.rglob("*.md")}

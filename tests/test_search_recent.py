@@ -1,32 +1,34 @@
 """The recent entries' index (app/notebook/search_index.py, migration 0008): it holds
-exactly the entries from its floor on, through saves, edits, deletes, the floor moving up
-and imports; ranking scores a window from it when it holds the window, with the scores
-bm25 gives there; and the migration fills it for a notebook that had none."""
+exactly the entries from its floor on and every letter, through saves, edits, deletes,
+the floor moving up and imports; ranking scores a window from it when it holds the
+window, with the scores bm25 gives there; and the migration fills it for a notebook that
+had none."""
 
 from __future__ import annotations
 
 import sqlalchemy as sa
 
 from app import create_app, upgrades
-from app.notebook import entries, search, search_index, transfer
+from app.notebook import entries, letters, search, search_index, transfer
 
 COLUMNS = "rowid, title, tags, body, kind"
 
 
 def state(db) -> tuple[int, list, list]:
-    """(floor, the recent index's rows, entry_fts's rows from the floor on)."""
+    """(floor, the recent index's rows, entry_fts's rows from the floor on and letters)."""
     with db.read() as session:
         floor = session.scalar(sa.text("SELECT floor FROM search_recent"))
         recent = session.execute(sa.text(
             f"SELECT {COLUMNS} FROM entry_fts_recent ORDER BY rowid")).all()
-        whole = session.execute(sa.text(f"SELECT {COLUMNS} FROM entry_fts WHERE rowid >= :f "
-                                        "ORDER BY rowid"), {"f": floor}).all()
+        whole = session.execute(sa.text(
+            f"SELECT {COLUMNS} FROM entry_fts WHERE rowid >= :f OR kind = :k ORDER BY rowid"),
+            {"f": floor, "k": search_index.LETTER_TOKEN}).all()
     return floor, recent, whole
 
 
 def holds_its_part(db, keep: int) -> int:
     floor, recent, whole = state(db)
-    assert recent == whole  # every entry from the floor on, as entry_fts holds it
+    assert recent == whole  # every entry from the floor on, and letters, as entry_fts has them
     with db.read() as session:
         newest = session.scalar(sa.text("SELECT max(rowid) FROM entry_fts")) or 0
     assert floor <= max(1, newest - keep + 1)  # at least the newest `keep`
@@ -142,11 +144,12 @@ def test_migration_0008_indexes_the_newest_entries_again(tmp_path):
     with db.engine.begin() as conn:  # an index as a 0007 notebook of n entries held it
         conn.exec_driver_sql("WITH RECURSIVE i(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM i "
                              f"WHERE n < {n}) INSERT INTO entry_fts ({COLUMNS}) "
-                             "SELECT n, 'Note ' || n, '', 'word' || (n % 7), '' FROM i")
+                             "SELECT n, 'Note ' || n, '', 'word' || (n % 7), CASE WHEN n "
+                             "IN (20, 40) THEN 'cpletter' ELSE '' END FROM i")  # 2 old letters
     assert upgrades.pending_migrations(db) == ["0008"]
     upgrades.upgrade(db, tmp_path / "backups")
     floor, recent, whole = state(db)
-    assert floor == 51 and recent == whole and len(recent) == search_index.RECENT
+    assert floor == 51 and recent == whole and len(recent) == search_index.RECENT + 2
     migrate(command.downgrade, "0007")
     with db.engine.connect() as conn:
         names = {r[0] for r in conn.exec_driver_sql("SELECT name FROM sqlite_master")}
@@ -192,3 +195,32 @@ def test_rebuild_recent_fills_it_for_an_index_written_around_it(db, monkeypatch)
         search_index.rebuild_recent(session)
     floor = holds_its_part(db, 5)
     assert floor == 26 and len(state(db)[1]) == 5
+
+
+def test_letters_stay_in_the_recent_index_and_kind_week_is_ranked_there(db, monkeypatch):
+    """Every letter is in entry_fts_recent whatever its age, through the floor moving past
+    it and its edits; kind:week walks and scores its window there (the letters' newest
+    400 span the notebook), with the scores bm25 gives in that table."""
+    monkeypatch.setattr(search_index, "RECENT", 3)
+    weeks = ["2024-W02", "2024-W05", "2024-W09"]
+    with db.write() as session:
+        for week in weeks:
+            letter, _ = letters.ensure_letter(session, week, author="x")
+            entries.update(session, letter, {"body": "shard notes " + week}, author="x",
+                           base_revision=letter.revision)
+    create(db, 12, body="shard elsewhere")
+    floor = holds_its_part(db, 3)
+    _, recent, _ = state(db)
+    assert floor > 3 and [r[0] for r in recent if r[4]] == [1, 2, 3]  # letters, below it
+    with db.write() as session:  # an old letter edited: still there, as it reads now
+        letter = entries.get(session, 1)
+        entries.update(session, letter, {"body": "shard shard shard"}, author="x",
+                       base_revision=letter.revision)
+    holds_its_part(db, 3)
+    hits = _search(db, "kind:week shard")
+    assert [h.entry.id for h in hits] == [1, 3, 2]
+    with db.read() as session:
+        expected = dict(session.execute(sa.text(
+            "SELECT rowid, bm25(entry_fts_recent, 10.0, 5.0, 1.0, 0.0) FROM entry_fts_recent "
+            "WHERE entry_fts_recent MATCH 'shard AND kind : cpletter'")).all())
+    assert {h.entry.id: h.score for h in hits} == expected

@@ -78,12 +78,14 @@ class Checks:
 
 
 def rank(session: Session, terms: list[str], fts: str, ranges: list, checks: Checks,
-         offset: int, want: int, scored: str | None = None) -> list[tuple[int, float]]:
+         offset: int, want: int, scored: str | None = None,
+         letters: bool = False) -> list[tuple[int, float]]:
     """(rowid, score) of the matches of fts (the query's terms, a tag: in the index too) at
     [offset:want] in the order above; ranges (conditions on Entry: indexed, so their ids
     bound the walk) and checks are the filters. `scored`
     (scoring(terms), with the same tag: part), when it differs from fts, is what bm25
-    scores the window's matches by."""
+    scores the window's matches by. `letters`: fts matches letters only (kind:week), which
+    the recent entries' index holds whatever their age."""
     keep, spans = _filter(session, ranges, checks)
     if not spans:
         return []
@@ -91,6 +93,8 @@ def rank(session: Session, terms: list[str], fts: str, ranges: list, checks: Che
     # the newest matches found unscored, then scored by their words; both in the recent
     # entries' index as far as it holds them all (search_index.py)
     recent = search_index.recent_floor(session)
+    if letters and recent is not None:
+        recent = 0  # it holds every match
     newest, floor = _window(session, "entry_fts", fts, keep, window, WINDOW, False, recent)
     body = _scores(session, scored or fts, [rowid for rowid, _ in newest], recent)
     floor = edge if floor is None else floor
@@ -286,7 +290,7 @@ def _window(session: Session, table: str, fts: str, keep: Keep | None, spans, n:
     for lo, hi in spans:
         if recent is not None and not score and (hi is None or hi >= recent):
             walks.append(("entry_fts_recent", recent if lo is None else max(lo, recent), hi))
-            if lo is None or lo < recent:
+            if recent > 1 and (lo is None or lo < recent):  # ids start at 1
                 walks.append((table, lo, recent - 1))
         else:
             walks.append((table, lo, hi))

@@ -196,7 +196,7 @@ def _ranked(session: Session, query: Query, ranges: list, checks: ranking.Checks
     if query.kind == "week":  # the letters' own doclist (kind_token), weighed 0 by bm25
         fts, scored = f"({fts}) AND kind : {LETTER_TOKEN}", f"({scored}) AND kind : {LETTER_TOKEN}"
     top = ranking.rank(session, query.terms, fts, ranges, checks, offset, limit + offset,
-                       scored if scored_apart else None)
+                       scored if scored_apart else None, letters=query.kind == "week")
     return _page(session, query, top)
 
 

@@ -4,9 +4,10 @@ batch at a time).
 
   entry_fts         every entry: title, tags, body as plain text, kind (a letter's token)
   entry_fts_heads   titles and tags alone, fed by triggers on entry (migration 0005)
-  entry_fts_recent  the entries from search_recent.floor on (migration 0008): bm25 scores
-                    a common word's newest matches from here, counting its rows among
-                    10,000-20,000 entries instead of all of them (5 ms at 100k per word)
+  entry_fts_recent  the entries from search_recent.floor on, and every letter (migration
+                    0008): bm25 scores a common word's newest matches (and kind:week's
+                    letters) from here, counting its rows among 10,000-20,000 entries
+                    instead of all of them (5 ms at 100k per word)
 """
 
 from __future__ import annotations
@@ -35,7 +36,9 @@ DELETE_RECENT = sa.text("DELETE FROM entry_fts_recent WHERE rowid = :id")
 # least, and once the newest id is 2 x RECENT past the floor, the floor moves up to keep
 # RECENT again (the older half deleted in that save's transaction: ~1 s, once in 10,000
 # new entries). 400 matches of a word in 1 entry in 25 lie within it; a rarer word's
-# count over the whole index is short anyway.
+# count over the whole index is short anyway. Every letter is kept as well (one a week,
+# ~2,600 in 50 years): kind:week's window, the newest 400 letters, spans most of the
+# notebook, and is walked and scored here.
 RECENT = 10_000
 FLOOR = "SELECT floor FROM search_recent"
 
@@ -45,7 +48,8 @@ def kind_token(kind: str) -> str:
 
 
 def recent_floor(session: Session) -> int | None:
-    """The id from which entry_fts_recent holds every entry (None: no index here)."""
+    """The id from which entry_fts_recent holds every entry, letters or not (None: no
+    index here)."""
     if not has_index(session):
         return None
     return session.connection().connection.dbapi_connection.execute(FLOOR).fetchone()[0]
@@ -66,10 +70,11 @@ def index_rows(session: Session, rows: list[dict], replaced: list[int], last_id:
     floor = _make_room(session, last_id)
     if replaced:
         session.execute(DELETE_FTS, [{"id": i} for i in replaced])
-        if recent := [{"id": i} for i in replaced if i >= floor]:
+        letters = {row["id"] for row in rows if row["k"] == LETTER_TOKEN}
+        if recent := [{"id": i} for i in replaced if i >= floor or i in letters]:
             session.execute(DELETE_RECENT, recent)
     session.execute(INSERT_FTS, rows)
-    if recent := [row for row in rows if row["id"] >= floor]:
+    if recent := [row for row in rows if row["id"] >= floor or row["k"] == LETTER_TOKEN]:
         session.execute(INSERT_RECENT, recent)
 
 
@@ -77,20 +82,22 @@ def _make_room(session: Session, last_id: int) -> int:
     floor = session.scalar(sa.text(FLOOR))
     if last_id - floor + 1 > 2 * RECENT:
         floor = last_id - RECENT + 1
-        session.execute(sa.text("DELETE FROM entry_fts_recent WHERE rowid < :f"), {"f": floor})
+        session.execute(sa.text("DELETE FROM entry_fts_recent WHERE rowid < :f AND kind != :k"),
+                        {"f": floor, "k": LETTER_TOKEN})
         session.execute(sa.text("UPDATE search_recent SET floor = :f"), {"f": floor})
     return floor
 
 
 def rebuild_recent(session: Session | sa.Connection) -> None:
-    """entry_fts_recent filled afresh from entry_fts, its floor RECENT ids below the newest:
-    for an index written around index_rows (bench/serving.py seeds the tables directly)."""
+    """entry_fts_recent filled afresh from entry_fts, its floor RECENT ids below the newest,
+    and the letters: for an index written around index_rows (bench/serving.py seeds the
+    tables directly)."""
     session.execute(sa.text("UPDATE search_recent SET floor = (SELECT max(1, coalesce("
                             f"max(rowid), 0) - {RECENT} + 1) FROM entry_fts)"))
     session.execute(sa.text("DELETE FROM entry_fts_recent"))
     session.execute(sa.text(f"INSERT INTO entry_fts_recent (rowid, title, tags, body, kind) "
                             f"SELECT rowid, title, tags, body, kind FROM entry_fts "
-                            f"WHERE rowid >= ({FLOOR})"))
+                            f"WHERE rowid >= ({FLOOR}) OR kind = '{LETTER_TOKEN}'"))
 
 
 def remove_entry(session: Session, entry_id: int) -> None:

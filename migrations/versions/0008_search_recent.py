@@ -3,7 +3,8 @@ over the whole index, the rows each query word is in: 5 ms for a word in most of
 entries, per statement, however few rows it then scores. A common word's ranked window
 (its newest 400 matches) lies among the newest entries, so its scores are taken from
 entry_fts_recent, which holds the entries from search_recent.floor on (between 10,000
-and 20,000 of them; every entry of a smaller notebook) and counts them in ~1 ms.
+and 20,000 of them; every entry of a smaller notebook) and counts them in ~1 ms. It
+holds every letter too: kind:week's window, the newest 400 letters, spans the notebook.
 app/notebook/search.py keeps both in step.
 
 Revision ID: 0008
@@ -19,7 +20,8 @@ branch_labels = None
 depends_on = None
 
 OPTIONS = "tokenize = 'porter unicode61 remove_diacritics 2', prefix = '2 3 4'"
-KEEP = 10_000  # search.RECENT: the newest this many ids at least
+KEEP = 10_000  # search_index.RECENT: the newest this many ids at least
+LETTER = "cpletter"  # search_index.LETTER_TOKEN
 
 
 def upgrade() -> None:
@@ -32,7 +34,7 @@ def upgrade() -> None:
                f"{OPTIONS})")
     op.execute("INSERT INTO entry_fts_recent (rowid, title, tags, body, kind) "
                "SELECT rowid, title, tags, body, kind FROM entry_fts "
-               "WHERE rowid >= (SELECT floor FROM search_recent)")
+               f"WHERE rowid >= (SELECT floor FROM search_recent) OR kind = '{LETTER}'")
     op.execute("INSERT INTO entry_fts_recent (entry_fts_recent) VALUES ('optimize')")
 
 
