@@ -82,10 +82,10 @@ def rank(session: Session, terms: list[str], fts: str, ranges: list, checks: Che
          letters: bool = False) -> list[tuple[int, float]]:
     """(rowid, score) of the matches of fts (the query's terms, a tag: in the index too) at
     [offset:want] in the order above; ranges (conditions on Entry: indexed, so their ids
-    bound the walk) and checks are the filters. `scored`
-    (scoring(terms), with the same tag: part), when it differs from fts, is what bm25
-    scores the window's matches by. `letters`: fts matches letters only (kind:week), which
-    the recent entries' index holds whatever their age."""
+    bound the walk) and checks are the filters. `scored` (scoring(terms), with the same
+    tag: part), when it differs from fts, is what bm25 scores the window's matches by.
+    `letters`: fts matches letters only (kind:week), which the recent entries' index
+    holds whatever their age."""
     keep, spans = _filter(session, ranges, checks)
     if not spans:
         return []
@@ -147,10 +147,10 @@ def _scores(session: Session, fts: str, ids: list[int],
             recent: int | None) -> list[tuple[int, float]]:
     """(rowid, bm25 of fts) for ids, in their order: one walk through the matches of fts
     between the lowest and the highest id, in entry_fts_recent when it holds them all (the
-    ids from `recent` on: search_index.recent_floor). Its
-    bm25 counts a word's rows among the recent entries (1 ms for a word in most of them)
-    where entry_fts counted all (5 ms at 100k entries): the same scores in a notebook the
-    recent index holds whole, and in a larger one the recent entries' word statistics."""
+    ids from `recent` on: search_index.recent_floor). Its bm25 counts a word's rows among
+    the recent entries (1 ms for a word in most of them) where entry_fts counted all (5 ms
+    at 100k entries): the same scores in a notebook the recent index holds whole, and in
+    a larger one the recent entries' word statistics."""
     if not ids:
         return []
     table = "entry_fts_recent" if recent is not None and min(ids) >= recent else "entry_fts"
