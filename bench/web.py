@@ -33,7 +33,9 @@ threads) on a free loopback port:
                                             the tag:, week:, kind: filters
 
 Each kind is driven for --seconds by --concurrency client threads, each with its own
-keep-alive connection (the load a browser tab per user makes), and then sequentially
+keep-alive connection (the load a browser tab per user makes), in --rounds slices with
+the kinds' order reversed every other round (so a drift in the machine's speed cancels
+from the ratios; the report shows bare+row's rate in each round), and then sequentially
 over one connection. It prints req/s, p50 and p99 under concurrency, the sequential p50
 and p95, the cost ratio to bare+row (its req/s over the kind's) and, per kind, that ratio
 at the largest N over the smallest. For the import: entries/s, import/baseline and the
@@ -139,25 +141,49 @@ def run_size(n: int, args) -> tuple[Corpus, dict[str, dict[str, float]]]:
         try:
             servers["bare"] = start_bare(corpus.database)
             servers["app"] = start_web(corpus.data_dir, DATABASE)
-            for kind, (server, make) in kinds(corpus, week).items():
-                port = servers[server][1]
+            driven = {kind: (servers[server][1], make)
+                      for kind, (server, make) in kinds(corpus, week).items()}
+            for port, make in driven.values():
                 conn = one_connection(port)
                 for _ in range(10):  # warm up: template compile, caches, connections
                     timed(conn, make(rng))
                 drive(port, make, 0.5, args.concurrency)  # every worker thread warm
                 conn.close()
-                rps, lat = drive(port, make, args.seconds, args.concurrency)
+            rates, latencies = concurrent(driven, args)
+            for kind, (port, make) in driven.items():
                 conn = one_connection(port)  # a fresh one: gunicorn drops idle keep-alives
                 seq = [timed(conn, make(rng)) for _ in range(args.requests)]
                 conn.close()
-                results[kind] = {"rps": rps, "p50": pct(lat, 50), "p99": pct(lat, 99),
-                                 "seq": pct(seq, 50), "seq95": pct(seq, 95), "n": len(lat)}
+                lat = latencies[kind]
+                results[kind] = {"rps": sum(rates[kind]) / len(rates[kind]),
+                                 "rounds": rates[kind], "p50": pct(lat, 50),
+                                 "p99": pct(lat, 99), "seq": pct(seq, 50),
+                                 "seq95": pct(seq, 95), "n": len(lat)}
         finally:
             for proc, _ in servers.values():
                 stop(proc)
         return corpus, results
     finally:
         shutil.rmtree(work, ignore_errors=True)
+
+
+def concurrent(driven: dict, args) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+    """Every kind under --concurrency clients for --seconds in all, in --rounds slices: the
+    kinds in order, then in reverse, and so on. This machine's speed drifts (other
+    tenants) by tens of percent within a run; a kind and the baseline measured a minute
+    apart once would carry that drift into their ratio. With an even number of rounds in
+    alternating order every kind's slices lie, on average, at the same moment of the run,
+    so a steady drift cancels from the ratios of their mean rates."""
+    order = list(driven)
+    rates: dict[str, list[float]] = {kind: [] for kind in order}
+    latencies: dict[str, list[float]] = {kind: [] for kind in order}
+    for r in range(args.rounds):
+        for kind in (order if r % 2 == 0 else order[::-1]):
+            port, make = driven[kind]
+            rps, lat = drive(port, make, args.seconds / args.rounds, args.concurrency)
+            rates[kind].append(rps)
+            latencies[kind] += lat
+    return rates, latencies
 
 
 def report_import(corpora: dict[int, Corpus]) -> None:
@@ -186,7 +212,8 @@ def report(results: dict[int, dict[str, dict[str, float]]], corpora: dict[int, C
           "sequential p50 and p95, and cost against bare+row (its req/s over the kind's)")
     for n, r in results.items():
         base = r["bare+row"]["rps"]
-        print(f"\nN={n} (tag page: #{corpora[n].tag}, {corpora[n].tagged} entries)")
+        print(f"\nN={n} (tag page: #{corpora[n].tag}, {corpora[n].tagged} entries; bare+row "
+              f"req/s by round: {', '.join(f'{x:.0f}' for x in r['bare+row']['rounds'])})")
         print(f"  {'kind':<9} {'req/s':>8} {'p50':>8} {'p99':>8} {'seq p50':>8} "
               f"{'seq p95':>8} {'x bare+row':>11}")
         for kind, m in r.items():
@@ -295,6 +322,8 @@ def main() -> None:
     parser.add_argument("--no-views", action="store_true", help="skip the run views' part")
     parser.add_argument("--views-only", action="store_true", help="only the run views' part")
     parser.add_argument("--seconds", type=float, default=4, help="per kind, concurrent")
+    parser.add_argument("--rounds", type=int, default=2,
+                        help="slices each kind's --seconds is driven in (even: see concurrent)")
     parser.add_argument("--concurrency", type=int, default=16)
     parser.add_argument("--requests", type=int, default=300, help="per kind, sequential")
     parser.add_argument("--seed", type=int, default=7)
