@@ -118,21 +118,25 @@ def recent(session: Session, limit: int = 20, kind: str | None = "entry", *,
 
 # -- counts over the whole notebook ---------------------------------------------------------
 # The site map's years and tags, and a tag page's total, are counts over every entry: their
-# cost grows with the notebook. They change only when something is written, so each
-# database connection keeps the last answer with the version of the database it was read
-# at, and recounts only after a write. SQLite says cheaply whether anything changed:
-# `PRAGMA data_version` moves when another connection (any process) committed, and the
-# connection's own total_changes when it wrote itself. Other databases count every time.
+# cost grows with the notebook. They change only when the notebook does, so each database
+# connection keeps the last answer with the notebook's version it was read at, and
+# recounts only after a change. The version is notebook_version.n (migration 0009), which
+# triggers move with every row written to `entry`, from any connection or process; writes
+# to the journal (a runner's long poll, a run's progress, a token's last use) leave it
+# alone. Other databases count every time.
+
+VERSION = "SELECT n FROM notebook_version"
 
 
-def version(session: Session) -> tuple[int, int] | None:
-    """The database's version as the session's connection sees it (None: not SQLite).
-    Kept answers are per connection, as this is (app/web/pages/kept.py keeps pages too)."""
+def version(session: Session) -> int | None:
+    """The notebook's version in the session's snapshot (None: not SQLite). Read in the
+    request's own transaction, so it is the version of what the request reads next.
+    Kept answers are per connection (app/web/pages/kept.py keeps pages too)."""
     conn = session.connection()
     dbapi = conn.connection.dbapi_connection
     if not isinstance(dbapi, sqlite3.Connection):
         return None
-    return dbapi.execute("PRAGMA data_version").fetchone()[0], dbapi.total_changes
+    return dbapi.execute(VERSION).fetchone()[0]
 
 
 def _counted(session: Session, key: tuple, count: Callable[[], list]) -> list:

@@ -2,14 +2,16 @@
 more often than the notebook changes (the letter above all: the owner reloads it through
 the week), and each costs a few queries and a template with dozens of lines.
 
-Each database connection keeps the last pages it rendered, with the version of the
-database they were read at (browse.version: SQLite's `PRAGMA data_version`, which moves
-when any other connection or process commits, and the connection's own changes). A view
-of the same URL, by the same reader, on the same day, at the same version, is answered
-with the kept HTML; anything else renders afresh. So a save anywhere (the web, the CLI,
-an import, the scheduler posting a card) shows on the next view, and nothing is
-invalidated by hand. The version is read in the request's own transaction, before the
-view reads anything, so a kept page is never newer than its key says it is.
+Each database connection keeps the last pages it rendered, with the notebook's version
+they were read at (browse.version: notebook_version.n, which triggers move with every
+row written to `entry`, from any connection or process). A view of the same URL, by the
+same reader, on the same day, at the same version, is answered with the kept HTML;
+anything else renders afresh. So a save anywhere (the web, the CLI, an import, the
+scheduler posting a card) shows on the next view, and nothing is invalidated by hand;
+writes to the journal (a runner's long poll every half second, a run's progress, a
+token's last use) leave the kept pages alone. The version is read in the request's own
+transaction, before the view reads anything, so a kept page is never newer than its key
+says it is.
 
 Only views whose HTML depends on nothing but the URL, the reader, the day and the
 database are kept, and only a view that read one version throughout: the first view of a
