@@ -76,9 +76,9 @@ def build(work: Path, n: int, seed: int) -> Corpus:
     return corpus
 
 
-def owner_token(data: Path) -> str:
-    """An owner token made the product's way (`commonplace token create`, shown once)."""
-    done = subprocess.run(commonplace("token", "create", "bench", "--role", "owner"),
+def owner_token(data: Path, role: str = "owner") -> str:
+    """A token made the product's way (`commonplace token create`, shown once)."""
+    done = subprocess.run(commonplace("token", "create", f"bench-{role}", "--role", role),
                           env=cli_env(data), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"token create failed:\n{done.stdout}\n{done.stderr[-2000:]}")

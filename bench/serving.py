@@ -58,6 +58,19 @@ def start_bare(database: Path) -> tuple[subprocess.Popen, int]:
     return proc, port
 
 
+def start_runner(data_dir: Path, port: int, token: str) -> subprocess.Popen:
+    """An idle runner agent polling the server on `port` for work, as the one `commonplace
+    up` starts beside the web: each long poll stamps the runner as seen, a commit every
+    half second while it waits, all day."""
+    env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir),
+           "COMMONPLACE_RUNNER_TOKEN": token}
+    return subprocess.Popen([sys.executable, "-m", "app.cli", "runner", "--server",
+                             f"http://127.0.0.1:{port}", "--work-dir", str(data_dir / "runner"),
+                             "--poll-wait", "2"],  # the server commits every 0.5 s anyway
+                            cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
+                            stderr=subprocess.DEVNULL)
+
+
 def wait_listening(proc: subprocess.Popen, port: int) -> None:
     deadline = time.monotonic() + 30
     while True:

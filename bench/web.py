@@ -15,7 +15,11 @@ threads) on a free loopback port:
   bare        bench/bare.py  GET /     bare Flask, a constant answer
   bare+row    bench/bare.py  GET /row  bare Flask + one SQLite row + a template: the
                                        baseline every page is compared with
-  the app     `commonplace web`, the real server, on the imported database:
+  the app     `commonplace web`, the real server, on the imported database, with an idle
+              runner agent polling it for work, as `commonplace up` runs one (each long
+              poll is a commit: the pages must not take it for a change to the notebook;
+              before the runner starts, and again once it polls, the kept pages are
+              viewed POLL_GAP apart and both p50s printed):
     healthz   GET /healthz
     entry     GET /entries/<id>/<slug>      random imported entries
     api       GET /api/v1/entries/<id>      random imported entries, with the token
@@ -77,6 +81,7 @@ import shutil
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from urllib.parse import quote
 
@@ -86,12 +91,13 @@ sys.path.insert(0, str(ROOT))
 from app import create_app, upgrades  # noqa: E402
 from app.notebook.isoweeks import iso_week  # noqa: E402
 from bench import runs  # noqa: E402
-from bench.corpus import DATABASE, Corpus, build  # noqa: E402
+from bench.corpus import DATABASE, Corpus, build, owner_token  # noqa: E402
 from bench.serving import (  # noqa: E402
     drive,
     one_connection,
     pct,
     start_bare,
+    start_runner,
     start_web,
     stop,
     timed,
@@ -100,6 +106,31 @@ from tests.real_runs import store_run  # noqa: E402  (a finished run, stored as 
 
 SEARCH_GOAL = 22.0  # ms, ranked search p95 at 100k
 IMPORT_GOAL = 120.0  # s, 100k entries
+
+
+def kept_pages(corpus: Corpus, week: str) -> dict[str, str]:
+    """The pages kept whole between views while the notebook does not change."""
+    return {"home": "/", "letter": f"/weeks/{week}", "sitemap": "/sitemap",
+            "tag": "/tags/" + quote(corpus.tag)}
+
+
+POLL_GAP = 0.6  # s between two views: an idle runner's long poll commits every 0.5 s
+POLL_VIEWS = 8
+
+
+def between_polls(port: int, pages: dict[str, str]) -> dict[str, float]:
+    """Each kept page viewed POLL_VIEWS times, POLL_GAP apart: sequential p50 in ms."""
+    conn = one_connection(port)
+    found = {}
+    for kind, path in pages.items():
+        timed(conn, path)
+        views = []
+        for _ in range(POLL_VIEWS):
+            time.sleep(POLL_GAP)
+            views.append(timed(conn, path))
+        found[kind] = pct(views, 50)
+    conn.close()
+    return found
 
 
 def kinds(corpus: Corpus, week: str) -> dict[str, tuple[str, object]]:
@@ -117,8 +148,7 @@ def kinds(corpus: Corpus, week: str) -> dict[str, tuple[str, object]]:
     def fresh(path: str):  # a query argument the view ignores: a new URL, rendered
         return lambda rng: f"{path}{'&' if '?' in path else '?'}n={rng.getrandbits(48)}"
 
-    pages = {"home": "/", "letter": f"/weeks/{week}", "sitemap": "/sitemap",
-             "tag": "/tags/" + quote(corpus.tag)}
+    pages = kept_pages(corpus, week)
     return {"bare": ("bare", lambda rng: "/"), "bare+row": ("bare", lambda rng: "/row"),
             "healthz": ("app", lambda rng: "/healthz"), "entry": ("app", entry),
             "api": ("app", api),
@@ -127,7 +157,7 @@ def kinds(corpus: Corpus, week: str) -> dict[str, tuple[str, object]]:
             "search": ("app", search)}
 
 
-def run_size(n: int, args) -> tuple[Corpus, dict[str, dict[str, float]]]:
+def run_size(n: int, args) -> tuple[Corpus, dict, dict[str, tuple[float, float]]]:
     rng = random.Random(args.seed)
     work = Path(tempfile.mkdtemp(prefix=f"cp-bench-{n}-"))
     try:
@@ -141,6 +171,14 @@ def run_size(n: int, args) -> tuple[Corpus, dict[str, dict[str, float]]]:
         try:
             servers["bare"] = start_bare(corpus.database)
             servers["app"] = start_web(corpus.data_dir, DATABASE)
+            pages = kept_pages(corpus, week)
+            alone = between_polls(servers["app"][1], pages)
+            # From here on the web has an idle runner polling it, as under `commonplace up`.
+            servers["runner"] = (start_runner(corpus.data_dir, servers["app"][1],
+                                              owner_token(corpus.data_dir, "runner")), 0)
+            time.sleep(1)  # its first polls
+            polled = between_polls(servers["app"][1], pages)
+            polls = {kind: (alone[kind], polled[kind]) for kind in pages}
             driven = {kind: (servers[server][1], make)
                       for kind, (server, make) in kinds(corpus, week).items()}
             for port, make in driven.values():
@@ -162,7 +200,7 @@ def run_size(n: int, args) -> tuple[Corpus, dict[str, dict[str, float]]]:
         finally:
             for proc, _ in servers.values():
                 stop(proc)
-        return corpus, results
+        return corpus, results, polls
     finally:
         shutil.rmtree(work, ignore_errors=True)
 
@@ -228,6 +266,15 @@ def report(results: dict[int, dict[str, dict[str, float]]], corpora: dict[int, C
     search = results[large]["search"]["seq95"]
     print(f"search at N={large}: sequential p95 {search:.2f} ms (goal at 100k <= "
           f"{SEARCH_GOAL:g} ms: {'ok' if search <= SEARCH_GOAL else 'MISS'})")
+
+
+def report_polls(polls: dict[int, dict[str, tuple[float, float]]]) -> None:
+    print(f"\nkept pages viewed {POLL_GAP} s apart, sequential p50 in ms: the web alone, then "
+          "with an idle runner polling it (as `commonplace up` runs one; each poll commits)")
+    for n, found in polls.items():
+        print(f"  N={n:>6}  " + "  ".join(f"{kind} {alone:.2f} / {polled:.2f} "
+                                          f"({polled / alone:.2f}x)"
+                                          for kind, (alone, polled) in found.items()))
 
 
 def run_runs(args) -> None:
@@ -335,9 +382,10 @@ def main() -> None:
         run_views(args.requests)
         return
     measured = {n: run_size(n, args) for n in args.sizes}
-    corpora = {n: corpus for n, (corpus, _) in measured.items()}
+    corpora = {n: corpus for n, (corpus, _, _) in measured.items()}
     report_import(corpora)
-    report({n: r for n, (_, r) in measured.items()}, corpora, args.concurrency)
+    report({n: r for n, (_, r, _) in measured.items()}, corpora, args.concurrency)
+    report_polls({n: p for n, (_, _, p) in measured.items()})
     if args.runs:
         run_runs(args)
     if not args.no_views:
