@@ -79,6 +79,29 @@ def bearer(secret: str) -> dict[str, str]:
     return {"Authorization": f"Bearer {secret}"}
 
 
+def at_revision(tmp_path: Path, revision: str) -> tuple[dbmod.Database, Callable]:
+    """A notebook migrated only up to `revision` (as an older Commonplace left it), and
+    `migrate(step, revision)` to move it with alembic's command.upgrade or .downgrade, as
+    app/upgrades.py runs alembic (on a connection of its own)."""
+    from alembic import command
+
+    from app import create_app, upgrades
+
+    data = tmp_path / "data"
+    app = create_app({"DATA_DIR": data, "DATABASE_URL": f"sqlite:///{data}/c.db",
+                      "TIMEZONE": "UTC", "TESTING": True})
+    db = app.extensions["db"]
+    cfg = upgrades.alembic_config(db.url)
+
+    def migrate(step, to: str) -> None:
+        with db.engine.begin() as conn:
+            cfg.attributes["connection"] = conn
+            step(cfg, to)
+
+    migrate(command.upgrade, revision)
+    return db, migrate
+
+
 # -- rows ---------------------------------------------------------------------------------
 
 

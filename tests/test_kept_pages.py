@@ -11,8 +11,18 @@ import sqlite3
 import sqlalchemy as sa
 
 from app.notebook import transfer
-from tests.helpers import (OWNER, VIEWER, add_token, bearer, create_entry, edit_entry,
-                           entry_form, make_schedule, queue)
+from tests.helpers import (
+    OWNER,
+    VIEWER,
+    add_token,
+    at_revision,
+    bearer,
+    create_entry,
+    edit_entry,
+    entry_form,
+    make_schedule,
+    queue,
+)
 
 KEPT = ("/", "/weeks/2024-W13", "/sitemap?year=2024", "/tags/gpu")
 
@@ -187,24 +197,14 @@ def test_every_notebook_write_moves_its_version(app, client, db, tmp_path):
 def test_migration_0009_counts_from_an_existing_notebook_and_goes_away_down(tmp_path):
     from alembic import command
 
-    from app import create_app, upgrades
+    from app import upgrades
 
-    data = tmp_path / "data"
-    app = create_app({"DATA_DIR": data, "DATABASE_URL": f"sqlite:///{data}/c.db",
-                      "TIMEZONE": "UTC", "TESTING": True})
-    db = app.extensions["db"]
-    cfg = upgrades.alembic_config(db.url)
-
-    def migrate(step, revision: str) -> None:
-        with db.engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            step(cfg, revision)
+    db, migrate = at_revision(tmp_path, "0008")
 
     def names() -> set[str]:
         with sqlite3.connect(db.sqlite_path) as conn:
             return {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
 
-    migrate(command.upgrade, "0008")
     with sqlite3.connect(db.sqlite_path) as conn:  # a notebook as 0008 left it
         conn.execute("INSERT INTO entry (id, kind, date, iso_week, title, slug, body_md, "
                      "body_html, toc_html, tags, status, revision, created_at, updated_at) "

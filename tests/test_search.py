@@ -6,6 +6,7 @@ import sqlalchemy as sa
 from app import errors
 from app.models import Entry
 from app.notebook import entries, letters, ranking, search, search_index
+from tests.helpers import at_revision
 
 
 @pytest.fixture
@@ -317,20 +318,9 @@ def test_migration_0007_puts_the_letters_kind_into_an_existing_index(tmp_path):
     columns back with the same rows."""
     from alembic import command
 
-    from app import create_app, upgrades
+    from app import upgrades
 
-    data = tmp_path / "data"
-    app = create_app({"DATA_DIR": data, "DATABASE_URL": f"sqlite:///{data}/c.db",
-                      "TIMEZONE": "UTC", "TESTING": True})
-    db = app.extensions["db"]
-    cfg = upgrades.alembic_config(db.url)
-
-    def migrate(step, revision: str) -> None:  # as upgrades.upgrade runs alembic
-        with db.engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            step(cfg, revision)
-
-    migrate(command.upgrade, "0006")
+    db, migrate = at_revision(tmp_path, "0006")
     with db.engine.begin() as conn:  # an entry and a letter as a 0006 notebook indexed them
         conn.exec_driver_sql(
             "INSERT INTO entry (id, kind, date, iso_week, title, slug, body_md, body_html, "

@@ -10,6 +10,7 @@ import sqlalchemy as sa
 
 from app import create_app, upgrades
 from app.notebook import entries, letters, search, search_index, transfer
+from tests.helpers import at_revision
 
 COLUMNS = "rowid, title, tags, body, kind"
 
@@ -128,18 +129,7 @@ def test_an_import_fills_only_the_recent_part_it_keeps(tmp_path, monkeypatch):
 def test_migration_0008_indexes_the_newest_entries_again(tmp_path):
     from alembic import command
 
-    data = tmp_path / "data"
-    app = create_app({"DATA_DIR": data, "DATABASE_URL": f"sqlite:///{data}/c.db",
-                      "TIMEZONE": "UTC", "TESTING": True})
-    db = app.extensions["db"]
-    cfg = upgrades.alembic_config(db.url)
-
-    def migrate(step, revision: str) -> None:
-        with db.engine.begin() as conn:
-            cfg.attributes["connection"] = conn
-            step(cfg, revision)
-
-    migrate(command.upgrade, "0007")
+    db, migrate = at_revision(tmp_path, "0007")
     n = search_index.RECENT + 50
     with db.engine.begin() as conn:  # an index as a 0007 notebook of n entries held it
         conn.exec_driver_sql("WITH RECURSIVE i(n) AS (SELECT 1 UNION ALL SELECT n + 1 FROM i "
