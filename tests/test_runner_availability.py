@@ -1,8 +1,12 @@
 """A run no registered runner can take is answered at submit, not left to expire a day
 later: the form refuses it (unless the owner insists), the API queues it and says why it
-will wait, and the run page says so while it waits."""
+will wait, and the run page says so while it waits. An idle runner is seen without
+committing on every poll."""
 
 import datetime as dt
+import sqlite3
+import time
+from concurrent.futures import ThreadPoolExecutor
 
 from app.journal import runners
 from app.models import Run, Runner
@@ -60,3 +64,40 @@ def test_no_runner_at_all_is_a_wait_not_a_refusal(client, db):
     with db.read() as session:
         servable, why = runners.availability(session, {})
     assert servable and "no runner has registered yet" in why
+
+
+def test_an_idle_runners_long_poll_commits_once_per_seen_resolution(client, db):
+    """Each attempt of a long poll (every half second) used to stamp last_seen_at: an idle
+    runner committed twice a second, all day. Now a poll commits only when the stamp is
+    older than SEEN_RESOLUTION, and the stamp stays that fresh."""
+    token = add_token(db, "laptop", "runner")
+    assert client.post("/api/v1/runner/register", json={"labels": CPU},
+                       headers=bearer(token)).status_code == 200
+    watcher = sqlite3.connect(db.sqlite_path)  # PRAGMA data_version: another connection's
+
+    def commits_during(wait: float) -> int:
+        """Commits seen while one long poll waits, looked for every 50 ms (an attempt is
+        every 500 ms, so each commit is seen on its own)."""
+        version = watcher.execute("PRAGMA data_version").fetchone()[0]
+        seen = 0
+        with ThreadPoolExecutor(1) as pool:
+            polling = pool.submit(client.post, "/api/v1/runner/lease", json={"wait": wait},
+                                  headers=bearer(token))
+            while True:
+                finished = polling.done()
+                now = watcher.execute("PRAGMA data_version").fetchone()[0]
+                seen, version = seen + (now != version), now
+                if finished:
+                    break
+                time.sleep(0.05)
+        assert polling.result().status_code == 204
+        return seen
+
+    assert commits_during(1.6) == 0  # four attempts, just registered: nothing
+    with db.write() as session:
+        laptop = session.query(Runner).one()
+        laptop.last_seen_at -= runners.SEEN_RESOLUTION
+    assert commits_during(1.6) == 1  # the first attempt stamps, the others do not
+    seen = load(db, Runner, laptop.id).last_seen_at
+    assert dt.datetime.now(dt.UTC).replace(tzinfo=None) - seen < dt.timedelta(seconds=5)
+    watcher.close()

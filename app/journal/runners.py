@@ -15,6 +15,16 @@ from app.models import Runner, utcnow
 
 # A runner heard from within this long is around (it polls every few seconds).
 RECENT = dt.timedelta(minutes=10)
+# How fresh `last_seen_at` is kept by an idle runner's long poll, which asks for work every
+# half second: stamping each attempt made every idle runner commit twice a second, all day.
+SEEN_RESOLUTION = dt.timedelta(seconds=10)
+
+
+def seen(runner: Runner, now: dt.datetime) -> None:
+    """Stamp the runner as heard from, unless it was within SEEN_RESOLUTION: a poll that
+    finds no work then commits nothing."""
+    if runner.last_seen_at is None or now - runner.last_seen_at >= SEEN_RESOLUTION:
+        runner.last_seen_at = now
 
 
 def requirements(params: dict, asked: dict | None = None, nodes: int = 1) -> dict:

@@ -17,7 +17,7 @@ from flask import Blueprint, current_app, g, jsonify, request
 
 from app.db import get_db
 from app.errors import Invalid
-from app.journal import gangs, run_files, runs
+from app.journal import gangs, run_files, runners, runs
 from app.models import Run, Runner, utcnow
 from app.web.parsing import json_body
 
@@ -79,7 +79,7 @@ def lease():
     while True:
         with get_db().write() as session:
             runner = current_runner(session)
-            runner.last_seen_at = utcnow()
+            runners.seen(runner, utcnow())
             run = runs.claim(session, runner, ttl, offer=offer,
                              gang_wait_s=current_app.config["GANG_WAIT_S"])
             if run is not None:
