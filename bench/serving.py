@@ -60,13 +60,12 @@ def start_bare(database: Path) -> tuple[subprocess.Popen, int]:
 
 def start_runner(data_dir: Path, port: int, token: str) -> subprocess.Popen:
     """An idle runner agent polling the server on `port` for work, as the one `commonplace
-    up` starts beside the web: each long poll stamps the runner as seen, a commit every
-    half second while it waits, all day."""
+    up` starts beside the web (its long polls stamp it as seen: a commit every 10 s)."""
     env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir),
            "COMMONPLACE_RUNNER_TOKEN": token}
     return subprocess.Popen([sys.executable, "-m", "app.cli", "runner", "--server",
                              f"http://127.0.0.1:{port}", "--work-dir", str(data_dir / "runner"),
-                             "--poll-wait", "2"],  # the server commits every 0.5 s anyway
+                             "--poll-wait", "2"],  # it stops within 2 s
                             cwd=ROOT, env=env, stdout=subprocess.DEVNULL,
                             stderr=subprocess.DEVNULL)
 
