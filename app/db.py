@@ -32,8 +32,8 @@ def create_engine(url: str) -> sa.Engine:
     path = sa.make_url(url).database
     if path and path != ":memory:":
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    # LIFO: a request takes the connection used last, whose page cache (and the counts
-    # app/notebook/browse.py keeps per connection) are warm; the others stay idle.
+    # LIFO: a request takes the connection used last, whose page cache is warm; the others
+    # stay idle.
     engine = sa.create_engine(url, connect_args={"check_same_thread": False},
                               pool_use_lifo=True)
 

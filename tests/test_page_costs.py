@@ -7,9 +7,9 @@ year's pages hold the same entries), one five times longer than the other, must 
 same per page: an index walked from end to end, a count over every entry or a query the
 planner answers with the wrong index shows up here as instructions that grow with N.
 
-Counts over the whole notebook (the site map's years and tags, a tag's total) are kept per
-connection until the next write (app/notebook/browse.py); each page is viewed once to warm
-them, then counted. Home, the letter, the site map and tag pages are kept whole between
+Counts over the whole notebook (the site map's years and tags, a tag's total) are kept by
+the process until the notebook changes (app/notebook/browse.py); each page is viewed once
+to warm them, then counted. Home, the letter, the site map and tag pages are kept whole between
 views (app/web/pages/kept.py), so the counted view asks for another URL of the same page
 (an extra query argument the views ignore): a rendering, not the kept copy.
 """

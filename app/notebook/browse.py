@@ -5,6 +5,7 @@ Queries a page runs on every view are built and compiled once (app/db.py's Prepa
 from __future__ import annotations
 
 import sqlite3
+import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
@@ -118,20 +119,23 @@ def recent(session: Session, limit: int = 20, kind: str | None = "entry", *,
 
 # -- counts over the whole notebook ---------------------------------------------------------
 # The site map's years and tags, and a tag page's total, are counts over every entry: their
-# cost grows with the notebook. They change only when the notebook does, so each database
-# connection keeps the last answer with the notebook's version it was read at, and
-# recounts only after a change. The version is notebook_version.n (migration 0009), which
-# triggers move with every row written to `entry`, from any connection or process; writes
-# to the journal (a runner's long poll, a run's progress, a token's last use) leave it
-# alone. Other databases count every time.
+# cost grows with the notebook. They change only when the notebook does, so the process
+# keeps the last answer with the notebook's version it was read at, and recounts only
+# after a change. The version is notebook_version.n (migration 0009), which triggers move
+# with every row written to `entry`, from any connection or process; writes to the journal
+# (a runner's long poll, a run's progress, a token's last use) leave it alone. It is the
+# database's, not a connection's, so one answer serves every connection of the pool: a
+# connection the pool opens under load does not count the notebook again. Other databases
+# count every time.
 
 VERSION = "SELECT n FROM notebook_version"
+_COUNTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pool -> {key: (n, list)}
 
 
 def version(session: Session) -> int | None:
     """The notebook's version in the session's snapshot (None: not SQLite). Read in the
-    request's own transaction, so it is the version of what the request reads next.
-    Kept answers are per connection (app/web/pages/kept.py keeps pages too)."""
+    request's own transaction, so it is the version of what the request reads next
+    (app/web/pages/kept.py keys the pages it keeps by it too)."""
     conn = session.connection()
     dbapi = conn.connection.dbapi_connection
     if not isinstance(dbapi, sqlite3.Connection):
@@ -143,7 +147,7 @@ def _counted(session: Session, key: tuple, count: Callable[[], list]) -> list:
     found = version(session)
     if found is None:
         return count()
-    cache = session.connection().info.setdefault("notebook_counts", {})
+    cache = _COUNTS.setdefault(session.connection().engine.pool, {})
     kept = cache.get(key)
     if kept is None or kept[0] != found:
         kept = cache[key] = (found, count())
