@@ -1,8 +1,9 @@
 """What every bench that times the real server shares: a free loopback port, `commonplace
 web` (gunicorn as configured) on a data directory and the bare baselines (bench/bare.py
 under the same gunicorn.conf.py), waiting for them to listen, stopping them by PID, one
-timed GET, keep-alive clients driving a path concurrently, percentiles, and seeding notes
-straight into the tables (for the benches that measure a query, not the import)."""
+timed GET, keep-alive clients driving a path concurrently, kept pages viewed again (each
+after a journal-only commit, or not), percentiles, and seeding notes straight into the
+tables (for the benches that measure a query, not the import)."""
 
 from __future__ import annotations
 
@@ -128,6 +129,42 @@ def drive(port: int, make_path, seconds: float, threads: int) -> tuple[float, li
     elapsed = time.perf_counter() - start
     flat = [x for row in samples for x in row]
     return len(flat) / elapsed, flat
+
+
+KEPT_VIEWS = 8
+
+
+def kept_views(port: int, pages: dict[str, str], commit=None) -> dict[str, float]:
+    """Each kept page viewed KEPT_VIEWS times (after one view that keeps it), each view
+    right after commit() where one is given: sequential p50 in ms."""
+    conn = one_connection(port)
+    found = {}
+    for kind, path in pages.items():
+        timed(conn, path)
+        views = []
+        for _ in range(KEPT_VIEWS):
+            if commit:
+                commit()
+            views.append(timed(conn, path))
+        found[kind] = pct(views, 50)
+    conn.close()
+    return found
+
+
+def journal_commit(port: int, token: str):
+    """A commit to the journal alone: a runner registering (again), as an agent does when
+    it starts; it stamps the runner's labels and last_seen_at."""
+    def commit() -> None:
+        conn = one_connection(port)
+        conn.request("POST", "/api/v1/runner/register", body=b'{"labels": {}}',
+                     headers={"Authorization": f"Bearer {token}",
+                              "Content-Type": "application/json"})
+        response = conn.getresponse()
+        response.read()
+        conn.close()
+        if response.status != 200:
+            raise RuntimeError(f"register answered {response.status}")
+    return commit
 
 
 def insert_notes(conn, entries: list[dict], fts: list[dict], tags: list[dict]) -> None:

@@ -94,6 +94,8 @@ from bench import runs  # noqa: E402
 from bench.corpus import DATABASE, Corpus, build, owner_token  # noqa: E402
 from bench.serving import (  # noqa: E402
     drive,
+    journal_commit,
+    kept_views,
     one_connection,
     pct,
     start_bare,
@@ -112,42 +114,6 @@ def kept_pages(corpus: Corpus, week: str) -> dict[str, str]:
     """The pages kept whole between views while the notebook does not change."""
     return {"home": "/", "letter": f"/weeks/{week}", "sitemap": "/sitemap",
             "tag": "/tags/" + quote(corpus.tag)}
-
-
-KEPT_VIEWS = 8
-
-
-def kept_views(port: int, pages: dict[str, str], commit=None) -> dict[str, float]:
-    """Each kept page viewed KEPT_VIEWS times (after one view that keeps it), each view
-    right after commit() where one is given: sequential p50 in ms."""
-    conn = one_connection(port)
-    found = {}
-    for kind, path in pages.items():
-        timed(conn, path)
-        views = []
-        for _ in range(KEPT_VIEWS):
-            if commit:
-                commit()
-            views.append(timed(conn, path))
-        found[kind] = pct(views, 50)
-    conn.close()
-    return found
-
-
-def journal_commit(port: int, token: str):
-    """A commit to the journal alone: a runner registering (again), as an agent does when
-    it starts; it stamps the runner's labels and last_seen_at."""
-    def commit() -> None:
-        conn = one_connection(port)
-        conn.request("POST", "/api/v1/runner/register", body=b'{"labels": {}}',
-                     headers={"Authorization": f"Bearer {token}",
-                              "Content-Type": "application/json"})
-        response = conn.getresponse()
-        response.read()
-        conn.close()
-        if response.status != 200:
-            raise RuntimeError(f"register answered {response.status}")
-    return commit
 
 
 def kinds(corpus: Corpus, week: str) -> dict[str, tuple[str, object]]:
