@@ -70,13 +70,13 @@ def build(work: Path, n: int, seed: int) -> Corpus:
         raise SystemExit(f"the import of {n} files did not create {n} entries: {summary}")
     shutil.rmtree(folder, ignore_errors=True)
     corpus = Corpus(data, n, written, base, seconds, cpu, summary)
-    corpus.token = owner_token(data)
+    corpus.token = cli_token(data)
     pick(corpus, random.Random(seed))
     corpus.queries = search_queries(seed, corpus.tag, corpus.week)
     return corpus
 
 
-def owner_token(data: Path, role: str = "owner") -> str:
+def cli_token(data: Path, role: str = "owner") -> str:
     """A token made the product's way (`commonplace token create`, shown once)."""
     done = subprocess.run(commonplace("token", "create", f"bench-{role}", "--role", role),
                           env=cli_env(data), capture_output=True, text=True, check=False)

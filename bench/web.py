@@ -91,7 +91,7 @@ sys.path.insert(0, str(ROOT))
 from app import create_app, upgrades  # noqa: E402
 from app.notebook.isoweeks import iso_week  # noqa: E402
 from bench import runs  # noqa: E402
-from bench.corpus import DATABASE, Corpus, build, owner_token  # noqa: E402
+from bench.corpus import DATABASE, Corpus, build, cli_token  # noqa: E402
 from bench.serving import (  # noqa: E402
     drive,
     journal_commit,
@@ -155,7 +155,7 @@ def run_size(n: int, args) -> tuple[Corpus, dict, dict[str, tuple[float, float]]
             servers["bare"] = start_bare(corpus.database)
             servers["app"] = start_web(corpus.data_dir, DATABASE)
             pages = kept_pages(corpus, week)
-            runner_token = owner_token(corpus.data_dir, "runner")
+            runner_token = cli_token(corpus.data_dir, "runner")
             alone = kept_views(servers["app"][1], pages)
             after = kept_views(servers["app"][1], pages,
                                journal_commit(servers["app"][1], runner_token))
