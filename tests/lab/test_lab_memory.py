@@ -3,8 +3,12 @@ bf16 recipe's optimizer against PyTorch's (in process, no ranks)."""
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 import torch
+from lab_helpers import ROOT
 
 from jobs.lab import memorymodel
 from jobs.lab.census import LiveStorage
@@ -51,6 +55,30 @@ def test_live_storage_follows_allocations_frees_and_in_place_resizes():
     assert live.start_bytes == 4000
     assert live.peak_bytes == 4000 + 4000
     del a, b, st
+
+
+FROZEN = """
+import gc, torch
+from jobs.lab.census import LiveStorage, freeze_startup
+old = torch.ones(1000)  # alive before the freeze: gc.get_objects() will not list it
+freeze_startup()
+assert not any(o is old for o in gc.get_objects()), "not frozen"
+with LiveStorage() as live:
+    live.mark()
+    view = old[:500]  # an operator hands out a view of storage alive before the window
+    new = torch.zeros(250)  # +1000
+assert (live.start_bytes, live.peak_bytes) == (0, 1000), (live.start_bytes, live.peak_bytes)
+print("frozen ok")
+"""
+
+
+def test_storage_frozen_at_start_up_is_still_alive_before_the_window():
+    """training.run freezes what start-up left alive (gc.freeze), which gc.get_objects()
+    then no longer lists: LiveStorage must still know those tensors were there before."""
+    proc = subprocess.run([sys.executable, "-c", FROZEN], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "frozen ok" in proc.stdout
 
 
 def test_adamw_is_torch_adamw_and_update_shard_keeps_bf16_weights_with_fp32_masters():

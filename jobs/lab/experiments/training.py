@@ -23,7 +23,7 @@ from typing import Any
 import torch
 
 from jobs.lab import strategies
-from jobs.lab.census import LiveStorage, OpCensus
+from jobs.lab.census import LiveStorage, OpCensus, freeze_startup
 from jobs.lab.correctness import TOLERANCES, gate, gate_batches, reference_steps
 from jobs.lab.experiments.probes import calibrate
 from jobs.lab.experiments.recompute_versus import add_versus_single
@@ -243,6 +243,7 @@ def finish(ctx: Context, state: dict, spec: TrainSpec, cal) -> dict:
 
 
 def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]:
+    freeze_startup()
     spec = spec_from(params)
     # bf16 compute differs from the reference by bf16 rounding, whatever the device
     tol = TOLERANCES["bf16_compute" if spec.precision == "bf16_adamw"
