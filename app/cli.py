@@ -1,9 +1,11 @@
 """The `commonplace` command: run the processes, migrate, move plain files in and out,
 manage tokens. Client commands (note, week, search, run …) come with the API client.
 
-The top of the layers: it builds the app and starts each process. The scheduler and the
-runner are imported only by the command that runs them, so `commonplace web` never loads
-APScheduler and a runner host never loads the server."""
+The top of the layers: it builds the app and starts each process. Each command imports
+what it uses: `commonplace runner` (which `up` starts too) loads click, the config and
+jobs/runner, and neither Flask, SQLAlchemy nor the notebook (a runner host does not need
+the server, and it starts in a fifth of the time); `commonplace web` never loads
+APScheduler. tests/test_deploy.py checks both."""
 
 from __future__ import annotations
 
@@ -15,19 +17,14 @@ import time
 from pathlib import Path
 
 import click
-import sqlalchemy as sa
 
-from app import ROOT, backups, create_app, upgrades
+from app import ROOT, backups
 from app.config import from_environment, listen_addresses
-from app.models import Token, utcnow
-from app.notebook import rerender
-from app.notebook.letters import ensure_this_week
-from app.notebook.transfer import export_folder, import_folder
-from app.web.auth.identity import hash_token, new_token
-from app.web.hardening import bind_problem
 
 
 def _app():
+    from app import create_app
+
     return create_app()
 
 
@@ -36,6 +33,9 @@ def _db(app):
 
 
 def migrate(app) -> None:
+    from app import upgrades
+    from app.notebook import rerender
+
     database = _db(app)
     backup = upgrades.upgrade(database, Path(app.config["DATA_DIR"]) / "backups")
     if backup:
@@ -46,6 +46,8 @@ def migrate(app) -> None:
 
 
 def _ensure_this_week(app) -> None:
+    from app.notebook.letters import ensure_this_week
+
     if ensure_this_week(_db(app), app.config["TIMEZONE"])[1]:
         click.echo("created this week's letter")
 
@@ -65,6 +67,8 @@ MAX_SOCKET_PATH = 107
 def _listen(app, allow_non_loopback: bool) -> list[str]:
     """The web's addresses, checked; in serve mode the socket's folder is made first (only
     this user may enter it: tailscaled, as root, still can)."""
+    from app.web.hardening import bind_problem
+
     problem = bind_problem(app.config["BIND"], app.config["AUTH_MODE"], allow_non_loopback)
     if problem:
         raise click.UsageError(problem)
@@ -118,6 +122,11 @@ def up(allow_non_loopback: bool) -> None:
 
 def _local_runner_token(app) -> str:
     """A fresh runner token for the runner `up` starts; the previous one stops working."""
+    import sqlalchemy as sa
+
+    from app.models import Token
+    from app.web.auth.identity import hash_token, new_token
+
     secret = new_token()
     with _db(app).write() as session:
         row = session.scalar(sa.select(Token).where(Token.name == "local"))
@@ -220,6 +229,8 @@ def db_upgrade() -> None:
 def import_cmd(folder: Path) -> None:
     """Import a folder of markdown files (front matter, or YYYY-MM-DD*.md names).
     Run it again after an interruption: what is in already is left as it is."""
+    from app.notebook.transfer import import_folder
+
     app = _app()
     migrate(app)
     report = import_folder(_db(app), folder, progress=_import_progress(time.monotonic()))
@@ -257,6 +268,8 @@ def _import_progress(started: float):
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 def export_cmd(folder: Path) -> None:
     """Write every entry as a markdown file with front matter under FOLDER."""
+    from app.notebook.transfer import export_folder
+
     app = _app()
     migrate(app)
     click.echo(f"exported {export_folder(_db(app), folder)} entries to {folder}")
@@ -311,6 +324,9 @@ def restore_cmd(archive: Path, data_dir: Path | None, force: bool) -> None:
     \b
     commonplace restore notes.tar.gz --data-dir ~/.local/share/commonplace-restored
     """
+    from app import create_app
+    from app.notebook.transfer import export_folder
+
     if os.environ.get("COMMONPLACE_DATABASE_URL"):
         raise click.ClickException("restore puts a SQLite notebook in a data dir; unset "
                                    "COMMONPLACE_DATABASE_URL (another database restores with "
@@ -348,6 +364,11 @@ def token() -> None:
               default="owner", show_default=True)
 def token_create(name: str, role: str) -> None:
     """Create a token; it is shown once and stored only as a hash."""
+    import sqlalchemy as sa
+
+    from app.models import Token
+    from app.web.auth.identity import hash_token, new_token
+
     app = _app()
     migrate(app)
     secret = new_token()
@@ -360,6 +381,10 @@ def token_create(name: str, role: str) -> None:
 
 @token.command("list")
 def token_list() -> None:
+    import sqlalchemy as sa
+
+    from app.models import Token
+
     app = _app()
     migrate(app)
     with _db(app).read() as session:
@@ -372,6 +397,10 @@ def token_list() -> None:
 @token.command("revoke")
 @click.argument("name")
 def token_revoke(name: str) -> None:
+    import sqlalchemy as sa
+
+    from app.models import Token, utcnow
+
     app = _app()
     migrate(app)
     with _db(app).write() as session:

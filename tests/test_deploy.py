@@ -136,6 +136,19 @@ def test_compose_files_match_the_compose_spec(name):
     assert out.returncode == 0, out.stdout + out.stderr
 
 
+def test_the_runner_command_loads_none_of_the_server():
+    """`commonplace runner` (and the runner `up` starts) imports the CLI and jobs/runner:
+    not Flask, SQLAlchemy, Alembic, Markdown, nor the server's own layers."""
+    code = ("import sys; import app.cli; from jobs.runner import main; "
+            "bad = sorted(m for m in sys.modules if m.split('.')[0] in "
+            "('flask', 'sqlalchemy', 'alembic', 'markdown', 'nh3', 'apscheduler', 'torch') "
+            "or m.startswith(('app.web', 'app.notebook', 'app.journal', 'app.models'))); "
+            "print(bad); sys.exit(1 if bad else 0)")
+    out = subprocess.run([sys.executable, "-c", code], cwd=ROOT, capture_output=True,
+                         text=True, timeout=120)
+    assert out.returncode == 0, out.stdout + out.stderr
+
+
 def test_compose_topology():
     """Only the tailscale sidecar has a network; nothing is published; the web is loopback
     plus serve's socket, which only tailscale and the web mount (not the runner)."""
