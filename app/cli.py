@@ -122,19 +122,9 @@ def up(allow_non_loopback: bool) -> None:
 
 def _local_runner_token(app) -> str:
     """A fresh runner token for the runner `up` starts; the previous one stops working."""
-    import sqlalchemy as sa
+    from app.web.auth import tokens
 
-    from app.models import Token
-    from app.web.auth.identity import hash_token, new_token
-
-    secret = new_token()
-    with _db(app).write() as session:
-        row = session.scalar(sa.select(Token).where(Token.name == "local"))
-        if row is None:
-            session.add(Token(name="local", role="runner", token_hash=hash_token(secret)))
-        else:
-            row.role, row.token_hash, row.revoked_at = "runner", hash_token(secret), None
-    return secret
+    return tokens.rotate(_db(app), "local", "runner")
 
 
 def _supervise(children: list[subprocess.Popen]) -> None:
@@ -364,53 +354,38 @@ def token() -> None:
               default="owner", show_default=True)
 def token_create(name: str, role: str) -> None:
     """Create a token; it is shown once and stored only as a hash."""
-    import sqlalchemy as sa
+    from app.web.auth import tokens
 
-    from app.models import Token
-    from app.web.auth.identity import hash_token, new_token
-
-    app = _app()
-    migrate(app)
-    secret = new_token()
-    with _db(app).write() as session:
-        if session.scalar(sa.select(Token).where(Token.name == name)):
-            raise click.ClickException(f"a token named {name!r} exists; revoke it first")
-        session.add(Token(name=name, role=role, token_hash=hash_token(secret)))
-    click.echo(secret)
+    try:
+        click.echo(tokens.create(_migrated_db(), name, role))
+    except tokens.TokenError as exc:
+        raise click.ClickException(str(exc)) from None
 
 
 @token.command("list")
 def token_list() -> None:
-    import sqlalchemy as sa
+    from app.web.auth import tokens
 
-    from app.models import Token
-
-    app = _app()
-    migrate(app)
-    with _db(app).read() as session:
-        for row in session.scalars(sa.select(Token).order_by(Token.name)):
-            state = f"revoked {row.revoked_at:%Y-%m-%d}" if row.revoked_at else "active"
-            used = f"{row.last_used_at:%Y-%m-%d %H:%M}" if row.last_used_at else "never"
-            click.echo(f"{row.name}\t{row.role}\t{state}\tlast used {used}")
+    for line in tokens.listing(_migrated_db()):
+        click.echo(line)
 
 
 @token.command("revoke")
 @click.argument("name")
 def token_revoke(name: str) -> None:
-    import sqlalchemy as sa
+    from app.web.auth import tokens
 
-    from app.models import Token, utcnow
+    try:
+        tokens.revoke(_migrated_db(), name)
+    except tokens.TokenError as exc:
+        raise click.ClickException(str(exc)) from None
+    click.echo(f"revoked {name}")
 
+
+def _migrated_db():
     app = _app()
     migrate(app)
-    with _db(app).write() as session:
-        row = session.scalar(sa.select(Token).where(Token.name == name))
-        if row is None:
-            raise click.ClickException(f"no token named {name!r}")
-        row.revoked_at = row.revoked_at or utcnow()
-        # Free the name for a replacement while keeping the row for the record.
-        row.name = f"{name}~revoked~{row.id}"
-    click.echo(f"revoked {name}")
+    return _db(app)
 
 
 if __name__ == "__main__":

@@ -44,6 +44,25 @@ def test_tokens_through_the_cli_hashed_named_revocable(served, data_dir, monkeyp
     assert "revoked" in runner.invoke(cli.main, ["token", "list"]).output
 
 
+def test_the_cli_refuses_a_taken_name_and_an_unknown_one_and_changes_nothing(
+        served, data_dir, monkeypatch):
+    monkeypatch.setenv("COMMONPLACE_DATA_DIR", str(data_dir))
+    monkeypatch.delenv("COMMONPLACE_DATABASE_URL", raising=False)
+    monkeypatch.setenv("COMMONPLACE_TIMEZONE", "UTC")
+    runner = served.app.test_cli_runner()
+    assert runner.invoke(cli.main, ["token", "create", "phone"]).exit_code == 0
+    with served.db.read() as session:
+        before = session.scalar(sa.select(Token).where(Token.name == "phone")).token_hash
+    again = runner.invoke(cli.main, ["token", "create", "phone", "--role", "viewer"])
+    assert again.exit_code == 1 and "a token named 'phone' exists" in again.output
+    unknown = runner.invoke(cli.main, ["token", "revoke", "tablet"])
+    assert unknown.exit_code == 1 and "no token named 'tablet'" in unknown.output
+    with served.db.read() as session:
+        rows = session.execute(sa.select(Token.name, Token.role, Token.token_hash,
+                                          Token.revoked_at)).all()
+    assert rows == [("phone", "owner", before, None)]
+
+
 @pytest.mark.parametrize("header", ["Bearer ", "Bearer nope", "Basic b3duZXI6cHc=", "Token x",
                                     "bearer " + "x" * 500])
 def test_bad_authorization_is_401_and_changes_nothing(served, header):
