@@ -154,11 +154,10 @@ def freeze_startup() -> None:
     (``gc.freeze``): torch, torch._dynamo and DTensor are some 280,000 objects that
     live as long as the process, and the memory measurement walks the collector's
     objects (LiveStorage) and collects garbage (training.release) before each strategy,
-    0.1-0.15 s of CPU a time on every rank while they are there. torch._dynamo is
-    imported first: torch.optim's first call would import it anyway. The tensors among
-    the frozen objects are recorded, since ``gc.get_objects()`` no longer lists them."""
-    import torch._dynamo  # noqa: F401
-
+    0.1-0.15 s of CPU a time on every rank while they are there (training.py imports
+    torch._dynamo before this runs: torch.optim's first call would import it anyway).
+    The tensors among the frozen objects are recorded, since ``gc.get_objects()`` no
+    longer lists them."""
     for obj in gc.get_objects():
         if type(obj) in (torch.Tensor, torch.nn.Parameter):
             st = obj.untyped_storage()

@@ -21,6 +21,7 @@ import statistics
 from typing import Any
 
 import torch
+import torch._dynamo  # noqa: F401  (torch.optim imports it anyway; freeze_startup freezes it)
 
 from jobs.lab import strategies
 from jobs.lab.census import LiveStorage, OpCensus, freeze_startup
