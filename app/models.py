@@ -32,6 +32,8 @@ class Entry(Base):
                  sqlite_where=sa.text("kind = 'week'")),
         sa.Index("ix_entry_date", "date", "id"),
         sa.Index("ix_entry_kind_date", "kind", "date"),
+        # the drafts alone (few): published counts are all counts less theirs (0010)
+        sa.Index("ix_entry_draft_week", "iso_week", sqlite_where=sa.text("status = 'draft'")),
         sa.CheckConstraint("kind IN ('entry', 'week')", name="ck_entry_kind"),
         sa.CheckConstraint("status IN ('draft', 'published')", name="ck_entry_status"),
     )

@@ -208,7 +208,7 @@ def test_migration_0009_counts_from_an_existing_notebook_and_goes_away_down(tmp_
                      "body_html, toc_html, tags, status, revision, created_at, updated_at) "
                      "VALUES (1, 'entry', '2024-01-01', '2024-W01', 'Old', 'old', '', '', "
                      "'', '', 'published', 1, '2024-01-01 00:00:00', '2024-01-01 00:00:00')")
-    assert upgrades.pending_migrations(db) == ["0009"]
+    assert upgrades.pending_migrations(db) == ["0010", "0009"]
     upgrades.upgrade(db, tmp_path / "backups")
     assert notebook_version(db) == 0
     with sqlite3.connect(db.sqlite_path) as conn:

@@ -143,6 +143,25 @@ def version(session: Session) -> int | None:
     return dbapi.execute(VERSION).fetchone()[0]
 
 
+# Published counts are every entry's counts less the drafts': counted directly, the
+# status filter read every entry's row (180 ms for the years at 100k entries) or looked
+# up each tagged entry (690 ms for the tags). Every entry's come from covering indexes,
+# the drafts' (few) from ix_entry_draft_week; the status is a literal, not a bound
+# parameter, or SQLite cannot tell that the partial index applies.
+_YEAR = sa.func.substr(Entry.iso_week, 1, 4)
+_DRAFT = Entry.status == sa.literal_column("'draft'")
+YEARS = sa.select(_YEAR, sa.func.count()).group_by(_YEAR)
+DRAFT_YEARS = YEARS.where(_DRAFT)
+TAGS = sa.select(EntryTag.tag, sa.func.count()).group_by(EntryTag.tag)
+# (IN, not a join: SQLite would walk every tag's rows to keep the GROUP BY's order)
+DRAFT_TAGS = TAGS.where(EntryTag.entry_id.in_(sa.select(Entry.id).where(_DRAFT)))
+
+
+def _less(counts: dict[str, int], drafts: dict[str, int]) -> dict[str, int]:
+    return {key: n - drafts.get(key, 0) for key, n in counts.items()
+            if n > drafts.get(key, 0)}
+
+
 def _counted(session: Session, key: tuple, count: Callable[[], list]) -> list:
     found = version(session)
     if found is None:
@@ -155,15 +174,13 @@ def _counted(session: Session, key: tuple, count: Callable[[], list]) -> list:
 
 
 def tag_counts(session: Session, *, include_drafts: bool = True) -> list[tuple[str, int]]:
-    """Tags with how many entries carry them; a tag only drafts carry is not shown to a
-    reader who may not see drafts."""
+    """Tags with how many entries carry them, most first; a tag only drafts carry is not
+    shown to a reader who may not see drafts."""
     def count() -> list[tuple[str, int]]:
-        query = (sa.select(EntryTag.tag, sa.func.count()).group_by(EntryTag.tag)
-                 .order_by(sa.func.count().desc(), EntryTag.tag))
+        counts = dict(session.execute(TAGS).all())
         if not include_drafts:
-            query = query.join(Entry, Entry.id == EntryTag.entry_id).where(
-                Entry.status == "published")
-        return [(t, n) for t, n in session.execute(query)]
+            counts = _less(counts, dict(session.execute(DRAFT_TAGS).all()))
+        return sorted(counts.items(), key=lambda tag_n: (-tag_n[1], tag_n[0]))
     return _counted(session, ("tags", include_drafts), count)
 
 
@@ -215,11 +232,10 @@ def tagged(session: Session, tag: str, *, limit: int | None = None, offset: int 
 def years(session: Session, *, include_drafts: bool = True) -> list[tuple[str, int]]:
     """ISO years that have entries, newest first, with how many each holds."""
     def count() -> list[tuple[str, int]]:
-        year = sa.func.substr(Entry.iso_week, 1, 4)
-        query = sa.select(year, sa.func.count()).group_by(year).order_by(year.desc())
+        counts = dict(session.execute(YEARS).all())
         if not include_drafts:
-            query = query.where(Entry.status == "published")
-        return [(y, n) for y, n in session.execute(query)]
+            counts = _less(counts, dict(session.execute(DRAFT_YEARS).all()))
+        return sorted(counts.items(), reverse=True)
     return _counted(session, ("years", include_drafts), count)
 
 
