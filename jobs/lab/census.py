@@ -158,11 +158,18 @@ def freeze_startup() -> None:
     torch._dynamo before this runs: torch.optim's first call would import it anyway).
     The tensors among the frozen objects are recorded, since ``gc.get_objects()`` no
     longer lists them."""
+    _FROZEN_STORAGE.update(_tensor_storages())
+    gc.freeze()
+
+
+def _tensor_storages() -> dict[int, Any]:
+    """id(storage) -> weak ref, for every tensor the collector lists (not frozen ones)."""
+    found = {}
     for obj in gc.get_objects():
         if type(obj) in (torch.Tensor, torch.nn.Parameter):
             st = obj.untyped_storage()
-            _FROZEN_STORAGE[id(st)] = weakref.ref(st)
-    gc.freeze()
+            found[id(st)] = weakref.ref(st)
+    return found
 
 
 class LiveStorage(TorchDispatchMode):
@@ -221,11 +228,7 @@ class LiveStorage(TorchDispatchMode):
             self.start_bytes = self.peak_bytes = self.current
 
     def __enter__(self) -> LiveStorage:
-        self._before.update(_FROZEN_STORAGE)
-        for obj in gc.get_objects():
-            if type(obj) in (torch.Tensor, torch.nn.Parameter):
-                st = obj.untyped_storage()
-                self._before[id(st)] = weakref.ref(st)
+        self._before = {**_FROZEN_STORAGE, **_tensor_storages()}
         original = torch.UntypedStorage.resize_
         meter = self
 
