@@ -32,6 +32,12 @@ def _db(app):
     return app.extensions["db"]
 
 
+def _migrated_db():
+    app = _app()
+    migrate(app)
+    return _db(app)
+
+
 def migrate(app) -> None:
     from app import upgrades
     from app.notebook import rerender
@@ -221,9 +227,7 @@ def import_cmd(folder: Path) -> None:
     Run it again after an interruption: what is in already is left as it is."""
     from app.notebook.transfer import import_folder
 
-    app = _app()
-    migrate(app)
-    report = import_folder(_db(app), folder, progress=_import_progress(time.monotonic()))
+    report = import_folder(_migrated_db(), folder, progress=_import_progress(time.monotonic()))
     click.echo(f"created {report.created}, updated {report.updated}, "
                f"unchanged {report.unchanged}, errors {len(report.errors)}, "
                f"skipped {len(report.skipped)} in {report.seconds:.1f} s "
@@ -260,9 +264,7 @@ def export_cmd(folder: Path) -> None:
     """Write every entry as a markdown file with front matter under FOLDER."""
     from app.notebook.transfer import export_folder
 
-    app = _app()
-    migrate(app)
-    click.echo(f"exported {export_folder(_db(app), folder)} entries to {folder}")
+    click.echo(f"exported {export_folder(_migrated_db(), folder)} entries to {folder}")
 
 
 @main.command("backup")
@@ -380,12 +382,6 @@ def token_revoke(name: str) -> None:
     except tokens.TokenError as exc:
         raise click.ClickException(str(exc)) from None
     click.echo(f"revoked {name}")
-
-
-def _migrated_db():
-    app = _app()
-    migrate(app)
-    return _db(app)
 
 
 if __name__ == "__main__":

@@ -15,10 +15,14 @@ class TokenError(ValueError):
     """A name already taken, or no token by that name."""
 
 
+def _named(session, name: str) -> Token | None:
+    return session.scalar(sa.select(Token).where(Token.name == name))
+
+
 def create(db, name: str, role: str) -> str:
     secret = new_token()
     with db.write() as session:
-        if session.scalar(sa.select(Token).where(Token.name == name)):
+        if _named(session, name):
             raise TokenError(f"a token named {name!r} exists; revoke it first")
         session.add(Token(name=name, role=role, token_hash=hash_token(secret)))
     return secret
@@ -29,7 +33,7 @@ def rotate(db, name: str, role: str) -> str:
     the previous one stops working."""
     secret = new_token()
     with db.write() as session:
-        row = session.scalar(sa.select(Token).where(Token.name == name))
+        row = _named(session, name)
         if row is None:
             session.add(Token(name=name, role=role, token_hash=hash_token(secret)))
         else:
@@ -39,17 +43,18 @@ def rotate(db, name: str, role: str) -> str:
 
 def listing(db) -> list[str]:
     """One line a token: name, role, state, last use (tab-separated), by name."""
+    lines = []
     with db.read() as session:
-        rows = session.scalars(sa.select(Token).order_by(Token.name))
-        return [f"{row.name}\t{row.role}\t"
-                f"{f'revoked {row.revoked_at:%Y-%m-%d}' if row.revoked_at else 'active'}\t"
-                f"last used {f'{row.last_used_at:%Y-%m-%d %H:%M}' if row.last_used_at else 'never'}"
-                for row in rows]
+        for row in session.scalars(sa.select(Token).order_by(Token.name)):
+            state = f"revoked {row.revoked_at:%Y-%m-%d}" if row.revoked_at else "active"
+            used = f"{row.last_used_at:%Y-%m-%d %H:%M}" if row.last_used_at else "never"
+            lines.append(f"{row.name}\t{row.role}\t{state}\tlast used {used}")
+    return lines
 
 
 def revoke(db, name: str) -> None:
     with db.write() as session:
-        row = session.scalar(sa.select(Token).where(Token.name == name))
+        row = _named(session, name)
         if row is None:
             raise TokenError(f"no token named {name!r}")
         row.revoked_at = row.revoked_at or utcnow()
