@@ -102,6 +102,14 @@ def at_revision(tmp_path: Path, revision: str) -> tuple[dbmod.Database, Callable
     return db, migrate
 
 
+# An entry row as an older notebook holds it, written straight into the table (sqlite3's
+# parameters: id, status), for the migration tests.
+OLD_ENTRY = ("INSERT INTO entry (id, kind, date, iso_week, title, slug, body_md, body_html, "
+             "toc_html, tags, status, revision, created_at, updated_at) VALUES (?, 'entry', "
+             "'2024-01-01', '2024-W01', 'Old', 'old', '', '', '', '', ?, 1, "
+             "'2024-01-01 00:00:00', '2024-01-01 00:00:00')")
+
+
 # -- rows ---------------------------------------------------------------------------------
 
 

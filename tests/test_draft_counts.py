@@ -10,7 +10,7 @@ import sqlite3
 
 from app.notebook import browse
 from app.notebook.browse import DRAFT_TAGS, DRAFT_YEARS
-from tests.helpers import AS_OWNER, AS_VIEWER, at_revision
+from tests.helpers import AS_OWNER, AS_VIEWER, OLD_ENTRY, at_revision, entry_form
 
 DIRECT_TAGS = ("SELECT entry_tag.tag, count(*) FROM entry_tag JOIN entry ON entry.id = "
                "entry_tag.entry_id WHERE entry.status = 'published' GROUP BY entry_tag.tag "
@@ -31,9 +31,7 @@ def counted(db, include_drafts: bool) -> tuple[list, list]:
 
 
 def save(client, **fields) -> int:
-    form = {"date": "2024-03-27", "title": "t", "tags": "", "status": "published",
-            "body": "b", **fields}
-    r = client.post("/entries/new", data=form, headers=AS_OWNER)
+    r = client.post("/entries/new", data=entry_form(**fields), headers=AS_OWNER)
     assert r.status_code == 303, r.text
     return int(r.location.split("/")[2])
 
@@ -56,9 +54,8 @@ def test_published_counts_are_the_published_entries_whatever_moves(served):
     assert "/tags/secret" not in viewer and "/tags/secret" in owner
 
     # published through the web: its tags and year count, the kept counts are not reused
-    r = client.post(f"/entries/{hidden}/edit", headers=AS_OWNER, data={
-        "date": "2024-03-27", "title": "t", "tags": "gpu secret", "status": "published",
-        "body": "b", "base_revision": "1"})
+    r = client.post(f"/entries/{hidden}/edit", headers=AS_OWNER,
+                    data={**entry_form(tags="gpu secret"), "base_revision": "1"})
     assert r.status_code == 303, r.text
     tags, years = counted(db, include_drafts=False)
     assert tags == direct(db, DIRECT_TAGS) == [("gpu", 3), ("pipeline", 1), ("secret", 1)]
@@ -92,12 +89,7 @@ def test_migration_0010_indexes_an_existing_notebooks_drafts_and_goes_away_down(
 
     db, migrate = at_revision(tmp_path, "0009")
     with sqlite3.connect(db.sqlite_path) as conn:  # a notebook as 0009 left it
-        for i, status in ((1, "draft"), (2, "published")):
-            conn.execute(
-                "INSERT INTO entry (id, kind, date, iso_week, title, slug, body_md, "
-                "body_html, toc_html, tags, status, revision, created_at, updated_at) "
-                f"VALUES ({i}, 'entry', '2024-01-01', '2024-W01', 'E', 'e', '', '', '', "
-                f"'', '{status}', 1, '2024-01-01 00:00:00', '2024-01-01 00:00:00')")
+        conn.executemany(OLD_ENTRY, [(1, "draft"), (2, "published")])
     assert upgrades.pending_migrations(db) == ["0010"]
     upgrades.upgrade(db, tmp_path / "backups")
     with sqlite3.connect(db.sqlite_path) as conn:

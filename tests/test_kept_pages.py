@@ -12,6 +12,7 @@ import sqlalchemy as sa
 
 from app.notebook import transfer
 from tests.helpers import (
+    OLD_ENTRY,
     OWNER,
     VIEWER,
     add_token,
@@ -204,10 +205,7 @@ def test_migration_0009_counts_from_an_existing_notebook_and_goes_away_down(tmp_
             return {r[0] for r in conn.execute("SELECT name FROM sqlite_master")}
 
     with sqlite3.connect(db.sqlite_path) as conn:  # a notebook as 0008 left it
-        conn.execute("INSERT INTO entry (id, kind, date, iso_week, title, slug, body_md, "
-                     "body_html, toc_html, tags, status, revision, created_at, updated_at) "
-                     "VALUES (1, 'entry', '2024-01-01', '2024-W01', 'Old', 'old', '', '', "
-                     "'', '', 'published', 1, '2024-01-01 00:00:00', '2024-01-01 00:00:00')")
+        conn.execute(OLD_ENTRY, (1, "published"))
     assert upgrades.pending_migrations(db) == ["0010", "0009"]
     upgrades.upgrade(db, tmp_path / "backups")
     assert notebook_version(db) == 0
