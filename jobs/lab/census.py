@@ -28,6 +28,7 @@ the caching allocator's ``max_memory_allocated`` says the same, and is used inst
 from __future__ import annotations
 
 import gc
+import sys
 import threading
 import weakref
 from collections import defaultdict
@@ -35,11 +36,19 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
-from torch.distributed.tensor import DTensor
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 aten = torch.ops.aten
+
+
+def is_dtensor(types: Any) -> bool:
+    """Whether any of the types is a DTensor. DTensor's module is looked up, not imported:
+    none can exist before something imports it, and importing it (with sympy) costs
+    about a second of CPU on every rank of a run whose strategies never use it."""
+    dtensor = sys.modules.get("torch.distributed.tensor")
+    return dtensor is not None and any(issubclass(t, dtensor.DTensor) for t in types)
+
 GEMMS = {aten.mm.default: "mm", aten.addmm.default: "addmm", aten.bmm.default: "bmm",
          aten.baddbmm.default: "baddbmm"}
 # collective operator -> kind: PyTorch's c10d operators (what torch.distributed calls) and
@@ -90,7 +99,16 @@ def _phase() -> dict[str, Any]:
             "bytes": 0, "dtensor_ops": 0}
 
 
-class OpCensus(TorchDispatchMode):
+class _Mode(TorchDispatchMode):
+    @classmethod
+    def _should_skip_dynamo(cls) -> bool:
+        """No: nothing the lab runs is compiled. Yes (PyTorch's default) wraps the mode's
+        __torch_dispatch__ in torch._disable_dynamo, whose first call imports torch._dynamo
+        - about 2 s of CPU, with sympy and inductor, on every rank."""
+        return False
+
+
+class OpCensus(_Mode):
     def __init__(self, phase_of: Callable[[], str] = lambda: "step") -> None:
         super().__init__()
         self.phase_of = phase_of
@@ -99,7 +117,7 @@ class OpCensus(TorchDispatchMode):
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
-        if any(issubclass(t, DTensor) for t in types):
+        if is_dtensor(types):
             self.phases[self.phase_of()]["dtensor_ops"] += 1
             return NotImplemented  # DTensor desugars, and the mode sees what it runs
         out = func(*args, **kwargs)
@@ -151,13 +169,12 @@ _FROZEN_STORAGE: dict[int, Any] = {}
 
 def freeze_startup() -> None:
     """Move every object alive now into the collector's permanent generation
-    (``gc.freeze``): torch, torch._dynamo and DTensor are some 280,000 objects that
-    live as long as the process, and the memory measurement walks the collector's
+    (``gc.freeze``): torch and the strategies' modules are some 100,000-280,000 objects
+    that live as long as the process, and the memory measurement walks the collector's
     objects (LiveStorage) and collects garbage (training.release) before each strategy,
-    0.1-0.15 s of CPU a time on every rank while they are there (training.py imports
-    torch._dynamo before this runs: torch.optim's first call would import it anyway).
-    The tensors among the frozen objects are recorded, since ``gc.get_objects()`` no
-    longer lists them."""
+    up to 0.15 s of CPU a time on every rank while they are there (training.run imports
+    its strategies' modules before this runs). The tensors among the frozen objects are
+    recorded, since ``gc.get_objects()`` no longer lists them."""
     _FROZEN_STORAGE.update(_tensor_storages())
     gc.freeze()
 
@@ -172,7 +189,7 @@ def _tensor_storages() -> dict[int, Any]:
     return found
 
 
-class LiveStorage(TorchDispatchMode):
+class LiveStorage(_Mode):
     """Bytes of tensor storage alive on CPU, and their peak, over a window: every storage
     an operator hands out is followed until it dies - through a weak reference, so that
     a storage freed by another thread counts too (gloo's workers drop what their
@@ -195,7 +212,7 @@ class LiveStorage(TorchDispatchMode):
         self._before: dict[int, Any] = {}  # id(storage) -> weak ref: alive before the window
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
-        if any(issubclass(t, DTensor) for t in types):
+        if is_dtensor(types):
             return NotImplemented  # the local tensors it runs on are what is allocated
         out = func(*args, **(kwargs or {}))
         for t in _tensors(out):

@@ -12,7 +12,10 @@ them at once (torch.optim.AdamW over fp32 masters would hold an fp32 copy of eve
 gradient during its step).
 
 ``update_shard`` is the same arithmetic on a flat slice, for ZeRO's hand-written stages;
-``adamw_`` matches torch.optim.AdamW's single-tensor update (a test checks it).
+``adamw_`` matches torch.optim.AdamW's single-tensor update and ``SGD`` torch.optim.SGD's
+(tests check both, bit for bit). The lab uses no torch.optim class of its own accord:
+constructing one imports torch._dynamo (``torch._disable_dynamo`` on add_param_group),
+about 2 s of CPU, and with it sympy and inductor, in every rank of every run.
 """
 
 from __future__ import annotations
@@ -30,8 +33,36 @@ STATE_KEYS = {"fp32_sgd": ("momentum_buffer",), "bf16_adamw": ("exp_avg", "exp_a
 DTYPES = {"fp32_sgd": torch.float32, "bf16_adamw": torch.bfloat16}
 
 
-def sgd(params: list[nn.Parameter]) -> torch.optim.Optimizer:
-    return torch.optim.SGD(params, lr=LR, momentum=MOMENTUM)
+class SGD:
+    """torch.optim.SGD(params, lr=LR, momentum=MOMENTUM): the same operators, in the
+    multi-tensor form (``torch._foreach_*``) torch.optim takes on CUDA (on CPU a foreach
+    operator is its single-tensor loop), and the state as torch.optim keeps it."""
+
+    def __init__(self, params: list[nn.Parameter]) -> None:
+        self.params = list(params)
+        self.state: dict[Any, dict[str, torch.Tensor]] = {}
+
+    def zero_grad(self, set_to_none: bool = True) -> None:
+        for p in self.params:
+            p.grad = None
+
+    @torch.no_grad()
+    def step(self) -> None:
+        live = [p for p in self.params if p.grad is not None]
+        for kind in dict.fromkeys(type(p) for p in live):  # one call per kind: DTensor or not
+            self._step([p for p in live if type(p) is kind])
+
+    def _step(self, params: list[nn.Parameter]) -> None:
+        seen = [p for p in params if p in self.state]
+        if seen:
+            bufs = [self.state[p]["momentum_buffer"] for p in seen]
+            torch._foreach_mul_(bufs, MOMENTUM)
+            torch._foreach_add_(bufs, [p.grad for p in seen])
+        for p in params:
+            if p not in self.state:  # the first step: the buffer is the gradient
+                self.state[p] = {"momentum_buffer": p.grad.detach().clone()}
+        torch._foreach_add_(params, [self.state[p]["momentum_buffer"] for p in params],
+                            alpha=-LR)
 
 
 @torch.no_grad()
@@ -69,7 +100,7 @@ class MasterAdamW:
 
 
 def make_optimizer(params: list[nn.Parameter], precision: str) -> Any:
-    return sgd(params) if precision == "fp32_sgd" else MasterAdamW(params)
+    return SGD(params) if precision == "fp32_sgd" else MasterAdamW(params)
 
 
 @torch.no_grad()

@@ -14,7 +14,7 @@ from jobs.lab import memorymodel
 from jobs.lab.census import LiveStorage
 from jobs.lab.instrument import SavedActivations
 from jobs.lab.model import ModelConfig, build_model, make_batch
-from jobs.lab.optim import adamw_, update_shard
+from jobs.lab.optim import SGD, adamw_, update_shard
 
 
 @pytest.mark.parametrize("kind", ["gpt", "mlp"])
@@ -79,6 +79,56 @@ def test_storage_frozen_at_start_up_is_still_alive_before_the_window():
                           text=True, timeout=120)
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "frozen ok" in proc.stdout
+
+
+def test_sgd_is_torch_sgd_bit_for_bit_and_leaves_out_what_has_no_gradient():
+    torch.manual_seed(0)
+    ws = [torch.randn(16, 8), torch.randn(8), torch.randn(3)]
+    mine = [torch.nn.Parameter(w.clone()) for w in ws]
+    ref = [torch.nn.Parameter(w.clone()) for w in ws]
+    opt, ref_opt = SGD(mine), torch.optim.SGD(ref, lr=0.05, momentum=0.9)
+    for step in range(4):
+        for i, (a, b) in enumerate(zip(mine, ref, strict=True)):
+            # the last parameter gets its first gradient only at the third step
+            g = None if i == 2 and step < 2 else torch.randn_like(a)
+            a.grad, b.grad = g, None if g is None else g.clone()
+        opt.step()
+        ref_opt.step()
+        assert all(torch.equal(a, b) for a, b in zip(mine, ref, strict=True))
+    assert all(torch.equal(opt.state[a]["momentum_buffer"], ref_opt.state[b]["momentum_buffer"])
+               for a, b in zip(mine, ref, strict=True))
+    opt.zero_grad()
+    assert all(p.grad is None for p in mine)
+
+
+LEAN = """
+import sys, torch
+from jobs.lab import strategies
+from jobs.lab.census import LiveStorage, OpCensus
+from jobs.lab.experiments import collectives, mfu, roofline, training
+from jobs.lab.optim import make_optimizer
+HAND = ["single", "dp_naive", "dp_bucket", "naive_mp", "gpipe", "1f1b", "tp_megatron",
+        "zero1", "zero2", "zero3", "interleaved_1f1b", "dp_tp", "dp_pp", "dp_pp_tp",
+        "recompute_full", "recompute_selective", "tp_sequence", "cp_ring", "ep_alltoall"]
+assert not any(strategies.get(name).builtin for name in HAND)
+model = torch.nn.Linear(8, 8)
+opt = make_optimizer(list(model.parameters()), "fp32_sgd")
+with OpCensus(), LiveStorage():
+    for _ in range(2):
+        model(torch.ones(2, 8)).sum().backward()
+        opt.step()
+print(sorted(m for m in ("torch._dynamo", "torch.distributed.tensor") if m in sys.modules))
+"""
+
+
+def test_a_run_of_hand_written_strategies_never_imports_dynamo():
+    """torch._dynamo costs ~2 s of CPU on every rank (with inductor and sympy): torch.optim's
+    constructor and a dispatch mode's default wrapper import it; the lab uses neither.
+    Only PyTorch's own strategies do (training.run imports it for them, before its freeze)."""
+    proc = subprocess.run([sys.executable, "-c", LEAN], cwd=ROOT, capture_output=True,
+                          text=True, timeout=120)
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.split("\n")[-2] == "['torch.distributed.tensor']"  # the TP modules'
 
 
 def test_adamw_is_torch_adamw_and_update_shard_keeps_bf16_weights_with_fp32_masters():

@@ -16,7 +16,7 @@ import torch
 
 from jobs.lab.experiments.probes import peak_for
 from jobs.lab.model import ModelConfig, build_model, loss_fn, make_batch
-from jobs.lab.optim import sgd
+from jobs.lab.optim import SGD
 from jobs.lab.runtime import Context
 
 
@@ -26,7 +26,7 @@ def run(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
                       dtype=params["dtype"], seed=params["seed"],
                       tie_head=params.get("tie_head", False))
     model = build_model(cfg, ctx.device)
-    opt = sgd(list(model.parameters()))
+    opt = SGD(list(model.parameters()))
     batch = make_batch(cfg, params["batch_size"]).to(ctx.device)
     loss_of = loss_fn("gpt")
     tokens = params["batch_size"] * cfg.seq_len

@@ -18,7 +18,6 @@ from collections.abc import Callable
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
-from torch.distributed.tensor import Replicate, distribute_tensor
 
 from jobs.lab import costmodel
 from jobs.lab.census import OpCensus
@@ -192,7 +191,10 @@ def tiny_step(ctx: Context, kind: str, precision: str) -> tuple[Callable[[], Non
 
 
 def dtensor_overhead(ctx: Context, iters: int = 50) -> float:
-    """What a DTensor-level operator costs beyond the local one it runs."""
+    """What a DTensor-level operator costs beyond the local one it runs (asked only
+    when a strategy uses DTensor, so DTensor is imported here, not with the module)."""
+    from torch.distributed.tensor import Replicate, distribute_tensor
+
     local = torch.ones(8, device=ctx.device)
     dt = distribute_tensor(local.clone(), ctx.mesh(), [Replicate()])
     dt.mul_(1.0)  # sharding propagation cached, as in every step but the first

@@ -21,7 +21,6 @@ import statistics
 from typing import Any
 
 import torch
-import torch._dynamo  # noqa: F401  (torch.optim imports it anyway; freeze_startup freezes it)
 
 from jobs.lab import strategies
 from jobs.lab.census import LiveStorage, OpCensus, freeze_startup
@@ -244,6 +243,10 @@ def finish(ctx: Context, state: dict, spec: TrainSpec, cal) -> dict:
 
 
 def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]:
+    # what the strategies import, imported before the freeze and so frozen with torch;
+    # PyTorch's own import torch._dynamo as they build (DDP, torch.optim, checkpoint)
+    if any(strategies.get(name).builtin for name in params["strategies"]):
+        import torch._dynamo  # noqa: F401
     freeze_startup()
     spec = spec_from(params)
     # bf16 compute differs from the reference by bf16 rounding, whatever the device

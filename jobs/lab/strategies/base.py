@@ -17,9 +17,9 @@ from typing import Any, ClassVar
 
 import torch
 from torch import nn
-from torch.distributed.tensor import DTensor
 
 from jobs.lab import costmodel, memorymodel, moecost
+from jobs.lab.census import is_dtensor
 from jobs.lab.model import Batch, ModelConfig
 from jobs.lab.optim import make_optimizer, state_of
 from jobs.lab.runtime import Context
@@ -75,7 +75,7 @@ class StepOut:
 def _full(t: torch.Tensor | None) -> torch.Tensor | None:
     """A DTensor (FSDP2, DTensor TP) gathered whole - a collective, so every rank asks in
     the same order."""
-    return t.full_tensor() if isinstance(t, DTensor) else t
+    return t.full_tensor() if t is not None and is_dtensor((type(t),)) else t
 
 
 def pieces_of(p: nn.Parameter, name: str, what: str, opt: Any, precision: str,
