@@ -14,7 +14,7 @@ from html import escape
 import feedparser
 import pytest
 
-from app.journal import card_training, cards, charts, lessons, posting
+from app.journal import card_training, cards, charts, lessons, posting, results
 from app.models import Run
 from app.notebook import atom
 from tests.helpers import OWNER, TAILNET_PEER, add_token, load
@@ -215,6 +215,18 @@ def test_for_feed_keeps_images_on_this_site():
 
 
 NAN, INF = float("nan"), float("inf")
+# As big as a result can be (the runner API refuses one over MAX_RESULT_BYTES; the test
+# below checks that it takes this one): 64 strategies, 64 ranks each, 1,000 steps each.
+BIGGEST = {"strategies": [{"strategy": f"s{i}", "correctness": {"passed": True},
+                           "step_time_s": {"median": 1e-3 * (i + 1)},
+                           "prediction": {"step_time_s": 1e-3, "terms_s": {"comm": 1e-3}},
+                           "memory": [{"rank": r, "peak": {"measured": 1e9, "predicted": 1e9},
+                                       "measured": {"params": 1e8, "total": 1e8},
+                                       "predicted": {"params": 1e8, "total": 1e8}}
+                                      for r in range(64)],
+                           "per_step": [{"step": k, "time_s": 1e-3, "loss": 1.0}
+                                        for k in range(1000)],
+                           "tokens_per_s": 1e308} for i in range(64)]}
 HOSTILE = [
     {"strategies": "not a list"},
     {"strategies": [None, 3, "x", [], {"strategy": None}]},
@@ -227,16 +239,7 @@ HOSTILE = [
                      "per_step": [1, {"step": "a", "time_s": None}, {"step": 1, "loss": INF}],
                      "bubble": {"measured_idle_fraction": "x"}, "extra": "x",
                      "tokens_per_s": -5, "ratios": None, "mfu": [1]}]},
-    {"strategies": [{"strategy": f"s{i}", "correctness": {"passed": True},
-                     "step_time_s": {"median": 1e-3 * (i + 1)},
-                     "prediction": {"step_time_s": 1e-3, "terms_s": {"comm": 1e-3}},
-                     "memory": [{"rank": r, "peak": {"measured": 1e9, "predicted": 1e9},
-                                 "measured": {"params": 1e8, "total": 1e8},
-                                 "predicted": {"params": 1e8, "total": 1e8}}
-                                for r in range(100)],
-                     "per_step": [{"step": k, "time_s": 1e-3, "loss": 1.0}
-                                  for k in range(5000)],
-                     "tokens_per_s": 1e308} for i in range(500)]},
+    BIGGEST,
     {"experiment": "collectives", "fits": {"all_reduce": {"alpha_s": -1, "busbw_Bps": 0},
                                            "x": None, "<b>": {"alpha_s": 1e-300,
                                                               "busbw_Bps": 1e308}},
@@ -255,6 +258,8 @@ HOSTILE = [
 
 @pytest.mark.parametrize("result", HOSTILE, ids=range(len(HOSTILE)))
 def test_a_card_renders_whatever_a_runner_sent(app, client, db, result):
+    if result is BIGGEST:
+        assert results.check_result(copy.deepcopy(result))  # a runner can send it
     with db.write() as session:
         run = Run(experiment="data_parallel", params={"world_size": 2}, status="SUCCEEDED",
                   result=result, environment={"device": "cpu"})
