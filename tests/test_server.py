@@ -78,14 +78,25 @@ def test_concurrent_writers_all_land(live_server):
 # -- serve mode, through the real web -----------------------------------------------------
 
 
-@pytest.fixture
-def serve_web(data_dir):
+def _serve_web(data_dir):
     server = WebServer(data_dir, COMMONPLACE_AUTH="serve", COMMONPLACE_OWNERS=OWNER,
                        COMMONPLACE_VIEWERS=VIEWER, COMMONPLACE_HOSTS="notes.tail1234.ts.net")
     try:
         yield server
     finally:
         server.close()
+
+
+@pytest.fixture
+def serve_web(data_dir):
+    yield from _serve_web(data_dir)
+
+
+@pytest.fixture(scope="module")
+def knocked_web(tmp_path_factory):
+    """One serve-mode web for the tests that only knock at the TCP door: everything they
+    send is refused, so none changes what the next one finds."""
+    yield from _serve_web(tmp_path_factory.mktemp("data"))
 
 
 def test_real_server_serve_mode(serve_web):
@@ -126,22 +137,23 @@ def test_real_server_serve_mode(serve_web):
     assert stat.S_IMODE(os.stat(server.socket_path).st_mode) & 0o077 == 0
 
 
-@pytest.mark.parametrize("headers", [
+@pytest.mark.parametrize("n, headers", enumerate([
     AS_OWNER,  # what any local process, or a runner sharing the web's loopback, can type
     as_serve_sends(OWNER),  # serve's full set of headers, forged
     as_serve_sends(OWNER, host="127.0.0.1"),
-])
-def test_identity_headers_on_the_tcp_address_are_nobody(serve_web, headers):
+]))
+def test_identity_headers_on_the_tcp_address_are_nobody(knocked_web, n, headers):
     """Runners, scripts and every process on the machine reach the TCP address; none of
     them is anybody by typing serve's headers there, and nothing forwarded is believed."""
-    status, _, body = fetch(serve_web.base + "/api/v1/entries?door=tcp", headers=headers)
+    path = f"/api/v1/entries?door=tcp{n}"
+    status, _, body = fetch(knocked_web.base + path, headers=headers)
     assert status == 403
     assert "COMMONPLACE_SERVE_SOCKET" in json.loads(body)["error"]["message"]
     # the access log says who the web took the caller for: nobody, whatever was claimed
-    line = wait_for_log_line(serve_web, "/api/v1/entries?door=tcp")
+    line = wait_for_log_line(knocked_web, path + " ")
     assert "user=- " in line and OWNER not in line
     # nor does X-Forwarded-Host name a trusted host for a rebound page here
-    status, _, _ = fetch(serve_web.base + "/healthz", headers={
+    status, _, _ = fetch(knocked_web.base + "/healthz", headers={
         "Host": "evil.example", "X-Forwarded-Host": "notes.tail1234.ts.net"})
     assert status == 400
 
@@ -176,7 +188,7 @@ def test_a_runner_sharing_the_loopback_is_only_a_runner(serve_web, data_dir):
     assert json.loads(body)["entries"] == []
 
 
-def test_a_raw_tcp_forward_brings_no_identity(serve_web):
+def test_a_raw_tcp_forward_brings_no_identity(knocked_web):
     """`tailscale serve --tcp`, `ssh -L` or socat forwarding bytes to the web's port: the
     web sees a local TCP client, whatever headers travel inside."""
     listener = socket.create_server(("127.0.0.1", 0))
@@ -184,7 +196,7 @@ def test_a_raw_tcp_forward_brings_no_identity(serve_web):
 
     def forward():  # one connection, both ways, until either side closes
         client, _ = listener.accept()
-        with client, socket.create_connection(("127.0.0.1", serve_web.port)) as upstream:
+        with client, socket.create_connection(("127.0.0.1", knocked_web.port)) as upstream:
             def pump(src, dst):
                 while data := src.recv(65536):
                     dst.sendall(data)
