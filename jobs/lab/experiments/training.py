@@ -245,7 +245,8 @@ def finish(ctx: Context, state: dict, spec: TrainSpec, cal) -> dict:
 def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]:
     # what the strategies import, imported before the freeze and so frozen with torch;
     # PyTorch's own import torch._dynamo as they build (DDP, torch.optim, checkpoint)
-    if any(strategies.get(name).builtin for name in params["strategies"]):
+    classes = [strategies.get(name) for name in params["strategies"]]
+    if any(cls.builtin for cls in classes):
         import torch._dynamo  # noqa: F401
     freeze_startup()
     spec = spec_from(params)
