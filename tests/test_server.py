@@ -137,11 +137,11 @@ def test_real_server_serve_mode(serve_web):
     assert stat.S_IMODE(os.stat(server.socket_path).st_mode) & 0o077 == 0
 
 
-@pytest.mark.parametrize("n, headers", enumerate([
+@pytest.mark.parametrize("n, headers", list(enumerate([
     AS_OWNER,  # what any local process, or a runner sharing the web's loopback, can type
     as_serve_sends(OWNER),  # serve's full set of headers, forged
     as_serve_sends(OWNER, host="127.0.0.1"),
-]))
+])))
 def test_identity_headers_on_the_tcp_address_are_nobody(knocked_web, n, headers):
     """Runners, scripts and every process on the machine reach the TCP address; none of
     them is anybody by typing serve's headers there, and nothing forwarded is believed."""
