@@ -259,7 +259,7 @@ HOSTILE = [
 @pytest.mark.parametrize("result", HOSTILE, ids=range(len(HOSTILE)))
 def test_a_card_renders_whatever_a_runner_sent(app, client, db, result):
     if result is BIGGEST:
-        assert results.check_result(copy.deepcopy(result))  # a runner can send it
+        assert results.check_result(result)  # a runner can send it (it reads, never changes)
     with db.write() as session:
         run = Run(experiment="data_parallel", params={"world_size": 2}, status="SUCCEEDED",
                   result=result, environment={"device": "cpu"})
