@@ -27,15 +27,14 @@ def create_app(config: dict | None = None) -> Flask:
     # Imported here, not at the top: the layers below import `app.*` modules, and the
     # package's __init__ must not pull the whole web layer (or Flask: the terminal client
     # `cpl` lives in app/ too and starts on every keystroke-sized command) into each of them.
-    from flask import Flask
-
     from app import db
     from app.config import from_environment
     from app.journal import cards
     from app.notebook import embeds
+    from app.web import WebApp
     from app.web import init_app as init_web
 
-    app = Flask(__name__, template_folder=str(ROOT / "templates"))
+    app = WebApp(__name__, template_folder=str(ROOT / "templates"))
     app.config.update(from_environment())
     app.config.update(config or {})
     Path(app.config["DATA_DIR"]).mkdir(parents=True, exist_ok=True)

@@ -130,6 +130,20 @@ def test_entry_page_shows_tags_toc_neighbours_and_backlinks(client):
     assert f'href="/entries/{target}/delete"' in page
 
 
+def test_backlinks_name_each_source_its_day_and_context_escaped(client):
+    # The entry page and the letter share one list (_macros.html backlinks_section), made
+    # from (address, title, day, context) lines: every part escaped, drafts only for owners.
+    hub = create_entry(client, title="Hub", date="2024-03-26", body="x")
+    source = create_entry(client, title="<b>Bold</b> claim", date="2024-03-28",
+                          body=f"See [[Hub]] & [[{THIS_WEEK}]] <i>too</i>.")
+    source_url = client.get(f"/entries/{source}").location
+    for page in (client.get(f"/entries/{hub}/hub").text, client.get(f"/weeks/{THIS_WEEK}").text):
+        section = page.split('<section class="backlinks"')[1].split("</section>")[0]
+        assert f'<a href="{source_url}">&lt;b&gt;Bold&lt;/b&gt; claim</a>' in section
+        assert '<span class="meta">Thu 28 Mar 2024</span>' in section
+        assert "<blockquote>" in section and "&amp;" in section and "<i>" not in section
+
+
 def test_stored_html_is_shown_not_re_rendered(client, db):
     entry_id = create_entry(client, title="Stored", body="original **bold**")
     with db.write() as session:  # if the page rendered on view, this would not show

@@ -56,3 +56,17 @@ def test_publishing_the_draft_makes_its_links_live_for_viewers(served):
           json={"status": "published", "base_revision": secret["revision"]})
     html = viewer("get", f"/api/v1/entries/{public['id']}").get_json()["html"]
     assert 'class="wikilink"' in html and "wikilink missing\">Secret" not in html
+
+
+def test_a_draft_that_links_to_a_page_is_in_its_backlinks_for_owners_only(served):
+    owner, viewer = served.as_user(OWNER), served.as_user(VIEWER)
+    public = owner("post", "/api/v1/entries", json={"title": "Open hub", "body": "x"}).get_json()
+    owner("post", "/api/v1/entries", json={"title": "Hidden source", "status": "draft",
+                                           "body": "Builds on [[Open hub]] quietly."})
+    owner("post", "/api/v1/entries", json={"title": "Shown source",
+                                           "body": "Cites [[Open hub]] openly."})
+    seen_by_owner = owner("get", public["url"]).text
+    seen_by_viewer = viewer("get", public["url"]).text
+    assert "Hidden source" in seen_by_owner and "Builds on Open hub quietly." in seen_by_owner
+    assert "Shown source" in seen_by_viewer and "Cites Open hub openly." in seen_by_viewer
+    assert "Hidden source" not in seen_by_viewer and "quietly" not in seen_by_viewer

@@ -12,9 +12,43 @@ Views are thin: parse, call the journal or the notebook, render or answer JSON.
 """
 
 from flask import Flask
+from flask.templating import Environment
 
 from app import errors
 from app.web import api, auth, hardening, pages, runner_api
+
+
+class PageEnvironment(Environment):
+    """Flask's Jinja environment, with each template's globals a plain dict. Jinja's own is
+    a ChainMap over the environment's globals, which every render copies twice, key by key
+    in Python (the context's parent and its set of global names): ~200 of the entry page's
+    ~2,400 calls (sys.setprofile, bench/web.py's 10k notebook). The copy is taken when a
+    template is first loaded, and every global is registered before that, in create_app
+    (Jinja's docs: "avoid modifying any globals after a template is loaded")."""
+
+    def make_globals(self, d: dict | None) -> dict:
+        return {**self.globals, **(d or {})}
+
+
+class WebApp(Flask):
+    """Flask with two answers kept that it would otherwise work out on every request."""
+
+    jinja_environment = PageEnvironment
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self._synced: dict = {}
+
+    def ensure_sync(self, func):
+        """Flask asks this of every hook and the view on each request, and its answer
+        (inspect's checks for a coroutine function) never changes for a function."""
+        try:
+            return self._synced[func]
+        except KeyError:
+            synced = self._synced[func] = super().ensure_sync(func)
+            return synced
+        except TypeError:  # an unhashable callable
+            return super().ensure_sync(func)
 
 
 def init_app(app: Flask) -> None:

@@ -242,7 +242,9 @@ def identify() -> Identity | None:
         if identity is None:
             raise Denied(401, "unknown or revoked token")
         return identity
-    feed_token = request.args.get("token")
+    # `in` first: MultiDict.get raises and catches an exception for a missing key, and
+    # this runs on every request.
+    feed_token = request.args["token"] if "token" in request.args else None
     if feed_token and request.endpoint in FEED_ENDPOINTS:
         # Feed readers cannot send headers; a feed token rides in the URL, for the feed
         # and its images only (a URL ends up in logs and histories, so no other role is

@@ -70,10 +70,10 @@ def page_url(endpoint: str, **values) -> str:
     if endpoint.startswith(".") or any(k.startswith("_") for k in values):
         return url_for(endpoint, **values)
     try:
-        key = (request.script_root if request else "", endpoint, *sorted(values.items()))
+        key = (request.script_root, endpoint, *sorted(values.items()))
         cache = current_app.extensions.setdefault("page_urls", {})
         return cache[key]
-    except TypeError:  # an unhashable value
+    except (TypeError, RuntimeError):  # an unhashable value; no request (a CLI, a job)
         return url_for(endpoint, **values)
     except KeyError:
         if len(cache) >= URL_CACHE_SIZE:
@@ -109,7 +109,7 @@ def site_links(week: str) -> dict[str, str]:
     return kept[key]
 
 
-def nav_section() -> str:
+def nav_section(week: str) -> str:
     """The item of the header's menu that the page belongs to ("" for none): one place,
     so a page shown after a form error (a POST's endpoint) still marks its own item."""
     endpoint = request.endpoint or ""
@@ -122,23 +122,26 @@ def nav_section() -> str:
         return "calculator"
     if endpoint.startswith("experiments."):
         return "runs"
-    if endpoint == "notes.week" and (request.view_args or {}).get("week") == current_week():
+    if endpoint == "notes.week" and (request.view_args or {}).get("week") == week:
         return "week"
     return {"notes.home": "home", "notes.sitemap": "sitemap", "notes.tag": "sitemap"}.get(
         endpoint, "")
 
 
-def site_chrome(part: str) -> Markup:
-    """base.html's header or footer (templates/_site.html). A page's chrome depends only
-    on the links (mount point and week), which menu item is the page's, whether it has its
-    own search box and who reads it, so each variant is rendered once and kept: the loop
-    over the menu and its escapes were most of base.html's time on every page."""
+def site_chrome(week: str, writer: bool, identity, part: str) -> Markup:
+    """base.html's head links, header or footer (templates/_site.html). A page's chrome
+    depends only on the links (mount point and week), which menu item is the page's,
+    whether it has its own search box and who reads it, so each variant is rendered once
+    and kept: the loop over the menu and its escapes were most of base.html's time on
+    every page. The week and the reader come from the page's context (_page_context),
+    worked out once a request."""
     if part == "header":
-        variant = (nav_section(), request.endpoint != "notes.search_page", can_write())
+        variant = (nav_section(week), request.endpoint != "notes.search_page", writer)
+    elif part == "footer":
+        variant = (identity.login if identity else "", writer)
     else:
-        identity = g.get("identity")
-        variant = (identity.login if identity else "", can_write())
-    return _chrome(current_app.jinja_env, part, request.script_root, current_week(), variant)
+        variant = ()
+    return _chrome(current_app.jinja_env, part, request.script_root, week, variant)
 
 
 @functools.lru_cache(maxsize=256)
@@ -149,9 +152,10 @@ def _chrome(env: Environment, part: str, script_root: str, week: str, variant: t
 
 @bp.app_context_processor
 def _page_context() -> dict:
-    week = current_week()
-    return {"can_write": can_write(), "identity": g.get("identity"), "this_week": week,
-            "site": site_links(week), "asset_url": asset_url, "site_chrome": site_chrome}
+    week, writer, identity = current_week(), can_write(), g.get("identity")
+    return {"can_write": writer, "identity": identity, "this_week": week,
+            "site": site_links(week), "asset_url": asset_url,
+            "site_chrome": functools.partial(site_chrome, week, writer, identity)}
 
 
 # Globals rather than context: imported macros do not see a template's context.
@@ -179,6 +183,15 @@ def _line(env: Environment, entry: EntryRow, show_date: bool) -> Markup:
 
 
 bp.add_app_template_global(listed_lines, "listed_lines")
+
+
+def backlink_lines(session, entry: EntryRow) -> list[tuple[str, str, str, str]]:
+    """What a page shows of each link to the entry that the reader may see: (address,
+    title, day, context), templates/notes/_macros.html `backlinks`. Made here rather than
+    in the template's loop, whose attribute lookups and calls cost ~30 Python calls a line
+    (a hub entry has dozens; a random entry of the 100k notebook of bench/web.py, 15)."""
+    return [(entries.entry_url(b.source), b.source.title, _longdate(b.source.date), b.context)
+            for b in browse.backlinks(session, entry) if visible(b.source)]
 
 
 @bp.app_template_filter("localtime")
@@ -222,9 +235,8 @@ def entry(entry_id: int, slug: str | None = None):
         return redirect(entries.entry_url(item))
     session = get_session()
     prev, nxt = browse.neighbours(session, item, include_drafts=can_write())
-    backlinks = [b for b in browse.backlinks(session, item) if visible(b.source)]
     return render_template("notes/entry.html", entry=item, prev=prev, next=nxt,
-                           backlinks=backlinks)
+                           backlinks=backlink_lines(session, item))
 
 
 def week_or_404(week: str) -> str:
@@ -245,8 +257,7 @@ def week(week: str):
     if letter is not None and not visible(letter):
         letter = None
     items = [e for e in letters.week_entries(session, week) if visible(e)]
-    backlinks = ([b for b in browse.backlinks(session, letter) if visible(b.source)]
-                 if letter else [])
+    backlinks = backlink_lines(session, letter) if letter else []
     monday, sunday = isoweeks.week_bounds(week)
     return render_template(
         "notes/week.html", week=week, letter=letter, items=items, backlinks=backlinks,
