@@ -28,8 +28,11 @@ from werkzeug.middleware.proxy_fix import ProxyFix
 SERVE_DOOR = "commonplace.serve_door"  # environ: True when the request came by serve's socket
 # Headers only a proxy adds. serve sets X-Forwarded-* and Tailscale-*; other proxies use
 # Forwarded, X-Real-Ip or Via. A client can add them too, but then it speaks as a proxy.
-PROXY_HEADER_PREFIXES = ("x-forwarded-", "tailscale-")
-PROXY_HEADERS = ("forwarded", "x-real-ip", "via")
+# As the WSGI environ names them (HTTP_ and the name upper-cased, "-" as "_"): the headers
+# are read there, not through request.headers, whose iteration rebuilds every name in
+# Python, on every request of dev mode.
+PROXY_HEADER_PREFIXES = ("HTTP_X_FORWARDED_", "HTTP_TAILSCALE_")
+PROXY_HEADERS = ("HTTP_FORWARDED", "HTTP_X_REAL_IP", "HTTP_VIA")
 
 
 @functools.lru_cache(maxsize=1024)  # asked on every request, of the same few peers
@@ -108,8 +111,5 @@ def local_address() -> str | None:
 
 def came_through_proxy() -> bool:
     """Whether the request carries headers that only a proxy adds."""
-    for name in request.headers.keys():
-        lowered = name.lower()
-        if lowered in PROXY_HEADERS or lowered.startswith(PROXY_HEADER_PREFIXES):
-            return True
-    return False
+    return any(key in PROXY_HEADERS or key.startswith(PROXY_HEADER_PREFIXES)
+               for key in request.environ if key.startswith("HTTP_"))
