@@ -86,10 +86,18 @@ def _redact(value):
     return SECRET_RE.sub(lambda m: (m.group(1) or "") + "REDACTED", value)
 
 
+# Only what the line prints is redacted: gunicorn's atoms hold every request and response
+# header and every environ value (about 70), and a regex over each of them was ~5% of a
+# page's CPU in the worker (py-spy --gil, bench/web.py's entry page).
+LOGGED_ATOMS = frozenset(re.findall(r"%\(([^)]+)\)s", access_log_format))
+
+
 class RedactingLogger(Logger):
     def atoms(self, resp, req, environ, request_time):
         atoms = super().atoms(resp, req, environ, request_time)
-        return {key: _redact(value) for key, value in atoms.items()}
+        for key in LOGGED_ATOMS & atoms.keys():
+            atoms[key] = _redact(atoms[key])
+        return atoms
 
 
 logger_class = RedactingLogger

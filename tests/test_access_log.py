@@ -17,7 +17,8 @@ def test_tokens_never_reach_the_access_log(data_dir):
         status, _, _ = server.via_serve(  # the owner, through serve's socket
             "/search?q=x&token=cp_owner_secret_abcdefghij",
             {**as_serve_sends("o@x.test"),
-             "Referer": f"{server.base}/feed.atom?token={FEED_TOKEN}"})
+             "Referer": f"{server.base}/feed.atom?token={FEED_TOKEN}",
+             "User-Agent": f"reader/1.0 (token={FEED_TOKEN})"})
         assert status == 200
         deadline = time.monotonic() + 10
         while time.monotonic() < deadline and "/search" not in server.log_path.read_text():
@@ -27,3 +28,4 @@ def test_tokens_never_reach_the_access_log(data_dir):
     log = server.log_path.read_text()
     assert "/feed.atom?token=REDACTED" in log and "/search?q=x&token=REDACTED" in log
     assert FEED_TOKEN not in log and "cp_owner_secret" not in log
+    assert '"reader/1.0 (token=REDACTED)"' in log  # the user agent, printed, redacted
