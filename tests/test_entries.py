@@ -105,6 +105,26 @@ def test_wiki_links_resolve_and_feed_backlinks_with_context(db):
         assert [b.source.id for b in browse.backlinks(session, letter)] == [source.id]
 
 
+def test_a_hubs_newest_backlinks_and_how_many_there_are(db):
+    hub = create(db, title="Hub", date="2024-01-01")
+    older = create(db, title="Older", date="2024-02-01", body="[[Hub]] once, [[Hub]] twice")
+    newer = create(db, title="Newer", date="2024-03-01", body="[[Hub]] and [[2024-01-01]]")
+    draft = create(db, title="Draft", date="2024-04-01", body="[[Hub]]", status="draft")
+    with db.read() as session:
+        def newest(shown, drafts):
+            found, total = browse.newest_backlinks(session, hub, shown, include_drafts=drafts)
+            return [b.source.id for b in found], total
+
+        assert newest(10, True) == ([draft.id, newer.id, older.id], 3)
+        assert newest(2, True) == ([draft.id, newer.id], 3)
+        assert newest(1, False) == ([newer.id], 2)  # a viewer counts no draft either
+        assert newest(2, False) == ([newer.id, older.id], 2)
+        # each source once, with its first link's context, as browse.backlinks gives them
+        found, _ = browse.newest_backlinks(session, hub, 10, include_drafts=True)
+        assert [(b.source.id, b.context) for b in found] == [
+            (b.source.id, b.context) for b in browse.backlinks(session, hub)]
+
+
 def test_renaming_a_target_turns_links_to_it_missing(db):
     create(db, title="Source", body="[[Target]]")
     target = create(db, title="Target", date="2024-03-28")

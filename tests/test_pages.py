@@ -144,6 +144,26 @@ def test_backlinks_name_each_source_its_day_and_context_escaped(client):
         assert "<blockquote>" in section and "&amp;" in section and "<i>" not in section
 
 
+def test_a_hubs_page_shows_its_newest_backlinks_and_all_of_them_on_request(client,
+                                                                          monkeypatch):
+    from app.web.pages import reading
+
+    monkeypatch.setattr(reading, "BACKLINKS_SHOWN", 2)  # instead of writing 101 entries
+    hub = create_entry(client, title="Hub", date="2024-01-01", body="x")
+    for day in ("2024-02-01", "2024-03-01", "2024-04-01"):
+        create_entry(client, title=f"Cites {day}", date=day, body="[[Hub]]")
+    def backlinks(url):
+        return client.get(url).text.split('<section class="backlinks"')[1].split("</section>")[0]
+
+    newest = backlinks(f"/entries/{hub}/hub")
+    assert "Cites 2024-04-01" in newest and "Cites 2024-03-01" in newest
+    assert "Cites 2024-02-01" not in newest
+    assert 'The newest 2 of 3 entries. <a href="?backlinks=all#backlinks">Show all 3</a>' in newest
+    everything = backlinks(f"/entries/{hub}/hub?backlinks=all")
+    assert all(f"Cites {day}" in everything for day in ("2024-02-01", "2024-03-01", "2024-04-01"))
+    assert "The newest" not in everything
+
+
 def test_stored_html_is_shown_not_re_rendered(client, db):
     entry_id = create_entry(client, title="Stored", body="original **bold**")
     with db.write() as session:  # if the page rendered on view, this would not show

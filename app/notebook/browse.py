@@ -43,19 +43,35 @@ class Backlink:
     context: str
 
 
-# Built once (every entry page runs it): sources of links to any of an entry's keys, as
-# rows (app/notebook/entry_rows.py): a backlink shows a title, not the text.
-BACKLINKS = Prepared(
-    sa.select(*LISTED, Link.context)
-    .join(Link, Link.source_id == Entry.id)
-    .where(Link.target_key.in_(sa.bindparam("keys", expanding=True)),
-           Entry.id != sa.bindparam("id"))
-    .order_by(Entry.date.desc(), Entry.id.desc())
-)
+def _backlinks_query(published_only: bool, limited: bool) -> sa.Select:
+    """Sources of links to any of an entry's keys, newest first, as rows
+    (app/notebook/entry_rows.py): a backlink shows a title, not the text."""
+    query = (sa.select(*LISTED, Link.context)
+             .join(Link, Link.source_id == Entry.id)
+             .where(Link.target_key.in_(sa.bindparam("keys", expanding=True)),
+                    Entry.id != sa.bindparam("id"))
+             .order_by(Entry.date.desc(), Entry.id.desc(), Link.id))
+    if published_only:
+        query = query.where(Entry.status == "published")
+    return query.limit(sa.bindparam("limit")) if limited else query
 
 
-def backlinks(session: Session, entry: Entry | EntryRow) -> list[Backlink]:
-    found = BACKLINKS.run(session, {"keys": sorted(keys_of(entry)), "id": entry.id})
+def _backlink_count_query(published_only: bool) -> sa.Select:
+    query = (sa.select(sa.func.count(sa.distinct(Link.source_id)).label("sources"))
+             .join(Entry, Link.source_id == Entry.id)
+             .where(Link.target_key.in_(sa.bindparam("keys", expanding=True)),
+                    Link.source_id != sa.bindparam("id")))
+    return query.where(Entry.status == "published") if published_only else query
+
+
+# Built once: every entry page and letter runs them (keyed by published_only).
+BACKLINKS = Prepared(_backlinks_query(False, limited=False))
+NEWEST_BACKLINKS = {p: Prepared(_backlinks_query(p, limited=True)) for p in (False, True)}
+BACKLINK_COUNT = {p: Prepared(_backlink_count_query(p)) for p in (False, True)}
+
+
+def _by_source(found: list) -> list[Backlink]:
+    """One backlink per source, with its first link's context."""
     seen: set[int] = set()
     result = []
     for *source, context in found:
@@ -63,6 +79,25 @@ def backlinks(session: Session, entry: Entry | EntryRow) -> list[Backlink]:
             seen.add(source[0])
             result.append(Backlink(EntryRow(*source), context))
     return result
+
+
+def backlinks(session: Session, entry: Entry | EntryRow) -> list[Backlink]:
+    """Every entry linking to `entry`, drafts included, newest first."""
+    return _by_source(BACKLINKS.run(session, {"keys": sorted(keys_of(entry)), "id": entry.id}))
+
+
+def newest_backlinks(session: Session, entry: Entry | EntryRow, shown: int, *,
+                     include_drafts: bool) -> tuple[list[Backlink], int]:
+    """At most the newest `shown` entries linking to `entry`, and how many link to it in
+    all. A hub (a page every weekly letter of ten years links to) has hundreds: its
+    page shows as many lines as any other's and counts the rest in one index scan."""
+    params = {"keys": sorted(keys_of(entry)), "id": entry.id, "limit": shown + 1}
+    found = NEWEST_BACKLINKS[not include_drafts].run(session, params)
+    sources = _by_source(found)
+    if len(found) <= shown:  # every link was read
+        return sources, len(sources)
+    del params["limit"]
+    return sources[:shown], BACKLINK_COUNT[not include_drafts].run(session, params)[0][0]
 
 
 def _neighbour_query(direction: str, published_only: bool) -> sa.Select:

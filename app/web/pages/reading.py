@@ -185,13 +185,19 @@ def _line(env: Environment, entry: EntryRow, show_date: bool) -> Markup:
 bp.add_app_template_global(listed_lines, "listed_lines")
 
 
-def backlink_lines(session, entry: EntryRow) -> list[tuple[str, str, str, str]]:
-    """What a page shows of each link to the entry that the reader may see: (address,
-    title, day, context), templates/notes/_macros.html `backlinks`. Made here rather than
-    in the template's loop, whose attribute lookups and calls cost ~30 Python calls a line
-    (a hub entry has dozens; a random entry of the 100k notebook of bench/web.py, 15)."""
+BACKLINKS_SHOWN = 100  # the newest; ?backlinks=all shows every one
+
+
+def backlink_lines(session, entry: EntryRow) -> tuple[list[tuple[str, str, str, str]], int]:
+    """What a page shows of the entries linking to `entry` that the reader may see: lines
+    of (address, title, day, context), templates/notes/_macros.html `backlinks_section`,
+    and how many there are in all. Made here rather than in the template's loop, whose
+    attribute lookups and calls cost ~30 Python calls a line."""
+    everything = "all" in request.args.getlist("backlinks")  # .get raises inside if absent
+    found, total = browse.newest_backlinks(
+        session, entry, 10**9 if everything else BACKLINKS_SHOWN, include_drafts=can_write())
     return [(entries.entry_url(b.source), b.source.title, _longdate(b.source.date), b.context)
-            for b in browse.backlinks(session, entry) if visible(b.source)]
+            for b in found], total
 
 
 @bp.app_template_filter("localtime")
@@ -235,8 +241,9 @@ def entry(entry_id: int, slug: str | None = None):
         return redirect(entries.entry_url(item))
     session = get_session()
     prev, nxt = browse.neighbours(session, item, include_drafts=can_write())
+    backlinks, linked = backlink_lines(session, item)
     return render_template("notes/entry.html", entry=item, prev=prev, next=nxt,
-                           backlinks=backlink_lines(session, item))
+                           backlinks=backlinks, linked=linked)
 
 
 def week_or_404(week: str) -> str:
@@ -257,11 +264,11 @@ def week(week: str):
     if letter is not None and not visible(letter):
         letter = None
     items = [e for e in letters.week_entries(session, week) if visible(e)]
-    backlinks = backlink_lines(session, letter) if letter else []
+    backlinks, linked = backlink_lines(session, letter) if letter else ([], 0)
     monday, sunday = isoweeks.week_bounds(week)
     return render_template(
         "notes/week.html", week=week, letter=letter, items=items, backlinks=backlinks,
-        monday=monday, sunday=sunday, prev_week=isoweeks.shift_week(week, -7),
+        linked=linked, monday=monday, sunday=sunday, prev_week=isoweeks.shift_week(week, -7),
         next_week=isoweeks.shift_week(week, 7), is_current=week == current_week(),
     )
 
