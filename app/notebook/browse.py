@@ -43,57 +43,62 @@ class Backlink:
     context: str
 
 
-def _backlinks_query(published_only: bool, limited: bool) -> sa.Select:
-    """Sources of links to any of an entry's keys, newest first, as rows
-    (app/notebook/entry_rows.py): a backlink shows a title, not the text."""
-    query = (sa.select(*LISTED, Link.context)
-             .join(Link, Link.source_id == Entry.id)
-             .where(Link.target_key.in_(sa.bindparam("keys", expanding=True)),
-                    Entry.id != sa.bindparam("id"))
-             .order_by(Entry.date.desc(), Entry.id.desc(), Link.id))
-    if published_only:
-        query = query.where(Entry.status == "published")
-    return query.limit(sa.bindparam("limit")) if limited else query
+_LINKED_TO = (Link.target_key.in_(sa.bindparam("keys", expanding=True)),
+              Link.source_id != sa.bindparam("id"))  # any of an entry's keys, not itself
+_NEWEST_FIRST = (Entry.date.desc(), Entry.id.desc(), Link.id)
 
 
-def _backlink_count_query(published_only: bool) -> sa.Select:
-    query = (sa.select(sa.func.count(sa.distinct(Link.source_id)).label("sources"))
-             .join(Entry, Link.source_id == Entry.id)
-             .where(Link.target_key.in_(sa.bindparam("keys", expanding=True)),
-                    Link.source_id != sa.bindparam("id")))
+def _newest_query(published_only: bool) -> sa.Select:
+    # Only what a line shows, and its address: the listed columns' timestamps were two
+    # datetime parses a line, and a random entry of a 100k notebook has ~15 lines.
+    query = (sa.select(Entry.id, Entry.kind, Entry.iso_week, Entry.slug, Entry.title,
+                       Entry.date, Link.context)
+             .join(Link, Link.source_id == Entry.id).where(*_LINKED_TO)
+             .order_by(*_NEWEST_FIRST).limit(sa.bindparam("limit")))
     return query.where(Entry.status == "published") if published_only else query
 
 
-# Built once: every entry page and letter runs them (keyed by published_only).
-BACKLINKS = Prepared(_backlinks_query(False, limited=False))
-NEWEST_BACKLINKS = {p: Prepared(_backlinks_query(p, limited=True)) for p in (False, True)}
-BACKLINK_COUNT = {p: Prepared(_backlink_count_query(p)) for p in (False, True)}
+def _count_query(published_only: bool) -> sa.Select:
+    query = (sa.select(sa.func.count(sa.distinct(Link.source_id)).label("sources"))
+             .join(Entry, Link.source_id == Entry.id).where(*_LINKED_TO))
+    return query.where(Entry.status == "published") if published_only else query
 
 
-def _by_source(found: list) -> list[Backlink]:
-    """One backlink per source, with its first link's context."""
+# Built once: every entry page and letter runs them (keyed by published_only); the API
+# lists every source as a row (app/notebook/entry_rows.py).
+BACKLINKS = Prepared(sa.select(*LISTED, Link.context).join(Link, Link.source_id == Entry.id)
+                     .where(*_LINKED_TO).order_by(*_NEWEST_FIRST))
+NEWEST_BACKLINKS = {p: Prepared(_newest_query(p)) for p in (False, True)}
+BACKLINK_COUNT = {p: Prepared(_count_query(p)) for p in (False, True)}
+
+
+def _first_per_source(found: list) -> list:
+    """One row per source (the first: its first link's context)."""
     seen: set[int] = set()
-    result = []
-    for *source, context in found:
-        if source[0] not in seen:
-            seen.add(source[0])
-            result.append(Backlink(EntryRow(*source), context))
-    return result
+    first = []
+    for row in found:
+        if row[0] not in seen:
+            seen.add(row[0])
+            first.append(row)
+    return first
 
 
 def backlinks(session: Session, entry: Entry | EntryRow) -> list[Backlink]:
     """Every entry linking to `entry`, drafts included, newest first."""
-    return _by_source(BACKLINKS.run(session, {"keys": sorted(keys_of(entry)), "id": entry.id}))
+    found = BACKLINKS.run(session, {"keys": sorted(keys_of(entry)), "id": entry.id})
+    return [Backlink(EntryRow(*source), context)
+            for *source, context in _first_per_source(found)]
 
 
 def newest_backlinks(session: Session, entry: Entry | EntryRow, shown: int, *,
-                     include_drafts: bool) -> tuple[list[Backlink], int]:
-    """At most the newest `shown` entries linking to `entry`, and how many link to it in
-    all. A hub (a page every weekly letter of ten years links to) has hundreds: its
+                     include_drafts: bool) -> tuple[list, int]:
+    """At most the newest `shown` entries linking to `entry`, as rows of id, kind,
+    iso_week, slug, title, date and context (their first link's), and how many link to
+    it in all. A hub (a page every weekly letter of ten years links to) has hundreds: its
     page shows as many lines as any other's and counts the rest in one index scan."""
     params = {"keys": sorted(keys_of(entry)), "id": entry.id, "limit": shown + 1}
     found = NEWEST_BACKLINKS[not include_drafts].run(session, params)
-    sources = _by_source(found)
+    sources = _first_per_source(found)
     if len(found) <= shown:  # every link was read
         return sources, len(sources)
     del params["limit"]

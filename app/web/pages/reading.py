@@ -196,8 +196,7 @@ def backlink_lines(session, entry: EntryRow) -> tuple[list[tuple[str, str, str, 
     everything = "all" in request.args.getlist("backlinks")  # .get raises inside if absent
     found, total = browse.newest_backlinks(
         session, entry, 10**9 if everything else BACKLINKS_SHOWN, include_drafts=can_write())
-    return [(entries.entry_url(b.source), b.source.title, _longdate(b.source.date), b.context)
-            for b in found], total
+    return [(entries.entry_url(b), b.title, _longdate(b.date), b.context) for b in found], total
 
 
 @bp.app_template_filter("localtime")
