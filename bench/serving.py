@@ -26,6 +26,8 @@ sys.path.insert(0, str(ROOT))
 
 from app.notebook.search_index import INSERT_FTS, rebuild_recent  # noqa: E402
 
+TICK = os.sysconf("SC_CLK_TCK")
+
 
 def free_port() -> int:
     with socket.socket() as sock:
@@ -91,6 +93,23 @@ def stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def server_cpu(pid: int) -> float:
+    """CPU seconds (user + system) of a server and every process under it (gunicorn's
+    master and workers). A kind's server CPU per request is its cost without the load
+    generator's share, which runs on the same cores and dilutes the req/s ratios."""
+    total, todo = 0.0, [pid]
+    while todo:
+        pid = todo.pop()
+        try:
+            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+            total += (int(fields[11]) + int(fields[12])) / TICK
+            for task in Path(f"/proc/{pid}/task").iterdir():
+                todo += [int(c) for c in (task / "children").read_text().split()]
+        except (OSError, ValueError):  # gone meanwhile
+            pass
+    return total
 
 
 def timed(conn: http.client.HTTPConnection, path: str | tuple[str, dict]) -> float:

@@ -43,8 +43,11 @@ the kinds' order reversed every other round (so a drift in the machine's speed c
 from the ratios; the report shows bare+row's rate in each round), and then sequentially
 over one connection. It prints req/s, p50 and p99 under concurrency, the sequential p50
 and p95, the cost ratio to bare+row (its req/s over the kind's) and, per kind, that ratio
-at the largest N over the smallest. For the import: entries/s, import/baseline and the
-rate at the largest N over the rate at the smallest. The goals (issue 14): every page kind
+at the largest N over the smallest. Beside them, the server's CPU per request under that
+load (gunicorn's master and workers, from /proc) and its ratio to bare+row's: the load
+generator runs on the same cores, so the req/s ratio understates a page's own cost. For
+the import: entries/s, import/baseline and the rate at the largest N over the rate at
+the smallest. The goals (issue 14): every page kind
 <= 2x bare+row at 100k and its 100k/1k ratio <= 1.2; 100k entries imported in <= 120 s
 (about 1,000 entries/s), the rate flat with N; ranked search p95 <= 22 ms at 100k.
 
@@ -98,6 +101,7 @@ from bench.serving import (  # noqa: E402
     kept_views,
     one_connection,
     pct,
+    server_cpu,
     start_bare,
     start_runner,
     start_web,
@@ -163,16 +167,16 @@ def run_size(n: int, args) -> tuple[Corpus, dict, dict[str, tuple[float, float]]
             # From here on the web has an idle runner polling it, as under `commonplace up`.
             servers["runner"] = (start_runner(corpus.data_dir, servers["app"][1],
                                               runner_token), 0)
-            driven = {kind: (servers[server][1], make)
+            driven = {kind: (servers[server][1], make, servers[server][0].pid)
                       for kind, (server, make) in kinds(corpus, week).items()}
-            for port, make in driven.values():
+            for port, make, _ in driven.values():
                 conn = one_connection(port)
                 for _ in range(10):  # warm up: template compile, caches, connections
                     timed(conn, make(rng))
                 drive(port, make, 0.5, args.concurrency)  # every worker thread warm
                 conn.close()
-            rates, latencies = concurrent(driven, args)
-            for kind, (port, make) in driven.items():
+            rates, latencies, cpu = concurrent(driven, args)
+            for kind, (port, make, _) in driven.items():
                 conn = one_connection(port)  # a fresh one: gunicorn drops idle keep-alives
                 seq = [timed(conn, make(rng)) for _ in range(args.requests)]
                 conn.close()
@@ -180,7 +184,8 @@ def run_size(n: int, args) -> tuple[Corpus, dict, dict[str, tuple[float, float]]
                 results[kind] = {"rps": sum(rates[kind]) / len(rates[kind]),
                                  "rounds": rates[kind], "p50": pct(lat, 50),
                                  "p99": pct(lat, 99), "seq": pct(seq, 50),
-                                 "seq95": pct(seq, 95), "n": len(lat)}
+                                 "seq95": pct(seq, 95), "n": len(lat),
+                                 "cpu": 1000 * cpu[kind] / len(lat)}
         finally:
             for proc, _ in servers.values():
                 stop(proc)
@@ -189,23 +194,27 @@ def run_size(n: int, args) -> tuple[Corpus, dict, dict[str, tuple[float, float]]
         shutil.rmtree(work, ignore_errors=True)
 
 
-def concurrent(driven: dict, args) -> tuple[dict[str, list[float]], dict[str, list[float]]]:
+def concurrent(driven: dict, args) -> tuple[dict, dict, dict[str, float]]:
     """Every kind under --concurrency clients for --seconds in all, in --rounds slices: the
     kinds in order, then in reverse, and so on. This machine's speed drifts (other
     tenants) by tens of percent within a run; a kind and the baseline measured a minute
     apart once would carry that drift into their ratio. With an even number of rounds in
     alternating order every kind's slices lie, on average, at the same moment of the run,
-    so a steady drift cancels from the ratios of their mean rates."""
+    so a steady drift cancels from the ratios of their mean rates. Also the server's CPU
+    seconds over each kind's slices (serving.server_cpu), for its CPU per request."""
     order = list(driven)
     rates: dict[str, list[float]] = {kind: [] for kind in order}
     latencies: dict[str, list[float]] = {kind: [] for kind in order}
+    cpu = dict.fromkeys(order, 0.0)
     for r in range(args.rounds):
         for kind in (order if r % 2 == 0 else order[::-1]):
-            port, make = driven[kind]
+            port, make, pid = driven[kind]
+            before = server_cpu(pid)
             rps, lat = drive(port, make, args.seconds / args.rounds, args.concurrency)
+            cpu[kind] += server_cpu(pid) - before
             rates[kind].append(rps)
             latencies[kind] += lat
-    return rates, latencies
+    return rates, latencies, cpu
 
 
 def report_import(corpora: dict[int, Corpus]) -> None:
@@ -231,22 +240,28 @@ def report_import(corpora: dict[int, Corpus]) -> None:
 def report(results: dict[int, dict[str, dict[str, float]]], corpora: dict[int, Corpus],
            concurrency: int) -> None:
     print(f"\nunder {concurrency} concurrent keep-alive clients (req/s, p50, p99 in ms), "
-          "sequential p50 and p95, and cost against bare+row (its req/s over the kind's)")
+          "sequential p50 and p95, and cost against bare+row (its req/s over the kind's); "
+          "then the server's CPU ms per request under that load and its ratio to bare+row's "
+          "(the load generator shares the cores, so req/s ratios understate a page's own "
+          "cost; CPU per request also drifts less with the machine)")
     for n, r in results.items():
         base = r["bare+row"]["rps"]
         print(f"\nN={n} (tag page: #{corpora[n].tag}, {corpora[n].tagged} entries; bare+row "
               f"req/s by round: {', '.join(f'{x:.0f}' for x in r['bare+row']['rounds'])})")
         print(f"  {'kind':<9} {'req/s':>8} {'p50':>8} {'p99':>8} {'seq p50':>8} "
-              f"{'seq p95':>8} {'x bare+row':>11}")
+              f"{'seq p95':>8} {'x bare+row':>11} {'cpu ms':>7} {'x cpu':>6}")
         for kind, m in r.items():
             print(f"  {kind:<9} {m['rps']:8.0f} {m['p50']:8.1f} {m['p99']:8.1f} "
-                  f"{m['seq']:8.2f} {m['seq95']:8.2f} {base / m['rps']:10.2f}x")
+                  f"{m['seq']:8.2f} {m['seq95']:8.2f} {base / m['rps']:10.2f}x "
+                  f"{m['cpu']:7.2f} {m['cpu'] / r['bare+row']['cpu']:5.2f}x")
     small, large = min(results), max(results)
     print(f"\nper kind: x bare+row at N={large} (goal <= 2x) and that ratio at N={large} "
-          f"over N={small} (goal <= 1.2: flat)")
+          f"over N={small} (goal <= 1.2: flat); the same two for server CPU per request")
     for kind in results[large]:
         at = {n: results[n]["bare+row"]["rps"] / results[n][kind]["rps"] for n in results}
-        print(f"  {kind:<9} {at[large]:6.2f}x   {at[large] / at[small]:6.2f}")
+        cpu = {n: results[n][kind]["cpu"] / results[n]["bare+row"]["cpu"] for n in results}
+        print(f"  {kind:<9} {at[large]:6.2f}x   {at[large] / at[small]:6.2f}      "
+              f"cpu {cpu[large]:5.2f}x   {cpu[large] / cpu[small]:5.2f}")
     search = results[large]["search"]["seq95"]
     print(f"search at N={large}: sequential p95 {search:.2f} ms (goal at 100k <= "
           f"{SEARCH_GOAL:g} ms: {'ok' if search <= SEARCH_GOAL else 'MISS'})")
