@@ -10,13 +10,15 @@ from __future__ import annotations
 
 import datetime as dt
 import re
+import subprocess
+import sys
 
 import pytest
 import sqlalchemy as sa
 
 from app.models import Entry
 from app.notebook import entries, letters
-from tests.helpers import THIS_WEEK, count, create_entry, edit_entry, load
+from tests.helpers import ROOT, THIS_WEEK, count, create_entry, edit_entry, load
 from tests.strict_pages import assert_strict_page
 
 # -- every page renders -------------------------------------------------------------------
@@ -317,3 +319,31 @@ def test_templates_load_after_every_global_is_registered(app):
     with app.test_request_context("/"):
         assert app.jinja_env.get_template("base.html").globals["url_for"] is reading.page_url
         assert "listed_lines" in app.jinja_env.get_template("notes/_macros.html").globals
+
+
+READER = """
+import sys
+from app import create_app
+app = create_app({"DATA_DIR": sys.argv[1], "DATABASE_URL": f"sqlite:///{sys.argv[1]}/commonplace.db",
+                  "AUTH_MODE": "dev", "TIMEZONE": "UTC"})
+client = app.test_client()
+for path in sys.argv[2:]:
+    status = client.get(path, environ_base={"REMOTE_ADDR": "127.0.0.1"}).status_code
+    assert status == 200, (path, status)
+print(" ".join(m for m in ("markdown", "pymdownx", "pygments", "nh3") if m in sys.modules))
+"""
+
+
+def test_a_worker_that_only_reads_never_loads_the_renderer(client, data_dir):
+    # app/notebook/render loads Python-Markdown and the rest on the first render: a web
+    # worker serving stored pages holds ~4 MB less (bench/idle.py). A fresh interpreter,
+    # since this one has rendered already.
+    entry_id = create_entry(client, title="Stored", tags="kept", body="# A\n\n```py\nx = 1\n```")
+    client.get("/")  # this week's letter exists: making it renders its template
+    pages = ["/", f"/weeks/{THIS_WEEK}", client.get(f"/entries/{entry_id}").location,
+             "/sitemap", "/tags/kept", "/search?q=stored", f"/api/v1/entries/{entry_id}",
+             "/api/v1/entries", "/feed.atom"]
+    done = subprocess.run([sys.executable, "-c", READER, str(data_dir), *pages], cwd=ROOT,
+                          capture_output=True, text=True, timeout=120)
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == ""

@@ -11,11 +11,10 @@ from __future__ import annotations
 
 import re
 
-from markdown.extensions.fenced_code import FencedBlockPreprocessor
 from sqlalchemy.orm import Session
 
 from app.errors import Invalid
-from app.notebook import entries
+from app.notebook import entries, render
 
 # A list item (in any depth of blockquote) whose text starts with a box and goes on:
 # what pymdownx.tasklist turns into a checkbox.
@@ -26,7 +25,7 @@ BOX_RE = re.compile(
 def boxes(body: str) -> list[tuple[int, bool]]:
     """(offset of the state character, ticked) for every task box in the text, in order.
     Fenced blocks are skipped with the same grammar the renderer uses for them."""
-    fenced = [m.span() for m in FencedBlockPreprocessor.FENCED_BLOCK_RE.finditer(body)]
+    fenced = render.fenced_blocks(body)
     found = []
     for m in BOX_RE.finditer(body):
         if any(start <= m.start() < end for start, end in fenced):

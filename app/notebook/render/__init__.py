@@ -2,10 +2,14 @@
 
 Everything that turns a note's markdown into HTML goes through `render`; nothing else
 in the app should call Python-Markdown or a sanitizer directly.
+
+Python-Markdown, its extensions, nh3 and Pygments load on the first render (or the first
+request for the code stylesheet), not with this package: a web worker that only serves
+pages (stored HTML) never needs them, and they were ~4 MB of each worker's memory
+(bench/idle.py). The one place in the server where an import waits inside a function.
 """
 
-from .highlight import pygments_css
-from .pipeline import Rendered, Resolved, WikiLink, hide_draft_links, render
+from .rendered import Rendered, Resolved, WikiLink, hide_draft_links
 
 # Raised whenever a change here alters the HTML a note renders to: entries store their HTML
 # at save time, and `commonplace up` / `db upgrade` render every stored note again once
@@ -14,5 +18,29 @@ from .pipeline import Rendered, Resolved, WikiLink, hide_draft_links, render
 # 4: run cards carry charts, lessons and a part the feed shows as an image.
 VERSION = 4
 
-__all__ = ["VERSION", "Rendered", "Resolved", "WikiLink", "hide_draft_links", "pygments_css",
-           "render"]
+
+def render(body_md: str, **options) -> Rendered:
+    """A note's markdown as sanitized HTML, with its links, tags and text (pipeline.render,
+    which documents the options)."""
+    from .pipeline import render as rendering
+
+    return rendering(body_md, **options)
+
+
+def pygments_css() -> str:
+    """The code blocks' stylesheet, light and dark (highlight.pygments_css)."""
+    from .highlight import pygments_css as stylesheet
+
+    return stylesheet()
+
+
+def fenced_blocks(text: str) -> list[tuple[int, int]]:
+    """Where the text's fenced code blocks lie, by the grammar the pipeline reads them with
+    (Python-Markdown's fenced_code): (start, end) offsets, in order."""
+    from markdown.extensions.fenced_code import FencedBlockPreprocessor
+
+    return [m.span() for m in FencedBlockPreprocessor.FENCED_BLOCK_RE.finditer(text)]
+
+
+__all__ = ["VERSION", "Rendered", "Resolved", "WikiLink", "fenced_blocks", "hide_draft_links",
+           "pygments_css", "render"]

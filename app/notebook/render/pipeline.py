@@ -6,9 +6,7 @@ import re
 import secrets
 import threading
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
-from typing import Any, NamedTuple
-from urllib.parse import quote
+from typing import Any
 
 import markdown
 from markdown.extensions.toc import slugify_unicode
@@ -17,56 +15,9 @@ from .block_skip import SkippingBlockLoop
 from .highlight import CodeFormatter
 from .inline_skip import SkippingInlineProcessor
 from .plaintext import extract
+from .rendered import Rendered, Resolved, WikiLink, default_resolve_link, default_tag_url
 from .sanitize import MARKER_ATTR, make_cleaner
 from .syntax import CommonplaceExtension, RenderState
-
-
-@dataclass(frozen=True)
-class WikiLink:
-    target: str  # normalised as written: "Some Title", "2024-W13", "2024-03-31"
-    text: str  # display text: the alias after "|", else the target
-    context: str  # plain text of the enclosing paragraph / list item, ~240 chars
-
-
-@dataclass(frozen=True)
-class Rendered:
-    html: str  # sanitized body, safe to insert into a page as-is
-    toc_html: str  # sanitized table of contents; "" with fewer than 2 headings
-    links: list[WikiLink]  # document order, de-duplicated by target
-    tags: list[str]  # lowercased, de-duplicated, document order
-    text: str  # plain text for full-text indexing
-    tasks: list[bool] = field(default_factory=list)  # task box n is ticked (data-task="n")
-
-
-class Resolved(NamedTuple):
-    """Where a [[wiki link]] goes: its URL, whether the target exists, and whether it is a
-    draft (shown only to those who may see drafts: `hide_draft_links`)."""
-
-    url: str
-    exists: bool
-    draft: bool = False
-
-
-def default_resolve_link(target: str) -> Resolved:
-    return Resolved("/search?q=" + quote(target, safe=""), False)
-
-
-# A link the render marked as going to a draft; the class comes from the pipeline (user
-# HTML may claim it too, which only hides that link from readers).
-DRAFT_LINK_RE = re.compile(r'<a\b[^>]*\bclass="wikilink draft"[^>]*>(.*?)</a>', re.S)
-
-
-def hide_draft_links(html: str) -> str:
-    """Stored HTML as a reader who may not see drafts gets it: a link to a draft reads as
-    a link to nothing (its text stays, the draft's address does not)."""
-    if "wikilink draft" not in html:
-        return html
-    return DRAFT_LINK_RE.sub(r'<span class="wikilink missing">\1</span>', html)
-
-
-def default_tag_url(tag: str) -> str:
-    return "/tags/" + quote(tag, safe="/")
-
 
 # C0 controls (bar tab/newline/CR) have no place in a note, and STX/ETX would let the
 # text impersonate Python-Markdown's own stash placeholders.

@@ -49,7 +49,7 @@ class RenderState:
     """
 
     nonce: str
-    resolve_link: Callable[[str], tuple]  # -> pipeline.Resolved
+    resolve_link: Callable[[str], tuple]  # -> rendered.Resolved
     tag_url: Callable[[str], str]
     embeds: Mapping[str, Callable[[str], str]]
     links: list[tuple[str, str]] = field(default_factory=list)  # (target, text)
