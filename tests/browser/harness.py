@@ -4,6 +4,7 @@ that records console errors and page errors, and the phone/desktop screens."""
 
 from __future__ import annotations
 
+import atexit
 import contextlib
 import json
 import os
@@ -52,17 +53,46 @@ def hard_timeout(seconds: int):
         signal.signal(signal.SIGALRM, previous)
 
 
+_SHARED: dict = {}  # this test process's Playwright driver and Chromium
+
+
+def _browser():
+    """One Chromium per test process, launched by the first test that needs it. Starting
+    Playwright's driver and Chromium cost ~1.3 CPU-s and ~1.3 s a test, 56 times; each
+    test still gets a context of its own (cookies, storage, cache: nothing is shared)."""
+    browser = _SHARED.get("browser")
+    if browser is None or not browser.is_connected():
+        from playwright.sync_api import sync_playwright
+
+        if "playwright" not in _SHARED:
+            _SHARED["playwright"] = sync_playwright().start()
+            atexit.register(_close_shared)
+        browser = _SHARED["browser"] = _SHARED["playwright"].chromium.launch(
+            executable_path=CHROMIUM, args=CHROMIUM_ARGS)
+    return browser
+
+
+def _close_shared() -> None:
+    """Chromium and the driver, closed: at the process's exit, or after a test failed
+    inside Playwright (an alarm may have cut a call short), so the next one starts clean."""
+    browser, playwright = _SHARED.pop("browser", None), _SHARED.pop("playwright", None)
+    for close in (browser and browser.close, playwright and playwright.stop):
+        if close:
+            with contextlib.suppress(Exception):
+                close()
+
+
 @contextlib.contextmanager
 def browser_context(**options):
-    """A fresh browser context; the browser is closed whatever happens."""
-    from playwright.sync_api import sync_playwright
-
-    with sync_playwright() as pw:
-        browser = pw.chromium.launch(executable_path=CHROMIUM, args=CHROMIUM_ARGS)
-        try:
-            yield browser.new_context(**options)
-        finally:
-            browser.close()
+    """A fresh browser context, closed whatever happens."""
+    context = _browser().new_context(**options)
+    try:
+        yield context
+    except BaseException:
+        _close_shared()
+        raise
+    else:
+        context.close()
 
 
 @contextlib.contextmanager
