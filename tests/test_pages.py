@@ -347,3 +347,19 @@ def test_a_worker_that_only_reads_never_loads_the_renderer(client, data_dir):
                           capture_output=True, text=True, timeout=120)
     assert done.returncode == 0, done.stderr
     assert done.stdout.strip() == ""
+
+
+def test_per_request_callables_do_not_pile_up_in_ensure_syncs_answers(app):
+    # WebApp keeps ensure_sync's answer per function; after_this_request adds a new
+    # function on every request, and those must not be kept for ever.
+    from flask import after_this_request
+
+    @app.get("/__one_off")
+    def one_off():
+        after_this_request(lambda response: response)
+        return "ok"
+
+    client = app.test_client()
+    for _ in range(1100):
+        assert client.get("/__one_off", environ_base={"REMOTE_ADDR": "127.0.0.1"}).text == "ok"
+    assert len(app._synced) <= 1024

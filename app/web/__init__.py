@@ -45,6 +45,8 @@ class WebApp(Flask):
         try:
             return self._synced[func]
         except KeyError:
+            if len(self._synced) >= 1024:  # after_this_request's callables are one-offs
+                self._synced.clear()
             synced = self._synced[func] = super().ensure_sync(func)
             return synced
         except TypeError:  # an unhashable callable
