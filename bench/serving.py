@@ -95,16 +95,21 @@ def stop(proc: subprocess.Popen) -> None:
         proc.wait()
 
 
+def cpu_seconds(pid: int) -> float:
+    """CPU seconds (user + system) a process has used, from /proc."""
+    fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+    return (int(fields[11]) + int(fields[12])) / TICK
+
+
 def server_cpu(pid: int) -> float:
-    """CPU seconds (user + system) of a server and every process under it (gunicorn's
-    master and workers). A kind's server CPU per request is its cost without the load
-    generator's share, which runs on the same cores and dilutes the req/s ratios."""
+    """cpu_seconds of a server and every process under it (gunicorn's master and
+    workers). A kind's server CPU per request is its cost without the load generator's
+    share, which runs on the same cores and dilutes the req/s ratios."""
     total, todo = 0.0, [pid]
     while todo:
         pid = todo.pop()
         try:
-            fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
-            total += (int(fields[11]) + int(fields[12])) / TICK
+            total += cpu_seconds(pid)
             for task in Path(f"/proc/{pid}/task").iterdir():
                 todo += [int(c) for c in (task / "children").read_text().split()]
         except (OSError, ValueError):  # gone meanwhile

@@ -47,9 +47,9 @@ at the largest N over the smallest. Beside them, the server's CPU per request un
 load (gunicorn's master and workers, from /proc) and its ratio to bare+row's: the load
 generator runs on the same cores, so the req/s ratio understates a page's own cost. For
 the import: entries/s, import/baseline and the rate at the largest N over the rate at
-the smallest. The goals (issue 14): every page kind
-<= 2x bare+row at 100k and its 100k/1k ratio <= 1.2; 100k entries imported in <= 120 s
-(about 1,000 entries/s), the rate flat with N; ranked search p95 <= 22 ms at 100k.
+the smallest. The goals (issue 14): every page kind <= 2x bare+row at 100k and its
+100k/1k ratio <= 1.2; 100k entries imported in <= 120 s (about 1,000 entries/s), the
+rate flat with N; ranked search p95 <= 22 ms at 100k.
 
 Then the runs (--runs, default 10,000; --runs 0 skips them): bench/runs.py's data
 directory of finished runs stored through the product's own functions and its kinds
