@@ -50,6 +50,10 @@ from app.notebook.link_index import Known, LinkIndex
 BATCH = 500  # notes per write transaction
 CHUNK = 50  # notes per task sent to a worker
 AHEAD = 3  # batches rendered ahead of the writer
+# SQLite's page cache on the writer's connection, in KiB (its default is 2 MiB): a batch
+# inserts into the link, tag and revision indexes at keys spread over the whole notebook,
+# and at 100k entries those pages no longer stayed in 2 MiB (bench/importing.py).
+CACHE_KIB = 256 * 1024
 ENTRY = Entry.__table__  # rows written in bulk through Core, not one ORM object each
 _UPDATE = ENTRY.update().where(ENTRY.c.id == sa.bindparam("_id"))
 
@@ -64,10 +68,11 @@ def run(db, paths: list[Path], report: ImportReport, *, author: str = "import",
         workers = (os.cpu_count() or 1) if len(paths) > 200 else 0  # forking costs ~0.1 s
     pool = _pool(workers)
     try:
+        # planned as the files come back, in order: the parent plans while the pool reads
         mapped = pool.map(read, paths, chunksize=64) if pool else map(read, paths)
         existing = import_plan.existing(db)
         committed = {id(known): known.copy() for known in existing}  # before planning
-        ops, untouched = import_plan.plan(list(mapped), existing, author, report)
+        ops, untouched = import_plan.plan(mapped, existing, author, report)
         _Writer(db, pool, ops, committed, author, report, progress, len(paths)).run()
         search_index.finish_loading(db)
         _restore_lost_mirror_files(db, untouched)
@@ -190,6 +195,8 @@ class _Writer:
         templates = [tpl for tpl, _ in rendered_batch]
         texts = {id(op): text for op, (_, text) in zip(batch, rendered_batch, strict=True)}
         with self.db.write() as session:
+            if search_index.has_index(session):  # SQLite's; the connection keeps it after
+                session.execute(sa.text(f"PRAGMA cache_size = -{CACHE_KIB}"))
             if number == 0 and len(self.ops) > BATCH:
                 search_index.start_loading(session)
             next_id = (session.scalar(sa.select(sa.func.max(Entry.id))) or 0) + 1

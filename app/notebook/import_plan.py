@@ -7,6 +7,7 @@ refused, with the same checks as entries.create/update.
 
 from __future__ import annotations
 
+from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -61,7 +62,7 @@ def existing(db) -> list[Known]:
                       r.revision, r.tags, hash(r.body_md)) for r in rows]
 
 
-def plan(parsed: list, existing: list[Known], author: str,
+def plan(parsed: Iterable, existing: list[Known], author: str,
           report: ImportReport) -> tuple[list[Op], list[Known]]:
     """What each file does, in order, as transfer's save per file would decide it."""
     index = LinkIndex()
