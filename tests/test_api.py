@@ -57,6 +57,31 @@ def test_stale_put_is_409_with_the_current_text(client, db):
     assert count(db, Entry) == 1 and count(db, Revision) == 2
 
 
+def test_a_hubs_backlinks_come_a_page_at_a_time(client):
+    hub = post(client, {"date": "2024-01-01", "title": "Hub", "body": "x"}).get_json()
+    sources = [post(client, {"date": f"2024-02-{i + 1:02d}", "title": f"Source {i}",
+                             "body": f"[[Hub]] first {i}\n\n[[Hub]] again\n\n[[2024-01-01]]",
+                             "status": "draft" if i % 4 == 0 else "published"}).get_json()
+               for i in range(10)]
+    newest_first = [s["id"] for s in reversed(sources)]
+    url = f"/api/v1/entries/{hub['id']}/backlinks"
+    seen = []
+    for offset in range(0, 12, 3):
+        page = client.get(f"{url}?limit=3&offset={offset}").get_json()
+        assert page["total"] == 10 and page["limit"] == 3 and page["offset"] == offset
+        assert page["has_more"] == (offset + 3 < 10)
+        assert all(b["context"] == f"Hub first {b['title'][-1]}"
+                   for b in page["backlinks"])  # each source's first link
+        seen += [b["id"] for b in page["backlinks"]]
+    assert seen == newest_first  # each source once, across the pages, newest first
+    whole = client.get(url).get_json()
+    assert [b["id"] for b in whole["backlinks"]] == newest_first and not whole["has_more"]
+    for bad in ("limit=0", "limit=501", "limit=x", "offset=-1", "offset=1.5"):
+        r = client.get(f"{url}?{bad}")
+        assert r.status_code == 422, bad
+        assert r.get_json()["error"]["field"] == bad.split("=")[0]
+    assert client.get("/api/v1/entries/99999/backlinks").status_code == 404
+
 def test_restore_through_the_api(client):
     entry = post(client, {"title": "R", "body": "one"}).get_json()
     url = f"/api/v1/entries/{entry['id']}"

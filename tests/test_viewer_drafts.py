@@ -70,3 +70,8 @@ def test_a_draft_that_links_to_a_page_is_in_its_backlinks_for_owners_only(served
     assert "Hidden source" in seen_by_owner and "Builds on Open hub quietly." in seen_by_owner
     assert "Shown source" in seen_by_viewer and "Cites Open hub openly." in seen_by_viewer
     assert "Hidden source" not in seen_by_viewer and "quietly" not in seen_by_viewer
+    api = f"/api/v1/entries/{public['id']}/backlinks"
+    by_owner, by_viewer = owner("get", api).get_json(), viewer("get", api).get_json()
+    assert [b["title"] for b in by_owner["backlinks"]] == ["Shown source", "Hidden source"]
+    assert [b["title"] for b in by_viewer["backlinks"]] == ["Shown source"]
+    assert (by_owner["total"], by_viewer["total"]) == (2, 1)  # a draft is not even counted

@@ -172,12 +172,16 @@ def restore_revision(entry_id: int):
 
 @bp.get("/entries/<int:entry_id>/backlinks")
 def get_backlinks(entry_id: int):
+    """The entries linking here, newest first, a page at a time (a hub has hundreds)."""
+    limit = int_arg("limit", 100, 1, 500)
+    offset = int_arg("offset", 0, 0, 10_000_000)
     entry = readable_entry(entry_id)
-    links = browse.backlinks(get_session(), entry)
-    return jsonify(backlinks=[
-        {**entry_json(b.source, full=False), "context": b.context} for b in links
-        if visible(b.source)
-    ])
+    links, total = browse.backlinks(get_session(), entry, include_drafts=can_write(),
+                                    limit=limit, offset=offset)
+    return jsonify(backlinks=[{**entry_json(b.source, full=False), "context": b.context}
+                              for b in links],
+                   total=total, has_more=offset + len(links) < total, limit=limit,
+                   offset=offset)
 
 
 @bp.post("/entries/<int:entry_id>/attachments")

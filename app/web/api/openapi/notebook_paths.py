@@ -119,8 +119,19 @@ def paths() -> dict:
         },
         "/api/v1/entries/{entry_id}/backlinks": {
             "parameters": [ENTRY_ID],
-            "get": {"summary": "Entries that [[link]] here, with context",
-                    "responses": {"200": json_response({"type": "object"}), **ERRORS}},
+            "get": {"summary": "Entries that [[link]] here, newest first, each once with "
+                               "its first link's context; a page at a time (100 unless "
+                               "limit says), with the total",
+                    "parameters": [
+                        query("limit", {"type": "integer", "minimum": 1, "maximum": 500}),
+                        query("offset", {"type": "integer", "minimum": 0})],
+                    "responses": {"200": json_response({"type": "object", "properties": {
+                        "backlinks": {"type": "array", "items": {"allOf": [
+                            ref("EntrySummary"), {"type": "object", "properties": {
+                                "context": {"type": "string"}}}]}},
+                        "total": {"type": "integer"}, "has_more": {"type": "boolean"},
+                        "limit": {"type": "integer"}, "offset": {"type": "integer"}}}),
+                        **ERRORS}},
         },
         "/api/v1/entries/{entry_id}/attachments": {
             "parameters": [ENTRY_ID],
