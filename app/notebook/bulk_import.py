@@ -5,9 +5,9 @@ of the whole table for a title) and renders again every entry linking to the new
 an import slowed as the notebook grew (76 entries/s at 2k, 29/s at 45k). Here instead:
 
 1. **Read.** Every file is read and parsed in a process pool.
-2. **Plan.** In order, in memory (link_index.py): which entry each file creates or
-   updates, its slug, its revision, or that it is unchanged, exactly as a save per file
-   would decide, with the same refusals.
+2. **Plan.** In order, in memory (link_index.py), as the files come back from the pool:
+   which entry each file creates or updates, its slug, its revision, or that it is
+   unchanged, exactly as a save per file would decide, with the same refusals.
 3. **Render.** Each changed note is rendered once, in the pool, links left as placeholders
    (bulk_render.py), a few batches ahead of the writer.
 4. **Write.** Batches of BATCH notes, one write transaction each (BEGIN IMMEDIATE, so the
@@ -50,10 +50,6 @@ from app.notebook.link_index import Known, LinkIndex
 BATCH = 500  # notes per write transaction
 CHUNK = 50  # notes per task sent to a worker
 AHEAD = 3  # batches rendered ahead of the writer
-# SQLite's page cache on the writer's connection, in KiB (its default is 2 MiB): a batch
-# inserts into the link, tag and revision indexes at keys spread over the whole notebook,
-# and at 100k entries those pages no longer stayed in 2 MiB (bench/importing.py).
-CACHE_KIB = 256 * 1024
 ENTRY = Entry.__table__  # rows written in bulk through Core, not one ORM object each
 _UPDATE = ENTRY.update().where(ENTRY.c.id == sa.bindparam("_id"))
 
@@ -195,8 +191,6 @@ class _Writer:
         templates = [tpl for tpl, _ in rendered_batch]
         texts = {id(op): text for op, (_, text) in zip(batch, rendered_batch, strict=True)}
         with self.db.write() as session:
-            if search_index.has_index(session):  # SQLite's; the connection keeps it after
-                session.execute(sa.text(f"PRAGMA cache_size = -{CACHE_KIB}"))
             if number == 0 and len(self.ops) > BATCH:
                 search_index.start_loading(session)
             next_id = (session.scalar(sa.select(sa.func.max(Entry.id))) or 0) + 1
