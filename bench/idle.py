@@ -10,8 +10,11 @@ idle `python -c "import time; time.sleep(…)"` — the floor any Python process
 With --entries N the data directory first holds a notebook of N entries (bench/corpus.py:
 bench/importing.py's markdown corpus loaded by the product's own `commonplace import`), and
 before the idle window every page kind is read a few times on each worker
-(home, entries, the letter, the site map, a tag, search, the API), so the workers' memory
-is what a worker that has served that notebook holds (goal: <= 60 MB at 100k entries).
+(home, entries, the letter, the site map, a tag, search, the API), one request at a time
+and then by --clients readers at once (16 unless told), so the workers' memory is what a
+worker that has served that notebook under load holds (goal: <= 60 MB at 100k entries):
+each thread that served at the same time as others holds a database connection and its
+page cache.
 Memory is RSS (every page the process maps, shared ones included: the goal's measure) and
 PSS (shared pages divided among the processes that share them).
 """
@@ -27,6 +30,7 @@ import signal
 import subprocess
 import sys
 import tempfile
+import threading
 import time
 from pathlib import Path
 
@@ -70,9 +74,9 @@ def cmdline(pid: int) -> str:
     return Path(f"/proc/{pid}/cmdline").read_bytes().replace(b"\0", b" ").decode()
 
 
-def read_pages(port: int, corpus, rounds: int = 40) -> None:
+def read_pages(port: int, corpus, rounds: int = 40, seed: int = 1) -> None:
     """Every page kind, `rounds` times (keep-alive connections, so both workers serve)."""
-    rng = random.Random(1)
+    rng = random.Random(seed)
     token = {"Authorization": f"Bearer {corpus.token}"}
     for _ in range(rounds):
         conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
@@ -85,12 +89,25 @@ def read_pages(port: int, corpus, rounds: int = 40) -> None:
         conn.close()
 
 
+def read_at_once(port: int, corpus, clients: int, rounds: int = 20) -> None:
+    """`clients` readers at the same time, each read_pages for `rounds` rounds: a worker's
+    threads then each hold a database connection, as under real load."""
+    readers = [threading.Thread(target=read_pages, args=(port, corpus, rounds, seed))
+               for seed in range(2, clients + 2)]
+    for reader in readers:
+        reader.start()
+    for reader in readers:
+        reader.join()
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=60)
     parser.add_argument("--entries", type=int, default=0,
                         help="import a notebook of this many entries first "
                              "(bench/corpus.py)")
+    parser.add_argument("--clients", type=int, default=16,
+                        help="with --entries: then this many readers at once (0: none)")
     args = parser.parse_args()
     work = Path(tempfile.mkdtemp(prefix="cp-idle-"))
     data = work / "data"
@@ -122,6 +139,8 @@ def main() -> None:
                 time.sleep(1)
         if corpus:
             read_pages(port, corpus)
+            if args.clients:
+                read_at_once(port, corpus, args.clients)
         procs = {"baseline (idle python)": baseline.pid}
         if command == "web":  # exec'd into the gunicorn master
             procs["web (gunicorn master)"] = up.pid

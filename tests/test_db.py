@@ -35,6 +35,8 @@ def test_sqlite_runs_in_wal_with_foreign_keys(db):
         assert conn.exec_driver_sql("PRAGMA journal_mode").scalar() == "wal"
         assert conn.exec_driver_sql("PRAGMA foreign_keys").scalar() == 1
         assert conn.exec_driver_sql("PRAGMA busy_timeout").scalar() >= 5000
+        # each connection's own page cache is small: a worker holds one per busy thread
+        assert conn.exec_driver_sql("PRAGMA cache_size").scalar() == -dbmod.CACHE_KIB
 
 
 def test_the_models_do_not_load_the_postgresql_dialect():
