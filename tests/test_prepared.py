@@ -55,13 +55,19 @@ def test_every_prepared_statement_answers_as_sqlalchemy_does(notebook):
             entry = entry_rows.read(session, entry_id)
             assert isinstance(entry.date, dt.date) and isinstance(entry.updated_at, dt.datetime)
             keys = sorted(entries.keys_of(entry))
-            raw, core = both(session, browse.BACKLINKS, {"keys": keys, "id": entry.id})
-            same(raw, core)
             for drafts in (True, False):
+                for limit, offset in ((100, 0), (1, 1)):
+                    same(*both(session, browse.BACKLINK_PAGE[drafts],
+                               {"keys": keys, "id": entry.id, "limit": limit,
+                                "offset": offset}))
+                    same(*both(session, browse.NEWEST_BACKLINKS[drafts],
+                               {"keys": keys, "id": entry.id, "limit": limit}))
+                same(*both(session, browse.BACKLINK_COUNT[drafts], {"keys": keys, "id": entry.id}))
                 same(*both(session, browse.NEIGHBOURS[drafts],
                            {"date": entry.date, "id": entry.id}))
-        assert any(both(session, browse.BACKLINKS, {"keys": sorted(entries.keys_of(
-            entry_rows.read(session, i))), "id": i})[0] for i in ids)  # some links exist
+        assert any(both(session, browse.BACKLINK_PAGE[False], {"keys": sorted(entries.keys_of(
+            entry_rows.read(session, i))), "id": i, "limit": 100, "offset": 0})[0]
+            for i in ids)  # some links exist
         for query in browse.RECENT.values():
             for limit in (0, 1, 15, 1000):
                 same(*both(session, query, {"limit": limit}))
