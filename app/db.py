@@ -28,10 +28,10 @@ from sqlalchemy.orm import Session
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 # KiB of pages each SQLite connection keeps (SQLite's default is 2,000 KiB). At 100k entries,
-# after 16 readers at once, a web worker held 83-88 MB with the default and 71-77 MB with
-# this (bench/idle.py); 16 clients reading entries and searching cost the same server CPU
-# per request either way, within the machine's noise (3.5-4.8 against 3.6-4.2 ms).
-CACHE_KIB = 512
+# 16 clients reading random entries left the two web workers at 72-84 MB with SQLite's
+# default and 70-75 MB with this, at the same server CPU per request (2.85-3.89 against
+# 2.90-3.08 ms, alternated); 512 KiB saved 2 MB more but cost ~5% on each entry page.
+CACHE_KIB = 1024
 
 
 def create_engine(url: str) -> sa.Engine:
