@@ -52,7 +52,8 @@ CHUNK = 50  # notes per task sent to a worker
 AHEAD = 3  # batches rendered ahead of the writer
 # The writer's page cache, in KiB: SQLite's default, not app/db.py's smaller one for the many
 # connections of a web worker. A batch inserts into the link and tag indexes all over the
-# notebook: at 100k entries, with 512 KiB, the writer took 63.6 CPU s against 54.3 s.
+# notebook: at 100k entries, with 512 KiB, the writer's thread took 63.6 CPU s against
+# 54.3 s (one back-to-back pair). A bigger cache than the default gained nothing (64 MiB).
 WRITER_CACHE_KIB = 2000
 ENTRY = Entry.__table__  # rows written in bulk through Core, not one ORM object each
 _UPDATE = ENTRY.update().where(ENTRY.c.id == sa.bindparam("_id"))
