@@ -45,7 +45,8 @@ class Backlink:
 
 _LINKED_TO = (Link.target_key.in_(sa.bindparam("keys", expanding=True)),
               Link.source_id != sa.bindparam("id"))  # any of an entry's keys, not itself
-_NEWEST_FIRST = (Entry.date.desc(), Entry.id.desc(), Link.id)
+_NEWEST = (Entry.date.desc(), Entry.id.desc())  # every list of entries, newest first
+_NEWEST_FIRST = (*_NEWEST, Link.id)  # and a source's links in their order
 
 
 def _newest_query(published_only: bool) -> sa.Select:
@@ -73,7 +74,7 @@ def _sources_query(published_only: bool) -> sa.Select:
              .where(*_LINKED_TO).group_by(Link.source_id).cte("first"))
     page = (sa.select(first.c.source_id, first.c.link_id, Entry.date)
             .join(Entry, Entry.id == first.c.source_id)
-            .order_by(Entry.date.desc(), Entry.id.desc())
+            .order_by(*_NEWEST)
             .limit(sa.bindparam("limit")).offset(sa.bindparam("offset")))
     if published_only:
         page = page.where(Entry.status == "published")
@@ -136,7 +137,7 @@ def _neighbour_query(direction: str, published_only: bool) -> sa.Select:
     query = sa.select(sa.literal(direction).label("side"), Entry.id, Entry.kind, Entry.title,
                       Entry.slug, Entry.iso_week, Entry.date)
     if direction == "prev":
-        query = query.where(key < here).order_by(Entry.date.desc(), Entry.id.desc())
+        query = query.where(key < here).order_by(*_NEWEST)
     else:
         query = query.where(key > here).order_by(Entry.date, Entry.id)
     if published_only:
@@ -159,7 +160,7 @@ def neighbours(session: Session, entry: Entry | EntryRow, *, include_drafts: boo
 
 
 def _recent_query(kind: str | None, published_only: bool) -> sa.Select:
-    query = (sa.select(*LISTED).order_by(Entry.date.desc(), Entry.id.desc())
+    query = (sa.select(*LISTED).order_by(*_NEWEST)
              .limit(sa.bindparam("limit")))
     if kind:
         query = query.where(Entry.kind == kind)
@@ -256,7 +257,7 @@ MAX_ID = Prepared(sa.select(sa.func.max(Entry.id).label("id")))
 
 
 def _tagged_query(walk: bool, published_only: bool) -> sa.Select:
-    query = (sa.select(*LISTED).order_by(Entry.date.desc(), Entry.id.desc())
+    query = (sa.select(*LISTED).order_by(*_NEWEST)
              .limit(sa.bindparam("limit")).offset(sa.bindparam("offset")))
     if walk:  # newest first through ix_entry_date, each entry checked for the tag
         query = query.where(sa.select(EntryTag.entry_id).where(
