@@ -7,6 +7,7 @@ second run completes to the same result as one uninterrupted import."""
 from __future__ import annotations
 
 import datetime as dt
+import gc
 import os
 import random
 import signal
@@ -193,6 +194,31 @@ def test_a_large_import_leaves_one_segment_and_a_small_one_merges_nothing(tmp_pa
     after = segments(bulk_dir)
     assert len(after) == 2 and all(after[seg] == pages for seg, pages in before.items())
     assert snapshot(bulk_dir)["automerge"] == USUAL
+
+
+def test_an_import_puts_off_full_collections_and_gives_the_thresholds_back(tmp_path, two):
+    """The parent holds the whole plan: while it imports, the oldest generation is collected
+    rarely; after it, and after an import stopped by its caller (Ctrl-C), the
+    interpreter's thresholds are as they were."""
+    _, (bulk, _) = two
+    source = tmp_path / "in"
+    corpus(source)
+    before = gc.get_threshold()
+    during = []
+    transfer.import_folder(bulk, source, workers=0,
+                           progress=lambda done, total: during.append(gc.get_threshold()))
+    assert len(during) > 1
+    assert all(t == (*before[:2], bulk_import.OLDEST_GENERATION_AFTER) for t in during)
+    assert gc.get_threshold() == before
+
+    def interrupt(done, total):
+        raise KeyboardInterrupt
+
+    for i in range(40):
+        write(source, f"2022/2022-03-{i % 28 + 1:02d}-more-{i}.md", f"# More {i}\n\n[[Twice]]\n")
+    with pytest.raises(KeyboardInterrupt):
+        transfer.import_folder(bulk, source, workers=0, progress=interrupt)
+    assert gc.get_threshold() == before
 
 
 KILLED_IMPORT = """

@@ -27,6 +27,7 @@ from __future__ import annotations
 import concurrent.futures as cf
 import ctypes
 import functools
+import gc
 import multiprocessing
 import os
 import secrets
@@ -55,6 +56,12 @@ AHEAD = 3  # batches rendered ahead of the writer
 # notebook: at 100k entries, with 512 KiB, the writer's thread took 63.6 CPU s against
 # 54.3 s (one back-to-back pair). A bigger cache than the default gained nothing (64 MiB).
 WRITER_CACHE_KIB = 2000
+# The parent holds every note, its plan and the link index until the end: millions of
+# objects, which a collection of the oldest generation walks with the GIL held. At the
+# default thresholds 19 of those ran in a 100k import, 13-15 s of the writer's time
+# (gc.callbacks); the import makes little cyclic garbage, so the oldest generation waits
+# for this many collections of the middle one instead of 10 (3.4 s of collecting in all).
+OLDEST_GENERATION_AFTER = 1000
 ENTRY = Entry.__table__  # rows written in bulk through Core, not one ORM object each
 _UPDATE = ENTRY.update().where(ENTRY.c.id == sa.bindparam("_id"))
 
@@ -68,6 +75,8 @@ def run(db, paths: list[Path], report: ImportReport, *, author: str = "import",
     if workers is None:
         workers = (os.cpu_count() or 1) if len(paths) > 200 else 0  # forking costs ~0.1 s
     pool = _pool(workers)
+    thresholds = gc.get_threshold()
+    gc.set_threshold(*thresholds[:2], OLDEST_GENERATION_AFTER)
     try:
         # planned as the files come back, in order: the parent plans while the pool reads
         mapped = pool.map(read, paths, chunksize=64) if pool else map(read, paths)
@@ -78,6 +87,7 @@ def run(db, paths: list[Path], report: ImportReport, *, author: str = "import",
         search_index.finish_loading(db)
         _restore_lost_mirror_files(db, untouched)
     finally:
+        gc.set_threshold(*thresholds)
         if pool:
             pool.shutdown(cancel_futures=True)
     report.seconds = time.monotonic() - started
