@@ -34,6 +34,8 @@ class Entry(Base):
         sa.Index("ix_entry_kind_date", "kind", "date"),
         # the drafts alone (few): published counts are all counts less theirs (0010)
         sa.Index("ix_entry_draft_week", "iso_week", sqlite_where=sa.text("status = 'draft'")),
+        # a [[Title]] link's target, newest first (entries.resolve; 0011)
+        sa.Index("ix_entry_title_key", sa.text("lower(title)"), "date"),
         sa.CheckConstraint("kind IN ('entry', 'week')", name="ck_entry_kind"),
         sa.CheckConstraint("status IN ('draft', 'published')", name="ck_entry_status"),
     )

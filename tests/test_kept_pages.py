@@ -206,7 +206,7 @@ def test_migration_0009_counts_from_an_existing_notebook_and_goes_away_down(tmp_
 
     with sqlite3.connect(db.sqlite_path) as conn:  # a notebook as 0008 left it
         conn.execute(OLD_ENTRY, (1, "published"))
-    assert upgrades.pending_migrations(db) == ["0010", "0009"]
+    assert upgrades.pending_migrations(db) == ["0011", "0010", "0009"]
     upgrades.upgrade(db, tmp_path / "backups")
     assert notebook_version(db) == 0
     with sqlite3.connect(db.sqlite_path) as conn:
