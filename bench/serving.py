@@ -8,7 +8,6 @@ tables (for the benches that measure a query, not the import)."""
 from __future__ import annotations
 
 import http.client
-import json
 import os
 import random
 import signal
@@ -190,32 +189,6 @@ def journal_commit(port: int, token: str):
         if response.status != 200:
             raise RuntimeError(f"register answered {response.status}")
     return commit
-
-
-def saves(port: int, token: str, titles: list[str], rng, count: int) -> tuple[float, float]:
-    """Sequential p50 in ms of `count` notes saved through the API with three [[links]] to
-    existing titles and one to a note not written yet, and of `count` without a link,
-    alternated: a save resolves each link of its note (entries.resolve)."""
-    conn = one_connection(port)
-    times: dict[bool, list[float]] = {True: [], False: []}
-    for i in range(2 * count):
-        linked = i % 2 == 0
-        links = ([f"[[{rng.choice(titles)}]]" for _ in range(3)] + ["[[Not written yet]]"]
-                 if linked else [])
-        body = json.dumps({"title": f"Bench save {i} {rng.getrandbits(32)}",
-                           "body": " ".join(["A saved note.", *links]),
-                           "tags": ["bench"]}).encode()
-        start = time.perf_counter()
-        conn.request("POST", "/api/v1/entries", body=body,
-                     headers={"Authorization": f"Bearer {token}",
-                              "Content-Type": "application/json"})
-        response = conn.getresponse()
-        answer = response.read()
-        times[linked].append((time.perf_counter() - start) * 1000)
-        if response.status != 201:
-            raise RuntimeError(f"a save answered {response.status}: {answer[:200]!r}")
-    conn.close()
-    return pct(times[True], 50), pct(times[False], 50)
 
 
 def insert_notes(conn, entries: list[dict], fts: list[dict], tags: list[dict]) -> None:

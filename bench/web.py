@@ -37,11 +37,7 @@ threads) on a free loopback port:
                                             rare, prefixes, a phrase, OR, -word) and
                                             the tag:, week:, kind: filters
 
-Last, with the pages measured, saves through the API (POST /api/v1/entries with the
-token), one at a time: SAVES notes with four [[links]] (three to titles of the notebook,
-one to a note not written yet) alternated with as many without a link. A save resolves
-each link of its note; the p50 of each, their ratio at each N, and that ratio at the
-largest N over the smallest (goal: flat).
+Last, with the pages measured, saves through the API with and without [[links]] (saving.py).
 
 Each kind is driven for --seconds by --concurrency client threads, each with its own
 keep-alive connection (the load a browser tab per user makes), in --rounds slices with
@@ -88,7 +84,6 @@ import json
 import os
 import random
 import shutil
-import sqlite3
 import subprocess
 import sys
 import tempfile
@@ -100,7 +95,7 @@ sys.path.insert(0, str(ROOT))
 
 from app import create_app, upgrades  # noqa: E402
 from app.notebook.isoweeks import iso_week  # noqa: E402
-from bench import runs  # noqa: E402
+from bench import runs, saving  # noqa: E402
 from bench.corpus import DATABASE, Corpus, build, cli_token  # noqa: E402
 from bench.serving import (  # noqa: E402
     drive,
@@ -108,7 +103,6 @@ from bench.serving import (  # noqa: E402
     kept_views,
     one_connection,
     pct,
-    saves,
     server_cpu,
     start_bare,
     start_runner,
@@ -119,7 +113,6 @@ from bench.serving import (  # noqa: E402
 from tests.real_runs import store_run  # noqa: E402  (a finished run, stored as a runner does)
 
 SEARCH_GOAL = 22.0  # ms, ranked search p95 at 100k
-SAVES = 20  # notes saved with links and as many without, at the end of each N
 IMPORT_GOAL = 120.0  # s, 100k entries
 
 
@@ -196,11 +189,7 @@ def run_size(n: int, args) -> tuple[Corpus, dict, dict[str, tuple[float, float]]
                                  "p99": pct(lat, 99), "seq": pct(seq, 50),
                                  "seq95": pct(seq, 95), "n": len(lat),
                                  "cpu": 1000 * cpu[kind] / len(lat)}
-            # last, as they add notes: saves with links, and without
-            with sqlite3.connect(corpus.database) as db:
-                titles = [row[0] for row in db.execute(
-                    "SELECT title FROM entry WHERE kind = 'entry' ORDER BY random() LIMIT 50")]
-            saved = saves(servers["app"][1], corpus.token, titles, rng, SAVES)
+            saved = saving.measure(servers["app"][1], corpus, rng)  # last: it adds notes
         finally:
             for proc, _ in servers.values():
                 stop(proc)
@@ -289,17 +278,6 @@ def report_polls(polls: dict[int, dict[str, tuple[float, float]]]) -> None:
         print(f"  N={n:>6}  " + "  ".join(f"{kind} {alone:.2f} / {after:.2f} "
                                           f"({after / alone:.2f}x)"
                                           for kind, (alone, after) in found.items()))
-
-
-def report_saves(saved: dict[int, tuple[float, float]]) -> None:
-    print(f"\nsaves through the API, sequential p50 in ms: a note with four [[links]] (three "
-          f"to existing titles, one to none) / one without ({SAVES} each, alternated); "
-          "goal: the links cost the same at every N")
-    for n, (linked, plain) in saved.items():
-        print(f"  N={n:>6}  {linked:.2f} / {plain:.2f} ({linked / plain:.2f}x)")
-    small, large = min(saved), max(saved)
-    ratio = {n: linked / plain for n, (linked, plain) in saved.items()}
-    print(f"  that ratio at N={large} over N={small}: {ratio[large] / ratio[small]:.2f}")
 
 
 def run_runs(args) -> None:
@@ -411,7 +389,7 @@ def main() -> None:
     report_import(corpora)
     report({n: r for n, (_, r, *_) in measured.items()}, corpora, args.concurrency)
     report_polls({n: p for n, (_, _, p, _) in measured.items()})
-    report_saves({n: s for n, (*_, s) in measured.items()})
+    saving.report({n: s for n, (*_, s) in measured.items()})
     if args.runs:
         run_runs(args)
     if not args.no_views:

@@ -11,7 +11,7 @@ import sqlite3
 import sqlalchemy as sa
 
 from app.notebook import entries
-from tests.helpers import AS_OWNER, OLD_ENTRY, at_revision, entry_form
+from tests.helpers import OLD_ENTRY, at_revision, create_entry
 
 
 def resolved_with_plans(db, target: str):
@@ -34,17 +34,10 @@ def resolved_with_plans(db, target: str):
     return found, plans
 
 
-def save(client, **fields) -> int:
-    r = client.post("/entries/new", data=entry_form(**fields), headers=AS_OWNER)
-    assert r.status_code == 303, r.text
-    return int(r.location.split("/")[2])
-
-
-def test_a_title_link_is_one_seek_of_its_index_and_finds_the_newest(served):
-    client, db = served.client, served.db
-    older = save(client, title="Shard plan", date="2024-01-05", body="first")
-    newer = save(client, title="shard PLAN", date="2024-03-05", body="second")
-    save(client, title="Other", date="2024-06-01", body="unrelated")
+def test_a_title_link_is_one_seek_of_its_index_and_finds_the_newest(client, db):
+    older = create_entry(client, title="Shard plan", date="2024-01-05", body="first")
+    newer = create_entry(client, title="shard PLAN", date="2024-03-05", body="second")
+    create_entry(client, title="Other", date="2024-06-01", body="unrelated")
     for target in ("Shard Plan", "  shard   plan "):
         found, plans = resolved_with_plans(db, target)
         assert found == (newer, "2024-03-05")
@@ -52,8 +45,8 @@ def test_a_title_link_is_one_seek_of_its_index_and_finds_the_newest(served):
                              for plan in plans), plans
     assert resolved_with_plans(db, "Nobody wrote this")[0] is None
     # a note linking to the title links to the newest of the two, as before the index
-    linker = save(client, title="Linker", date="2024-07-01", body="see [[Shard plan]]")
-    page = client.get(f"/entries/{linker}", headers=AS_OWNER, follow_redirects=True).text
+    linker = create_entry(client, title="Linker", date="2024-07-01", body="see [[Shard plan]]")
+    page = client.get(f"/entries/{linker}", follow_redirects=True).text
     assert f'href="/entries/{newer}/' in page and f'href="/entries/{older}/' not in page
 
 
