@@ -60,7 +60,7 @@ WRITER_CACHE_KIB = 2000
 # objects, which a collection of the oldest generation walks with the GIL held. At the
 # default thresholds 19 of those ran in a 100k import, 13-15 s of the writer's time
 # (gc.callbacks); the import makes little cyclic garbage, so the oldest generation waits
-# for this many collections of the middle one instead of 10 (3.4 s of collecting in all).
+# for this many collections of the middle one instead of 10 (3.1-4.3 s of collecting).
 OLDEST_GENERATION_AFTER = 1000
 ENTRY = Entry.__table__  # rows written in bulk through Core, not one ORM object each
 _UPDATE = ENTRY.update().where(ENTRY.c.id == sa.bindparam("_id"))
