@@ -17,20 +17,13 @@ SAVES = 20  # notes saved with links, and as many without
 
 
 def measure(port: int, corpus: Corpus, rng) -> tuple[float, float]:
-    """The notebook's sequential save p50s (with links, without); it adds 2 * SAVES notes."""
+    """The sequential save p50s in ms (with links, without); it adds 2 * SAVES notes."""
     with sqlite3.connect(corpus.database) as db:
         titles = [row[0] for row in db.execute(
             "SELECT title FROM entry WHERE kind = 'entry' ORDER BY random() LIMIT 50")]
-    return saves(port, corpus.token, titles, rng, SAVES)
-
-
-def saves(port: int, token: str, titles: list[str], rng, count: int) -> tuple[float, float]:
-    """Sequential p50 in ms of `count` notes saved through the API with three [[links]] to
-    existing titles and one to a note not written yet, and of `count` without a link,
-    alternated: a save resolves each link of its note (entries.resolve)."""
     conn = one_connection(port)
     times: dict[bool, list[float]] = {True: [], False: []}
-    for i in range(2 * count):
+    for i in range(2 * SAVES):
         linked = i % 2 == 0
         links = ([f"[[{rng.choice(titles)}]]" for _ in range(3)] + ["[[Not written yet]]"]
                  if linked else [])
@@ -39,7 +32,7 @@ def saves(port: int, token: str, titles: list[str], rng, count: int) -> tuple[fl
                            "tags": ["bench"]}).encode()
         start = time.perf_counter()
         conn.request("POST", "/api/v1/entries", body=body,
-                     headers={"Authorization": f"Bearer {token}",
+                     headers={"Authorization": f"Bearer {corpus.token}",
                               "Content-Type": "application/json"})
         response = conn.getresponse()
         answer = response.read()
