@@ -119,9 +119,9 @@ def paths() -> dict:
         },
         "/api/v1/entries/{entry_id}/backlinks": {
             "parameters": [ENTRY_ID],
-            "get": {"summary": "Entries that [[link]] here, newest first, each once with "
-                               "its first link's context; a page at a time (100 unless "
-                               "limit says), with the total",
+            "get": {"summary": "Entries with a [[link]] that opens this one, newest first, "
+                               "each once with its first link's context; a page at a "
+                               "time (100 unless limit says), with the total",
                     "parameters": [
                         query("limit", {"type": "integer", "minimum": 1, "maximum": 500}),
                         query("offset", {"type": "integer", "minimum": 0})],
