@@ -6,11 +6,13 @@ parameters: lists (json_each), dates, limits, drafts in or out."""
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 import sqlalchemy as sa
 
 from app.db import Prepared
+from app.models import Entry
 from app.notebook import browse, entries, entry_rows, letters
 
 
@@ -65,6 +67,8 @@ def test_every_prepared_statement_answers_as_sqlalchemy_does(notebook):
                 same(*both(session, browse.BACKLINK_COUNT[drafts], {"keys": keys, "id": entry.id}))
                 same(*both(session, browse.NEIGHBOURS[drafts],
                            {"date": entry.date, "id": entry.id}))
+            same(*both(session, browse.PASSED_OVER[entry.kind],
+                       {"date": entry.date, "id": entry.id, "title": entry.title}))
         assert any(both(session, browse.BACKLINK_PAGE[False], {"keys": sorted(entries.keys_of(
             entry_rows.read(session, i))), "id": i, "limit": 100, "offset": 0})[0]
             for i in ids)  # some links exist
@@ -96,6 +100,25 @@ def test_a_list_bound_as_json_is_not_sql(notebook):
         assert query.run(session, {"keys": ["') OR 1=1 --", '"]']}) == []
         assert [tuple(r) for r in query.run(session, {"keys": ["y", "x"]})] == [(1,)]
         assert query.run(session, {"keys": []}) == []
+
+
+def test_a_statements_own_constants_are_sql_not_bound_values(notebook):
+    """Bound, kind = 'week' or status = 'published' made SQLite compile the statement
+    again on every run (both are conditions of partial indexes). As literals they answer
+    the same, quotes and all, and a value that looks like a parameter stays text."""
+    query = Prepared(sa.select(Entry.title, sa.literal("it's :id").label("said"))
+                     .where(Entry.kind == "week", Entry.status != "draft",
+                            Entry.title != "O'Brien", Entry.id > sa.bindparam("id"))
+                     .order_by(Entry.id).limit(2))
+    assert set(re.findall(r":(\w+)", query.sql)) == {"id"} and not query.defaults
+    assert "'it''s :id'" in query.sql and "'week'" in query.sql
+    with notebook.read() as session:
+        raw, core = both(session, query, {"id": 0})
+        same(raw, core)
+        assert [r.said for r in raw] == ["it's :id"] * 2
+        for prepared in (*browse.NEIGHBOURS.values(), *browse.NEWEST_BACKLINKS.values(),
+                         *browse.PASSED_OVER.values(), *browse.RECENT.values()):
+            assert not prepared.defaults and not re.search(r":(kind|status|param)_", prepared.sql)
 
 
 def test_prepared_reads_the_sessions_own_transaction(notebook):
