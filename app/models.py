@@ -8,11 +8,18 @@ from __future__ import annotations
 import datetime as dt
 
 import sqlalchemy as sa
-from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship
+from sqlalchemy.orm import DeclarativeBase, Mapped, mapped_column, relationship, validates
 
 
 def utcnow() -> dt.datetime:
     return dt.datetime.now(dt.UTC).replace(tzinfo=None)
+
+
+def link_key(target: str) -> str:
+    """What a [[link]] is matched on, and an entry's title_key: white space collapsed and
+    lowered (Python's Unicode lower: [[über]] and [[ÜBER]] both reach "Über"). Stored in
+    every entry and link row, so changing it needs a migration that rewrites them."""
+    return " ".join(target.split()).lower()
 
 
 class Base(DeclarativeBase):
@@ -34,8 +41,8 @@ class Entry(Base):
         sa.Index("ix_entry_kind_date", "kind", "date"),
         # the drafts alone (few): published counts are all counts less theirs (0010)
         sa.Index("ix_entry_draft_week", "iso_week", sqlite_where=sa.text("status = 'draft'")),
-        # a [[Title]] link's target, newest first (entries.resolve; 0011)
-        sa.Index("ix_entry_title_key", sa.text("lower(title)"), "date"),
+        # a [[Title]] link's target, newest first (entries.resolve; 0011, 0012)
+        sa.Index("ix_entry_title_key", "title_key", "date"),
         sa.CheckConstraint("kind IN ('entry', 'week')", name="ck_entry_kind"),
         sa.CheckConstraint("status IN ('draft', 'published')", name="ck_entry_status"),
     )
@@ -45,6 +52,8 @@ class Entry(Base):
     date: Mapped[dt.date] = mapped_column(sa.Date)
     iso_week: Mapped[str] = mapped_column(sa.String(8), index=True)  # "2024-W13"
     title: Mapped[str] = mapped_column(sa.String(200))
+    # link_key(title), set with the title: what a [[link]] to it is matched on (0012)
+    title_key: Mapped[str] = mapped_column(sa.String(200), default="", server_default="")
     slug: Mapped[str] = mapped_column(sa.String(120))
     body_md: Mapped[str] = mapped_column(sa.Text, default="")
     body_html: Mapped[str] = mapped_column(sa.Text, default="")
@@ -59,6 +68,11 @@ class Entry(Base):
         back_populates="entry", cascade="all, delete-orphan", passive_deletes=True,
         order_by="Revision.number",
     )
+
+    @validates("title")
+    def _keep_title_key(self, _name: str, title: str) -> str:
+        self.title_key = link_key(title)
+        return title
 
     @property
     def tag_list(self) -> list[str]:

@@ -24,6 +24,7 @@ import sqlalchemy as sa
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from app.models import link_key  # noqa: E402
 from app.notebook.search_index import INSERT_FTS, rebuild_recent  # noqa: E402
 
 TICK = os.sysconf("SC_CLK_TCK")
@@ -194,10 +195,11 @@ def journal_commit(port: int, token: str):
 def insert_notes(conn, entries: list[dict], fts: list[dict], tags: list[dict]) -> None:
     """Seed rows straight into the notebook's tables (entries, their search rows, tags)."""
     conn.execute(sa.text(
-        "INSERT INTO entry (id, kind, date, iso_week, title, slug, body_md, body_html, "
-        "toc_html, tags, status, revision, created_at, updated_at) VALUES (:id, :kind, "
-        ":date, :iso_week, :title, :slug, :body_md, :body_html, :toc_html, :tags, :status, "
-        ":revision, :created_at, :updated_at)"), entries)
+        "INSERT INTO entry (id, kind, date, iso_week, title, title_key, slug, body_md, "
+        "body_html, toc_html, tags, status, revision, created_at, updated_at) VALUES (:id, "
+        ":kind, :date, :iso_week, :title, :title_key, :slug, :body_md, :body_html, :toc_html, "
+        ":tags, :status, :revision, :created_at, :updated_at)"),
+        [{**e, "title_key": link_key(e["title"])} for e in entries])
     conn.execute(INSERT_FTS, fts)  # each with its kind_token (app/notebook/search_index.py)
     rebuild_recent(conn)
     if tags:

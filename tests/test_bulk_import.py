@@ -43,7 +43,8 @@ def corpus(folder: Path, n: int = 120, seed: int = 3, twice: bool = True) -> Non
         date = dt.date(2020, 1, 1) + dt.timedelta(days=i // 3)
         links = " ".join(f"[[{titles[rng.randrange(n)]}]]" for _ in range(rng.randint(0, 3)))
         extra = rng.choice(["", f"[[{date - dt.timedelta(days=2)}]]", "[[2020-W03|that week]]",
-                            "[[Nobody wrote this]]", "#ideas", "\n\n```python\nx = 1\n```"])
+                            "[[Nobody wrote this]]", "#ideas", "\n\n```python\nx = 1\n```",
+                            f"[[NOTE ÜBER {i % 40}]]"])
         status = "draft" if i % 17 == 0 else "published"
         tags = rng.sample(TAGS, rng.randint(0, 2))
         name = f"{date.year}/{date.isoformat()}-{titles[i].lower().replace(' ', '-')}-{i}.md"
@@ -65,7 +66,7 @@ def snapshot(data: Path) -> dict:
     db = sqlite3.connect(data / "commonplace.db")
     tables = {
         "entry": "SELECT id, kind, date, iso_week, title, slug, body_md, body_html, toc_html, "
-                 "tags, status, revision FROM entry ORDER BY id",
+                 "tags, status, revision, title_key FROM entry ORDER BY id",
         "revision": "SELECT entry_id, number, date, title, body_md, tags, status, author, note "
                     "FROM revision ORDER BY entry_id, number",
         "link": "SELECT source_id, target_key, text, context FROM link "

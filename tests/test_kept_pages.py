@@ -206,12 +206,13 @@ def test_migration_0009_counts_from_an_existing_notebook_and_goes_away_down(tmp_
 
     with sqlite3.connect(db.sqlite_path) as conn:  # a notebook as 0008 left it
         conn.execute(OLD_ENTRY, (1, "published"))
-    assert upgrades.pending_migrations(db) == ["0011", "0010", "0009"]
+    assert upgrades.pending_migrations(db) == ["0012", "0011", "0010", "0009"]
     upgrades.upgrade(db, tmp_path / "backups")
-    assert notebook_version(db) == 0
+    upgraded = notebook_version(db)  # 0012 keyed the entry's title: one change
+    assert upgraded == 1
     with sqlite3.connect(db.sqlite_path) as conn:
         conn.execute("UPDATE entry SET title = 'New' WHERE id = 1")
         conn.execute("DELETE FROM entry WHERE id = 1")
-    assert notebook_version(db) == 2
+    assert notebook_version(db) == upgraded + 2
     migrate(command.downgrade, "0008")
     assert not {n for n in names() if n.startswith("notebook_version")}

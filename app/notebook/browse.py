@@ -97,8 +97,8 @@ BACKLINK_COUNT = {p: Prepared(_count_query(p)) for p in (False, True)}
 # [[2024-W13]] the week's letter. Only that entry lists such a link among its backlinks.
 # (Every entry of the day listed a date's links: at 100k entries a day holds ~27, and they
 # were 10.9 of an average entry page's 14.8 lines, the lines that grew with the notebook.)
-# One statement, two index seeks each: ix_entry_kind_date and ix_entry_date for the day,
-# ix_entry_title_key for the title (its lower(), as resolve's, compared on both sides).
+# One statement, an index seek each: ix_entry_kind_date and ix_entry_date for the day,
+# ix_entry_title_key for the title.
 _DAY, _ID = sa.bindparam("date", type_=sa.Date), sa.bindparam("id")
 
 
@@ -110,7 +110,7 @@ def _passed_over_query(kind: str) -> sa.Select:
     letter = (Entry.kind == "week", Entry.date == _DAY)  # letters come first
     day = (_any(*letter, Entry.id < _ID) if kind == "week"
            else sa.or_(_any(*letter), _any(Entry.date == _DAY, Entry.id < _ID)))
-    newer = _any(sa.func.lower(Entry.title) == sa.func.lower(sa.bindparam("title")),
+    newer = _any(Entry.title_key == sa.bindparam("title"),
                  sa.tuple_(Entry.date, Entry.id) > sa.tuple_(_DAY, _ID))
     return sa.select(day.label("day"), newer.label("title"))
 
@@ -120,10 +120,10 @@ PASSED_OVER = {kind: Prepared(_passed_over_query(kind)) for kind in ("entry", "w
 
 def reached_by(session: Session, entry: Entry | EntryRow) -> list[str]:
     """The link keys that lead to `entry`: what Link.target_key holds for them."""
-    day, newer = PASSED_OVER[entry.kind].run(
-        session, {"date": entry.date, "id": entry.id, "title": entry.title})[0]
-    keys = [entry.iso_week.lower()] if entry.kind == "week" else []
     title = link_key(entry.title)
+    day, newer = PASSED_OVER[entry.kind].run(
+        session, {"date": entry.date, "id": entry.id, "title": title})[0]
+    keys = [entry.iso_week.lower()] if entry.kind == "week" else []
     if not (newer or DATE_RE.match(title) or WEEK_RE.match(title.upper())):
         keys.append(title)  # (a title that reads as a date or week is never reached as one)
     if not day:

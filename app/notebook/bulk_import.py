@@ -345,9 +345,9 @@ def _as_entry(known: Known, body: str) -> EntryRow:
 def _entry_row(op: Op, html: tuple[str, str], now) -> dict:
     k = op.after
     return {"id": k.id, "kind": k.kind, "date": k.date, "iso_week": k.iso_week,
-            "title": k.title, "slug": k.slug, "body_md": op.body, "body_html": html[0],
-            "toc_html": html[1], "tags": k.tags, "status": k.status, "revision": k.revision,
-            "updated_at": now}
+            "title": k.title, "title_key": entries.link_key(k.title), "slug": k.slug,
+            "body_md": op.body, "body_html": html[0], "toc_html": html[1], "tags": k.tags,
+            "status": k.status, "revision": k.revision, "updated_at": now}
 
 
 def _restore_lost_mirror_files(db, untouched: list[Known]) -> None:

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from app.errors import Conflict, Invalid, NotFound, refuse_unknown
-from app.models import Entry, EntryTag, Link, Revision, utcnow
+from app.models import Entry, EntryTag, Link, Revision, link_key, utcnow
 from app.notebook import embeds, merge, mirror, search_index
 from app.notebook.isoweeks import WEEK_RE, iso_week
 from app.notebook.render import Rendered, Resolved, render
@@ -175,10 +175,6 @@ def get(session: Session, entry_id: int) -> Entry:
     return entry
 
 
-def link_key(target: str) -> str:
-    return " ".join(target.split()).lower()
-
-
 def keys_of(entry: Entry) -> set[str]:
     """The link keys an entry answers to: its title, its week if a letter, its date."""
     keys = {link_key(entry.title), entry.date.isoformat()}
@@ -197,8 +193,9 @@ def resolve(session: Session, target: str) -> Entry | None:
         return session.scalar(
             sa.select(Entry).where(Entry.date == key).order_by(Entry.kind.desc(), Entry.id)
         )
-    return session.scalar(
-        sa.select(Entry).where(sa.func.lower(Entry.title) == key).order_by(Entry.date.desc())
+    return session.scalar(  # newest first; the same day: the later entry
+        sa.select(Entry).where(Entry.title_key == key)
+        .order_by(Entry.date.desc(), Entry.id.desc()).limit(1)
     )
 
 

@@ -18,7 +18,6 @@ from app.notebook.entries import DATE_RE, entry_url, link_key
 from app.notebook.isoweeks import WEEK_RE
 from app.notebook.render import Resolved
 
-_ASCII_LOWER = str.maketrans("ABCDEFGHIJKLMNOPQRSTUVWXYZ", "abcdefghijklmnopqrstuvwxyz")
 NEW = 1 << 62  # where planned entries sort among ids: after every existing one, in order
 
 
@@ -47,11 +46,6 @@ class Known:
         return Known(**self.__dict__)
 
 
-def title_key(title: str) -> str:
-    """SQLite's lower(), which the database's resolve compares with: ASCII letters only."""
-    return title.translate(_ASCII_LOWER)
-
-
 def keys_of(known: Known) -> set[str]:
     keys = {link_key(known.title), known.date.isoformat()}
     if known.kind == "week":
@@ -67,7 +61,7 @@ class LinkIndex:
         self.slugs: dict[tuple[dt.date, str], list[Known]] = {}
 
     def add(self, known: Known) -> None:
-        self.by_title.setdefault(title_key(known.title), []).append(known)
+        self.by_title.setdefault(link_key(known.title), []).append(known)
         self.by_date.setdefault(known.date.isoformat(), []).append(known)
         if known.kind == "week":
             self.weeks[known.iso_week] = known
@@ -76,7 +70,7 @@ class LinkIndex:
 
     def remove(self, known: Known) -> None:
         """Forget `known` as it was indexed (call before changing its fields)."""
-        for table, key in ((self.by_title, title_key(known.title)),
+        for table, key in ((self.by_title, link_key(known.title)),
                            (self.by_date, known.date.isoformat()),
                            (self.slugs, (known.date, known.slug))):
             found = table.get(key, [])
@@ -99,7 +93,7 @@ class LinkIndex:
         if DATE_RE.match(key):  # ORDER BY kind DESC, id
             found = self.by_date.get(key)
             return min(found, key=lambda k: (k.kind != "week", k.order)) if found else None
-        found = self.by_title.get(key)  # ORDER BY date DESC (read from ix_entry_date backwards)
+        found = self.by_title.get(key)  # ORDER BY date DESC, id DESC
         return max(found, key=lambda k: (k.date, k.order)) if found else None
 
     def resolve(self, target: str) -> Resolved:

@@ -139,7 +139,7 @@ def _titles(session: Session, text: str, limit: int, include_drafts: bool) -> li
             return []
         where = Entry.id.in_(ids)
     else:  # no index to ask: a bounded look at titles containing the first word
-        where = sa.func.lower(Entry.title).contains(words[0], autoescape=True)
+        where = Entry.title_key.contains(words[0], autoescape=True)
     query = sa.select(Entry).options(_SUMMARY).where(where).limit(CANDIDATES)
     ranked = []
     for entry in session.scalars(_visible(query, include_drafts)):
