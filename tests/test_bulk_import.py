@@ -222,13 +222,17 @@ def test_an_import_puts_off_full_collections_and_gives_the_thresholds_back(tmp_p
     assert gc.get_threshold() == before
 
 
+# From its 40th entry on, the import takes 50 ms more a batch (its progress callback):
+# ~1.6 s in which the test sees 40 entries and kills it. Without it a busy machine (CI's
+# two test workers and a browser) could starve the test's polling until all 303 were in.
 KILLED_IMPORT = """
-import sys
+import sys, time
 from app import create_app
 from app.notebook import bulk_import, transfer
 bulk_import.BATCH = 8
 app = create_app()
-transfer.import_folder(app.extensions["db"], sys.argv[1], workers=1)
+transfer.import_folder(app.extensions["db"], sys.argv[1], workers=1,
+                       progress=lambda done, total: done >= 40 and time.sleep(0.05))
 """
 
 
