@@ -4,15 +4,15 @@ Queries a page runs on every view are built and compiled once (app/db.py's Prepa
 
 from __future__ import annotations
 
-import sqlite3
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
+from sqlalchemy.pool import PoolProxiedConnection
 
-from app.db import Prepared
+from app.db import Prepared, sqlite_connection
 from app.errors import NotFound
 from app.models import Entry, EntryTag, Link, Revision
 from app.notebook.entries import DATE_RE, link_key
@@ -235,15 +235,12 @@ VERSION = "SELECT n FROM notebook_version"
 _COUNTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pool -> {key: (n, list)}
 
 
-def version(session: Session) -> int | None:
-    """The notebook's version in the session's snapshot (None: not SQLite). Read in the
-    request's own transaction, so it is the version of what the request reads next
-    (app/web/pages/kept.py keys the pages it keeps by it too)."""
-    conn = session.connection()
-    dbapi = conn.connection.dbapi_connection
-    if not isinstance(dbapi, sqlite3.Connection):
-        return None
-    return dbapi.execute(VERSION).fetchone()[0]
+def version(session: Session | PoolProxiedConnection) -> int | None:
+    """The notebook's version in the session's (or get_reader's) snapshot (None: not
+    SQLite). Read in the request's own transaction, so it is the version of what the
+    request reads next (app/web/pages/kept.py keys the pages it keeps by it too)."""
+    dbapi = sqlite_connection(session)
+    return None if dbapi is None else dbapi.execute(VERSION).fetchone()[0]
 
 
 # Published counts are every entry's counts less the drafts': counted directly, the

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 from flask import abort, g
 
-from app.db import get_session
+from app.db import get_reader, get_session
 from app.errors import NotFound
 from app.models import Entry
 from app.notebook import entries, entry_rows
@@ -41,7 +41,7 @@ def visible_entry(entry_id: int) -> Entry:
 def readable_entry(entry_id: int) -> EntryRow:
     """visible_entry for pages that only show it: a row (app/notebook/entry_rows.py), not
     the ORM object a form changes."""
-    entry = entry_rows.read(get_session(), entry_id)
+    entry = entry_rows.read(get_reader(), entry_id)
     if not visible(entry):
         raise NotFound(f"no entry {entry_id}")
     return entry

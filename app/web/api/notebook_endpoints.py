@@ -7,7 +7,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from flask import current_app, jsonify, request
 
-from app.db import get_session
+from app.db import get_reader, get_session
 from app.errors import Invalid, NotFound, refuse_unknown
 from app.models import Entry, Revision
 from app.notebook import attachments, browse, entries, isoweeks, letters, render, search
@@ -176,7 +176,7 @@ def get_backlinks(entry_id: int):
     limit = int_arg("limit", 100, 1, 500)
     offset = int_arg("offset", 0, 0, 10_000_000)
     entry = readable_entry(entry_id)
-    links, total = browse.backlinks(get_session(), entry, include_drafts=can_write(),
+    links, total = browse.backlinks(get_reader(), entry, include_drafts=can_write(),
                                     limit=limit, offset=offset)
     return jsonify(backlinks=[{**entry_json(b.source, full=False), "context": b.context}
                               for b in links],

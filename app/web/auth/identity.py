@@ -22,7 +22,7 @@ import sqlalchemy as sa
 from flask import current_app, request
 
 from app.config import ascii_lower
-from app.db import WRITE_METHODS, Prepared, get_session
+from app.db import WRITE_METHODS, Prepared, get_reader
 from app.errors import Denied
 from app.models import Token, utcnow
 from app.web.auth import tailscaled
@@ -101,15 +101,15 @@ def _token_identity(secret: str, roles: set[str] | None = None) -> Identity | No
         return None
     # A prepared Core row, not an ORM object: every API call and runner heartbeat passes
     # here (profile of GET /api/v1/entries/<id>: 45% of the request in this lookup, 60% of
-    # that the ORM). A read looks it up in the request's own session, the snapshot the
-    # view then reads (a connection of its own was 16% of that request); a write on a
-    # connection of its own, as its session would take the write lock here, which _touch
-    # then waits for.
+    # that the ORM). A read looks it up in the request's own transaction (get_reader: the
+    # snapshot an entry's view then reads; a connection of its own was 16% of that
+    # request); a write on a connection of its own, as its session would take the write
+    # lock here, which _touch then waits for.
     if request.method in WRITE_METHODS:
         with current_app.extensions["db"].engine.connect() as conn:
             found = ACTIVE_TOKEN.run(conn, {"hash": hash_token(secret)})
     else:
-        found = ACTIVE_TOKEN.run(get_session(), {"hash": hash_token(secret)})
+        found = ACTIVE_TOKEN.run(get_reader(), {"hash": hash_token(secret)})
     row = found[0] if found else None
     if row is None or (roles is not None and row.role not in roles):
         return None

@@ -26,7 +26,7 @@ import threading
 
 from flask import current_app, g, request
 
-from app.db import get_session
+from app.db import get_reader
 from app.notebook import browse, isoweeks
 
 KEPT_PAGES = 64  # per process: home, this week, years of the site map, tags, per reader
@@ -38,8 +38,7 @@ def kept(view):
 
     @functools.wraps(view)
     def keep_or_render(**kwargs):
-        session = get_session()
-        version = browse.version(session)
+        version = browse.version(get_reader())
         if version is None:
             return view(**kwargs)
         identity = g.get("identity")
@@ -53,7 +52,7 @@ def kept(view):
         html = view(**kwargs)
         # Kept only if it is a rendered page (not a redirect) and the view read one version
         # throughout: a view that wrote, or whose session began again, is not kept.
-        if isinstance(html, str) and browse.version(session) == version:
+        if isinstance(html, str) and browse.version(get_reader()) == version:
             with _evicting:
                 if key not in pages and len(pages) >= KEPT_PAGES:
                     del pages[next(iter(pages))]  # the oldest

@@ -16,7 +16,7 @@ from flask import Response, abort, current_app, g, redirect, render_template, re
 from jinja2 import Environment
 from markupsafe import Markup
 
-from app.db import get_session
+from app.db import get_reader, get_session
 from app.errors import BadQuery
 from app.notebook import browse, entries, isoweeks, letters, search
 from app.notebook.entry_rows import EntryRow
@@ -238,7 +238,7 @@ def entry(entry_id: int, slug: str | None = None):
     item = readable_entry(entry_id)
     if item.kind == "week" or slug != item.slug:
         return redirect(entries.entry_url(item))
-    session = get_session()
+    session = get_reader()
     prev, nxt = browse.neighbours(session, item, include_drafts=can_write())
     backlinks, linked = backlink_lines(session, item)
     return render_template("notes/entry.html", entry=item, prev=prev, next=nxt,
