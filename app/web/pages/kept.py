@@ -11,7 +11,9 @@ the CLI, an import, the scheduler posting a card) shows on the next view, and no
 invalidated by hand; writes to the journal (a runner's long poll, a run's progress, a
 token's last use) leave the kept pages alone. The version is read in the request's own
 transaction, before the view reads anything, so a kept page is never newer than its key
-says it is.
+says it is: on get_reader's connection (a kept view asks for nothing more), and again,
+after a view that rendered, in the session that view read through (app/db.py: asking for
+a session ends the reader's snapshot), so the two must agree for the page to be kept.
 
 Only views whose HTML depends on nothing but the URL, the reader, the day and the
 database are kept, and only a view that read one version throughout: the first view of a
