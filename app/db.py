@@ -144,10 +144,10 @@ def get_reader() -> Session | PoolProxiedConnection:
     if "db_session" in g or request.method in WRITE_METHODS:
         return get_session()
     if "db_reader" not in g:
-        raw = get_db().engine.raw_connection()
-        if not isinstance(raw.dbapi_connection, sqlite3.Connection):
-            raw.close()
+        engine = get_db().engine
+        if engine.dialect.name != "sqlite":
             return get_session()
+        raw = engine.raw_connection()
         raw.dbapi_connection.execute("BEGIN")
         g.db_reader = raw
     return g.db_reader
