@@ -16,7 +16,7 @@ import datetime as dt
 import json
 import re
 import sqlite3
-from collections import namedtuple
+from collections import deque, namedtuple
 from collections.abc import Iterator
 from pathlib import Path
 
@@ -33,6 +33,7 @@ WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 # default and 70-75 MB with this, at the same server CPU per request (2.85-3.89 against
 # 2.90-3.08 ms, alternated); 512 KiB saved 2 MB more but cost ~5% on each entry page.
 CACHE_KIB = 1024
+READERS_KEPT = 5  # idle read connections a process keeps: SQLAlchemy's pool_size default
 
 
 def create_engine(url: str) -> sa.Engine:
@@ -77,6 +78,14 @@ class Database:
         self.notes_dir = notes_dir
         self.engine = create_engine(url)
         self._write_engine = self.engine.execution_options(sqlite_immediate=True)
+        # get_reader's connections: detached from the pool, the idle ones kept here, the
+        # one used last taken first (its page cache is warm). Taking one from the pool and
+        # giving it back (checkout, events, a reset on return) was ~8% of the entry page
+        # (py-spy, in-process); a pop and an append are atomic under the GIL.
+        self._idle_readers: deque[PoolProxiedConnection] = deque()
+        # A SQLite file, that is; another database (or one in memory, a database per
+        # connection) reads in sessions.
+        self.has_readers = self.sqlite_path is not None
 
     @property
     def sqlite_path(self) -> Path | None:
@@ -102,6 +111,38 @@ class Database:
     def read(self) -> Iterator[Session]:
         with self.session() as session:
             yield session
+
+    def take_reader(self) -> PoolProxiedConnection:
+        """A connection of the engine's (SQLite), in a read transaction of its own. One
+        opened before the engine was disposed (its pool replaced) is closed, as the pool's
+        own are."""
+        pool = self.engine.pool
+        while True:
+            try:
+                reader = self._idle_readers.pop()
+            except IndexError:
+                reader = self.engine.raw_connection()  # opened and set up by the pool
+                reader.detach()  # ours from now on: the pool neither counts nor closes it
+                reader.info["pool"] = pool
+                break
+            if reader.info["pool"] is pool:
+                break
+            reader.close()
+        reader.dbapi_connection.execute("BEGIN")
+        return reader
+
+    def give_back_reader(self, reader: PoolProxiedConnection) -> None:
+        """End the reader's transaction and keep it for the next; beyond READERS_KEPT idle
+        ones it is closed, as the pool closes its overflow."""
+        try:
+            reader.dbapi_connection.rollback()
+        except sqlite3.Error:
+            reader.close()
+            raise
+        if len(self._idle_readers) < READERS_KEPT and reader.info["pool"] is self.engine.pool:
+            self._idle_readers.append(reader)
+        else:
+            reader.close()
 
 
 def init_app(app: Flask) -> None:
@@ -132,7 +173,7 @@ def get_session() -> Session:
 
 def get_reader() -> Session | PoolProxiedConnection:
     """Where a request that only reads runs the statements its page runs on every view
-    (Prepared): a pooled sqlite3 connection in a read transaction of its own, with no ORM
+    (Prepared): a sqlite3 connection in a read transaction of its own, with no ORM
     session. Building and closing a session was ~12% of a worker's time on the entry
     page under load (py-spy), and the page reads nothing through the ORM. A request that
     has a session, or may write, reads in its session (as on another database).
@@ -141,25 +182,23 @@ def get_reader() -> Session | PoolProxiedConnection:
     ends there, and the session begins its own. So a view reads through one or the
     other; kept.py, which reads the version before a view that may ask for a session,
     reads it again after, through the session, and keeps the page only if both agree."""
-    if "db_session" in g or request.method in WRITE_METHODS:
+    ctx = g._get_current_object()  # once: each look through the proxy costs three calls
+    reader = ctx.get("db_reader")
+    if reader is not None:  # (a request that asks for a session gives its reader back)
+        return reader
+    if "db_session" in ctx or request.method in WRITE_METHODS:
         return get_session()
-    if "db_reader" not in g:
-        engine = get_db().engine
-        if engine.dialect.name != "sqlite":
-            return get_session()
-        raw = engine.raw_connection()
-        raw.dbapi_connection.execute("BEGIN")
-        g.db_reader = raw
-    return g.db_reader
+    db = get_db()
+    if not db.has_readers:
+        return get_session()
+    ctx.db_reader = reader = db.take_reader()
+    return reader
 
 
 def _end_reader() -> None:
     reader = g.pop("db_reader", None)
     if reader is not None:
-        try:
-            reader.dbapi_connection.rollback()
-        finally:
-            reader.close()  # back to the pool
+        get_db().give_back_reader(reader)
 
 
 # -- statements the reading pages run on every view ------------------------------------------

@@ -44,7 +44,7 @@ def test_drafts_are_hidden_from_viewers(served):
 
 def test_the_shared_header_and_footer_are_each_readers_own(served):
     """base.html's header and footer are rendered once per variant and kept
-    (reading.site_chrome): turn by turn on the same pages, the owner's and the viewer's
+    (chrome.site_chrome): turn by turn on the same pages, the owner's and the viewer's
     never leak into each other."""
     owner, viewer = served.as_user(OWNER), served.as_user(VIEWER)
     for _ in range(2):

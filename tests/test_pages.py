@@ -313,11 +313,11 @@ def test_preview_renders_like_a_save_would(client):
 def test_templates_load_after_every_global_is_registered(app):
     # PageEnvironment (app/web/__init__.py) copies the globals into a template when it is
     # first loaded: none may load inside create_app, before the blueprints add theirs.
-    from app.web.pages import reading
+    from app.web.pages import chrome
 
     assert not app.jinja_env.cache
     with app.test_request_context("/"):
-        assert app.jinja_env.get_template("base.html").globals["url_for"] is reading.page_url
+        assert app.jinja_env.get_template("base.html").globals["url_for"] is chrome.page_url
         assert "listed_lines" in app.jinja_env.get_template("notes/_macros.html").globals
 
 

@@ -18,7 +18,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from app.models import Entry
-from app.notebook.entries import entry_url
+from app.notebook.addresses import entry_url
 from app.notebook.render import hide_draft_links
 
 ATOM = "http://www.w3.org/2005/Atom"

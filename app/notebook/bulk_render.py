@@ -18,7 +18,7 @@ from pathlib import Path
 
 import yaml
 
-from app.notebook.entries import tag_url
+from app.notebook.addresses import tag_url
 from app.notebook.mirror import Parsed, parse_file
 from app.notebook.render import Resolved, WikiLink, render
 

@@ -20,6 +20,7 @@ from sqlalchemy.orm import Session
 from app.errors import Conflict, Invalid, NotFound, refuse_unknown
 from app.models import Entry, EntryTag, Link, Revision, link_key, utcnow
 from app.notebook import embeds, merge, mirror, search_index
+from app.notebook.addresses import entry_url, tag_url
 from app.notebook.isoweeks import WEEK_RE, iso_week
 from app.notebook.render import Rendered, Resolved, render
 
@@ -147,22 +148,6 @@ def slugify(title: str) -> str:
     text = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode()
     slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:80].strip("-")
     return slug or "entry"
-
-
-# -- urls (plain paths, so they work outside a request: CLI, scheduler, mirror) -----------
-
-
-def entry_url(entry: Entry) -> str:
-    return week_url(entry.iso_week) if entry.kind == "week" else f"/entries/{entry.id}/{entry.slug}"
-
-
-def week_url(week: str) -> str:
-    return f"/weeks/{week}"
-
-
-@functools.lru_cache(maxsize=4096)  # a list's tags repeat; quote() is not free
-def tag_url(tag: str) -> str:
-    return f"/tags/{quote(tag)}"
 
 
 # -- lookups ------------------------------------------------------------------------------

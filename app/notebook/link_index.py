@@ -14,7 +14,8 @@ import datetime as dt
 from dataclasses import dataclass
 from urllib.parse import quote
 
-from app.notebook.entries import DATE_RE, entry_url, link_key
+from app.notebook.addresses import entry_url
+from app.notebook.entries import DATE_RE, link_key
 from app.notebook.isoweeks import WEEK_RE
 from app.notebook.render import Resolved
 

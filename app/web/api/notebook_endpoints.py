@@ -10,7 +10,7 @@ from flask import current_app, jsonify, request
 from app.db import get_reader, get_session
 from app.errors import Invalid, NotFound, refuse_unknown
 from app.models import Entry, Revision
-from app.notebook import attachments, browse, entries, isoweeks, letters, render, search
+from app.notebook import addresses, attachments, browse, entries, isoweeks, letters, render, search
 from app.notebook.entry_rows import EntryRow
 from app.web.access import author, can_write, readable_entry, visible, visible_entry
 from app.web.api import idempotency
@@ -24,7 +24,7 @@ def entry_json(entry: Entry | EntryRow, *, full: bool = True) -> dict:
         "id": entry.id, "kind": entry.kind, "date": entry.date.isoformat(),
         "week": entry.iso_week, "title": entry.title, "slug": entry.slug,
         "tags": entry.tag_list, "status": entry.status, "revision": entry.revision,
-        "url": entries.entry_url(entry),
+        "url": addresses.entry_url(entry),
         "created_at": entry.created_at.isoformat() + "Z",
         "updated_at": entry.updated_at.isoformat() + "Z",
     }
@@ -103,11 +103,11 @@ def create_entry():
         if key is None or (made := idempotency.replay(session, key, data)) is None:
             raise
         return _replayed(made)
-    return jsonify(entry_json(entry)), 201, {"Location": entries.entry_url(entry)}
+    return jsonify(entry_json(entry)), 201, {"Location": addresses.entry_url(entry)}
 
 
 def _replayed(entry: Entry):
-    return jsonify(entry_json(entry)), 200, {"Location": entries.entry_url(entry),
+    return jsonify(entry_json(entry)), 200, {"Location": addresses.entry_url(entry),
                                              "Idempotent-Replayed": "true"}
 
 

@@ -88,11 +88,13 @@ def by_serve_socket() -> bool:
     return bool(request.environ.get(SERVE_DOOR))
 
 
-def peer_address() -> str:
+def peer_address(environ: dict | None = None) -> str:
     """The peer as the server saw it, before ProxyFix (serve's door) rewrote REMOTE_ADDR
-    from X-Forwarded-For. "" for a unix socket."""
-    original = request.environ.get("werkzeug.proxy_fix.orig", {})
-    return original.get("REMOTE_ADDR") or request.environ.get("REMOTE_ADDR") or ""
+    from X-Forwarded-For. "" for a unix socket. (`environ`: the request's, if the caller
+    has it at hand.)"""
+    environ = request.environ if environ is None else environ
+    original = environ.get("werkzeug.proxy_fix.orig", {})
+    return original.get("REMOTE_ADDR") or environ.get("REMOTE_ADDR") or ""
 
 
 def local_address() -> str | None:
@@ -109,7 +111,8 @@ def local_address() -> str | None:
     return server if ip_of(server) is not None else None
 
 
-def came_through_proxy() -> bool:
+def came_through_proxy(environ: dict | None = None) -> bool:
     """Whether the request carries headers that only a proxy adds."""
+    environ = request.environ if environ is None else environ
     return any(key in PROXY_HEADERS or key.startswith(PROXY_HEADER_PREFIXES)
-               for key in request.environ if key.startswith("HTTP_"))
+               for key in environ if key.startswith("HTTP_"))

@@ -1,7 +1,9 @@
 """The HTML pages, server-rendered from templates/ and readable without JavaScript.
 
-    reading.py         home, entry, letter, site map, tags, search, settings; the header's
-                       links (site_links) and a list's lines (listed_lines), kept
+    reading.py         home, entry, letter, site map, tags, search, settings; a list's
+                       lines (listed_lines), kept
+    chrome.py          what every page shares: header, menu and footer (kept per
+                       variant), the template context, url_for remembered
     kept.py            home, letter, site map and tag pages kept whole until a commit
     editing.py         new / edit (with the merge view), delete, history, diff, restore, preview
     ticking.py         task boxes ticked from a rendered page

@@ -11,11 +11,11 @@ from flask import abort, current_app, redirect, render_template, request, url_fo
 from app.db import get_session
 from app.errors import Conflict, Invalid, Refusal
 from app.models import Entry, Revision
-from app.notebook import browse, entries
+from app.notebook import addresses, browse, entries
 from app.web.access import author, require_owner, visible_entry
 from app.web.pages.blueprints import notes as bp
+from app.web.pages.chrome import today
 from app.web.pages.diffing import field_changes, line_diff, stats
-from app.web.pages.reading import today
 
 
 @dataclass
@@ -104,7 +104,7 @@ def create_entry():
     entry = entries.create(session, author=author(), date=draft.date, title=draft.title,
                            body=draft.body, tags=draft.tags, status=draft.status)
     session.commit()
-    return redirect(entries.entry_url(entry), code=303)
+    return redirect(addresses.entry_url(entry), code=303)
 
 
 @bp.get("/entries/<int:entry_id>/edit")
@@ -138,7 +138,7 @@ def update_entry(entry_id: int):
 
 
 def url_for_entry(entry: Entry, **args) -> str:
-    return entries.entry_url(entry) + (f"?{urlencode(args)}" if args else "")
+    return addresses.entry_url(entry) + (f"?{urlencode(args)}" if args else "")
 
 
 def merge_page(entry: Entry, mine: Draft, base: int, conflict: Conflict):

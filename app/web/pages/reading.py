@@ -8,34 +8,33 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import hashlib
 import itertools
-from pathlib import Path
 
-from flask import Response, abort, current_app, g, redirect, render_template, request, url_for
+from flask import (
+    Response,
+    abort,
+    current_app,
+    redirect,
+    render_template,
+    request,
+    url_for,
+)
 from jinja2 import Environment
 from markupsafe import Markup
 
 from app.db import get_reader, get_session
 from app.errors import BadQuery
-from app.notebook import browse, entries, isoweeks, letters, search
+from app.notebook import addresses, browse, isoweeks, letters, search
 from app.notebook.entry_rows import EntryRow
 from app.notebook.render import pygments_css
 from app.web.access import author, can_write, readable_entry, require_owner, visible
 from app.web.pages.blueprints import notes as bp
+from app.web.pages.chrome import current_week, today
 from app.web.pages.kept import kept
 
 SEARCH_PAGE = 20
 
 # -- weeks --------------------------------------------------------------------------------
-
-
-def today() -> dt.date:
-    return isoweeks.today(current_app.config["TIMEZONE"])
-
-
-def current_week() -> str:
-    return isoweeks.iso_week(today())
 
 
 def current_letter():
@@ -44,125 +43,7 @@ def current_letter():
                                      current_app.config["TIMEZONE"])[1]
 
 
-# -- template helpers ---------------------------------------------------------------------
-
-
-@functools.cache
-def _asset_version(folder: str, name: str) -> str:
-    return hashlib.sha256((Path(folder) / name).read_bytes()).hexdigest()[:10]
-
-
-def asset_url(name: str) -> str:
-    """A static file's URL with a content hash, so a changed file is never served stale."""
-    return page_url("static", filename=name,
-                    v=_asset_version(current_app.static_folder or "", name))
-
-
-URL_CACHE_SIZE = 4096
-
-
-def page_url(endpoint: str, **values) -> str:
-    """url_for for templates, remembered: a page's header, menu and links ask for the same
-    few dozen URLs on every request, and building one costs more than the rest of a small
-    template (the profile of the entry page: 24 url_for calls, ~9% of the request). The
-    URL depends only on the endpoint, its values and the mount point (script root); a
-    relative endpoint or an option (_external, _anchor ...) is built afresh each time."""
-    if endpoint.startswith(".") or any(k.startswith("_") for k in values):
-        return url_for(endpoint, **values)
-    try:
-        key = (request.script_root, endpoint, *sorted(values.items()))
-        cache = current_app.extensions.setdefault("page_urls", {})
-        return cache[key]
-    except (TypeError, RuntimeError):  # an unhashable value; no request (a CLI, a job)
-        return url_for(endpoint, **values)
-    except KeyError:
-        if len(cache) >= URL_CACHE_SIZE:
-            cache.clear()
-        url = cache[key] = url_for(endpoint, **values)
-        return url
-
-
-SITE_ENDPOINTS = {  # what every page's header and footer link to (templates/base.html)
-    "home": "notes.home", "sitemap": "notes.sitemap", "search": "notes.search_page",
-    "feed": "notes.feed", "manifest": "notes.manifest", "pygments": "notes.pygments_stylesheet",
-    "new_entry": "notes.new_entry", "letter_template": "notes.settings_template",
-    "experiments": "experiments.catalogue", "runs": "experiments.run_list",
-    "schedules": "experiments.schedule_list", "calculator": "experiments.calculator",
-}
-SITE_ASSETS = {"css": "app.css", "js": "app.js", "icon": "icon.svg", "icon_png": "icon-32.png",
-               "touch_icon": "apple-touch-icon.png"}
-
-
-def site_links(week: str) -> dict[str, str]:
-    """The header's and footer's URLs, built once per mount point and week: base.html
-    asked page_url for 19 of them on every request, 9% of an entry page's time in the
-    profile (each call looks up the request and the app through Flask's proxies)."""
-    key = (request.script_root, week)
-    kept = current_app.extensions.setdefault("site_links", {})
-    if key not in kept:
-        if len(kept) >= 64:  # a new week, or a new mount point: forget the old ones
-            kept.clear()
-        links = {name: url_for(endpoint) for name, endpoint in SITE_ENDPOINTS.items()}
-        links.update({name: asset_url(file) for name, file in SITE_ASSETS.items()})
-        links["week"] = url_for("notes.week", week=week)
-        kept[key] = links
-    return kept[key]
-
-
-def nav_section(week: str) -> str:
-    """The item of the header's menu that the page belongs to ("" for none): one place,
-    so a page shown after a form error (a POST's endpoint) still marks its own item."""
-    endpoint = request.endpoint or ""
-    view = current_app.view_functions.get(endpoint)
-    if getattr(view, "__module__", "").endswith(".schedule_pages"):
-        return "schedules"
-    if endpoint in ("experiments.catalogue", "experiments.new_run", "experiments.create_run"):
-        return "experiments"
-    if endpoint == "experiments.calculator":
-        return "calculator"
-    if endpoint.startswith("experiments."):
-        return "runs"
-    if endpoint == "notes.week" and (request.view_args or {}).get("week") == week:
-        return "week"
-    return {"notes.home": "home", "notes.sitemap": "sitemap", "notes.tag": "sitemap"}.get(
-        endpoint, "")
-
-
-def site_chrome(week: str, writer: bool, identity, part: str) -> Markup:
-    """base.html's head links, header or footer (templates/_site.html). A page's chrome
-    depends only on the links (mount point and week), which menu item is the page's,
-    whether it has its own search box and who reads it, so each variant is rendered once
-    and kept: the loop over the menu and its escapes were most of base.html's time on
-    every page. The week and the reader come from the page's context (_page_context),
-    worked out once a request."""
-    if part == "header":
-        variant = (nav_section(week), request.endpoint != "notes.search_page", writer)
-    elif part == "footer":
-        variant = (identity.login if identity else "", writer)
-    else:
-        variant = ()
-    return _chrome(current_app.jinja_env, part, request.script_root, week, variant)
-
-
-@functools.lru_cache(maxsize=256)
-def _chrome(env: Environment, part: str, script_root: str, week: str, variant: tuple) -> Markup:
-    macro = getattr(env.get_template("_site.html").module, part)
-    return Markup(macro(site_links(week), *variant))
-
-
-@bp.app_context_processor
-def _page_context() -> dict:
-    week, writer, identity = current_week(), can_write(), g.get("identity")
-    return {"can_write": writer, "identity": identity, "this_week": week,
-            "site": site_links(week), "asset_url": asset_url,
-            "site_chrome": functools.partial(site_chrome, week, writer, identity)}
-
-
-# Globals rather than context: imported macros do not see a template's context.
-bp.add_app_template_global(page_url, "url_for")
-bp.add_app_template_global(entries.entry_url, "entry_url")
-bp.add_app_template_global(entries.tag_url, "tag_url")
-bp.add_app_template_global(entries.week_url, "week_url")
+# -- lists and backlinks -------------------------------------------------------------------
 
 
 def listed_lines(entries: list[EntryRow], show_date: bool = True) -> Markup:
@@ -196,7 +77,7 @@ def backlink_lines(session, entry: EntryRow) -> tuple[list[tuple[str, str, str, 
     everything = "all" in request.args.getlist("backlinks")  # .get raises inside if absent
     found, total = browse.newest_backlinks(
         session, entry, 10**9 if everything else BACKLINKS_SHOWN, include_drafts=can_write())
-    return [(entries.entry_url(b), b.title, _longdate(b.date), b.context) for b in found], total
+    return [(addresses.entry_url(b), b.title, _longdate(b.date), b.context) for b in found], total
 
 
 @bp.app_template_filter("localtime")
@@ -237,7 +118,7 @@ def home():
 def entry(entry_id: int, slug: str | None = None):
     item = readable_entry(entry_id)
     if item.kind == "week" or slug != item.slug:
-        return redirect(entries.entry_url(item))
+        return redirect(addresses.entry_url(item))
     session = get_reader()
     prev, nxt = browse.neighbours(session, item, include_drafts=can_write())
     backlinks, linked = backlink_lines(session, item)

@@ -14,7 +14,7 @@ from app.notebook import atom
 from app.notebook.attachments import IMAGE_TYPES, path_for
 from app.web.hardening import INERT_CSP
 from app.web.pages.blueprints import notes as bp
-from app.web.pages.reading import asset_url
+from app.web.pages.chrome import asset_url
 
 # The light theme's page and header colours (app/static/app.css --bg and --surface).
 BACKGROUND, THEME = "#fbfaf7", "#ffffff"

@@ -17,7 +17,7 @@ from markupsafe import Markup
 from app.db import get_session
 from app.errors import Conflict, Invalid, NotFound
 from app.models import Entry
-from app.notebook import browse, entries, render, tasks
+from app.notebook import addresses, browse, entries, render, tasks
 from app.web.access import author, can_write
 from app.web.pages.blueprints import notes as bp
 from app.web.pages.editing import Draft, base_revision, merge_page
@@ -31,6 +31,12 @@ def form_id(entry: Entry) -> str:
     return f"ticks-{entry.id}"
 
 
+def tick_url(entry: Entry, n: int | str) -> str:
+    """Where box n of the entry is ticked (tick_task), as url_for builds it: by hand, as
+    addresses.entry_url is, since a notebook's every entry has its own."""
+    return f"{request.script_root}/entries/{entry.id}/tasks/{n}"
+
+
 @bp.app_template_global("task_boxes")
 def task_boxes(entry: Entry) -> Markup:
     """The entry's stored HTML; for an owner, its task boxes become buttons of the entry's
@@ -40,13 +46,13 @@ def task_boxes(entry: Entry) -> Markup:
         return Markup(render.hide_draft_links(html))  # sanitized when it was saved
     if 'data-task="' not in html:
         return Markup(html)
-    root = request.script_root  # the notebook's mount point, as url_for would prefix
+    boxes = tick_url(entry, "")  # the request looked up once, not once a box
 
     def button(m: re.Match[str]) -> str:
         n = int(m[1])
         done = ' checked=""' in m[0]
         return (f'<button type="submit" form="{form_id(entry)}" id="task-{entry.id}-{n}" '
-                f'formaction="{root}/entries/{entry.id}/tasks/{n}" name="done" '
+                f'formaction="{boxes}{n}" name="done" '
                 f'value="{0 if done else 1}" class="task-box" role="checkbox" '
                 f'aria-checked="{"true" if done else "false"}" aria-label="Task {n + 1}">'
                 f"</button>")
@@ -55,6 +61,7 @@ def task_boxes(entry: Entry) -> Markup:
 
 
 bp.add_app_template_global(form_id, "tick_form_id")
+bp.add_app_template_global(tick_url, "tick_url")
 
 
 def wants_json() -> bool:
@@ -94,4 +101,4 @@ def back_to(entry: Entry) -> str:
     """Where the tick came from: the entry's page, or Home (which shows the letter).
     Nothing else, so the form cannot be made to redirect off the notebook."""
     asked = request.form.get("next", "")
-    return asked if asked == "/" else entries.entry_url(entry)
+    return asked if asked == "/" else addresses.entry_url(entry)
