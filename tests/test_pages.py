@@ -17,7 +17,7 @@ import pytest
 import sqlalchemy as sa
 
 from app.models import Entry
-from app.notebook import entries, letters
+from app.notebook import addresses, entries, letters
 from tests.helpers import ROOT, THIS_WEEK, count, create_entry, edit_entry, load
 from tests.strict_pages import assert_strict_page
 
@@ -319,6 +319,26 @@ def test_templates_load_after_every_global_is_registered(app):
     with app.test_request_context("/"):
         assert app.jinja_env.get_template("base.html").globals["url_for"] is chrome.page_url
         assert "listed_lines" in app.jinja_env.get_template("notes/_macros.html").globals
+
+
+def test_the_links_built_by_hand_are_the_routes_own(app, db):
+    """addresses.action_url and ticking.tick_url build an entry's links without url_for
+    (an entry page links to its own, and there are as many as entries): the same paths."""
+    from flask import url_for
+
+    from app.web.pages.ticking import tick_url
+
+    with db.write() as session:
+        entry = entries.create(session, title="Pipelines", body="a body", author="t",
+                               status="published", date=dt.date(2024, 3, 5))
+    with app.test_request_context("/"):
+        for action, endpoint in zip(addresses.ENTRY_ACTIONS,
+                                    ("edit_entry", "history", "confirm_delete"), strict=True):
+            assert addresses.action_url(entry, action) == url_for(f"notes.{endpoint}",
+                                                                 entry_id=entry.id)
+        assert tick_url(entry, 3) == url_for("notes.tick_task", entry_id=entry.id, index=3)
+    with pytest.raises(ValueError):
+        addresses.action_url(entry, "explode")
 
 
 READER = """

@@ -150,24 +150,6 @@ def test_idle_readers_are_kept_up_to_a_limit_and_reused(app, db):
     assert db.take_reader() is taken[READERS_KEPT - 1]  # last in, first out
 
 
-def test_the_links_built_by_hand_are_the_routes_own(app, db):
-    """addresses.action_url and ticking.tick_url build an entry's links without url_for
-    (an entry page links to its own, and there are as many as entries): the same paths."""
-    from flask import url_for
-
-    from app.web.pages.ticking import tick_url
-
-    entry = _entry(db)
-    with app.test_request_context("/"):
-        for action, endpoint in zip(addresses.ENTRY_ACTIONS,
-                                    ("edit_entry", "history", "confirm_delete"), strict=True):
-            assert addresses.action_url(entry, action) == url_for(f"notes.{endpoint}",
-                                                                 entry_id=entry.id)
-        assert tick_url(entry, 3) == url_for("notes.tick_task", entry_id=entry.id, index=3)
-    with pytest.raises(ValueError):
-        addresses.action_url(entry, "explode")
-
-
 def test_disposing_the_engine_closes_the_idle_readers_too(app, db):
     """engine.dispose() replaces the pool and closes its connections; a reader opened
     before is closed the next time one is asked for (or given back), never reused."""

@@ -10,15 +10,7 @@ import datetime as dt
 import functools
 import itertools
 
-from flask import (
-    Response,
-    abort,
-    current_app,
-    redirect,
-    render_template,
-    request,
-    url_for,
-)
+from flask import Response, abort, current_app, redirect, render_template, request, url_for
 from jinja2 import Environment
 from markupsafe import Markup
 
