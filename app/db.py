@@ -6,7 +6,8 @@ transactions that take the write lock up front (BEGIN IMMEDIATE) so a read-then-
 fails half way with "database is locked". And a small page cache per connection: the
 operating system keeps the file's pages for every connection and process, so SQLite's own
 cache only saves a copy, and each of a web worker's connections (one per thread at once)
-kept 2 MiB of it, mostly the same pages.
+kept 2 MiB of it, mostly the same pages. For the same reason a process keeps a few idle
+connections in all, for its sessions and its readers alike (IdlePool).
 """
 
 from __future__ import annotations
@@ -24,7 +25,7 @@ import sqlalchemy as sa
 from flask import Flask, current_app, g, request
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
-from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
@@ -33,19 +34,67 @@ WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
 # default and 70-75 MB with this, at the same server CPU per request (2.85-3.89 against
 # 2.90-3.08 ms, alternated); 512 KiB saved 2 MB more but cost ~5% on each entry page.
 CACHE_KIB = 1024
-READERS_KEPT = 5  # idle read connections a process keeps: SQLAlchemy's pool_size default
+# Idle connections a process keeps, its sessions' and its readers' together: SQLAlchemy's
+# pool_size default. Each holds up to CACHE_KIB of pages and its statements (~1.2 MB at
+# 100k entries after a busy minute); a reader's own five beside the pool's five left a
+# worker up to 9 MB bigger (bench/idle.py, session 33), and two of them kept in all cost
+# the entry page 13% under 16 clients (more threads at once than idle connections).
+CONNECTIONS_KEPT = 5
+
+
+class IdlePool(NullPool):
+    """SQLAlchemy's pool for a SQLite file: up to CONNECTIONS_KEPT idle connections, the
+    one given back last taken first (its page cache is warm), the rest closed when given
+    back. As many may be open at once as a process has threads. get_reader takes its
+    connections from here too, straight from the idle ones (take) and back (the
+    connection's own checkin, to the pool it came from), without the pool's checkout:
+    that (a proxy, its events, a reset on return) was ~8% of the entry page (py-spy,
+    in-process). A pop and an append are atomic under the GIL. After engine.dispose()
+    (which replaces the pool) a connection from before is closed when it is given back,
+    never kept."""
+
+    def __init__(self, *args, **kwargs):
+        super().__init__(*args, **kwargs)
+        self.idle: deque[ConnectionPoolEntry] = deque()
+        self.disposed = False
+
+    def status(self) -> str:
+        return f"IdlePool: {len(self.idle)} idle"
+
+    def _do_get(self) -> ConnectionPoolEntry:
+        try:
+            return self.idle.pop()
+        except IndexError:
+            return self._create_connection()  # opened, and set up by the connect event
+
+    def _do_return_conn(self, record: ConnectionPoolEntry) -> None:
+        if self.disposed or len(self.idle) >= CONNECTIONS_KEPT or record.dbapi_connection is None:
+            record.close()
+        else:
+            self.idle.append(record)
+
+    def dispose(self) -> None:
+        self.disposed = True
+        while self.idle:
+            self.idle.pop().close()
+
+    def take(self) -> ConnectionPoolEntry:
+        """A connection for get_reader, not checked out (the pool does not count it)."""
+        record = self._do_get()
+        record.get_connection()  # (re)connects one that was invalidated
+        return record
 
 
 def create_engine(url: str) -> sa.Engine:
     if not url.startswith("sqlite"):
         return sa.create_engine(url, pool_pre_ping=True)
     path = sa.make_url(url).database
-    if path and path != ":memory:":
+    in_file = bool(path) and path != ":memory:"
+    if in_file:
         Path(path).parent.mkdir(parents=True, exist_ok=True)
-    # LIFO: a request takes the connection used last, whose page cache is warm; the others
-    # stay idle.
+    # (a database in memory is one per connection: SQLAlchemy's own pool keeps it)
     engine = sa.create_engine(url, connect_args={"check_same_thread": False},
-                              pool_use_lifo=True)
+                              **({"poolclass": IdlePool} if in_file else {}))
 
     @sa.event.listens_for(engine, "connect")
     def _configure(dbapi_conn, _record):
@@ -78,11 +127,6 @@ class Database:
         self.notes_dir = notes_dir
         self.engine = create_engine(url)
         self._write_engine = self.engine.execution_options(sqlite_immediate=True)
-        # get_reader's connections: detached from the pool, the idle ones kept here, the
-        # one used last taken first (its page cache is warm). Taking one from the pool and
-        # giving it back (checkout, events, a reset on return) was ~8% of the entry page
-        # (py-spy, in-process); a pop and an append are atomic under the GIL.
-        self._idle_readers: deque[PoolProxiedConnection] = deque()
         # A SQLite file, that is; another database (or one in memory, a database per
         # connection) reads in sessions.
         self.has_readers = self.sqlite_path is not None
@@ -112,37 +156,21 @@ class Database:
         with self.session() as session:
             yield session
 
-    def take_reader(self) -> PoolProxiedConnection:
-        """A connection of the engine's (SQLite), in a read transaction of its own. One
-        opened before the engine was disposed (its pool replaced) is closed, as the pool's
-        own are."""
-        pool = self.engine.pool
-        while True:
-            try:
-                reader = self._idle_readers.pop()
-            except IndexError:
-                reader = self.engine.raw_connection()  # opened and set up by the pool
-                reader.detach()  # ours from now on: the pool neither counts nor closes it
-                reader.info["pool"] = pool
-                break
-            if reader.info["pool"] is pool:
-                break
-            reader.close()
+    def take_reader(self) -> ConnectionPoolEntry:
+        """An idle connection of the engine's (SQLite), in a read transaction of its own."""
+        reader = self.engine.pool.take()
         reader.dbapi_connection.execute("BEGIN")
         return reader
 
-    def give_back_reader(self, reader: PoolProxiedConnection) -> None:
-        """End the reader's transaction and keep it for the next; beyond READERS_KEPT idle
-        ones it is closed, as the pool closes its overflow."""
+    def give_back_reader(self, reader: ConnectionPoolEntry) -> None:
+        """End the reader's transaction and give it back to its pool (IdlePool)."""
         try:
             reader.dbapi_connection.rollback()
         except sqlite3.Error:
-            reader.close()
+            reader.invalidate()  # closed; the pool does not keep it
             raise
-        if len(self._idle_readers) < READERS_KEPT and reader.info["pool"] is self.engine.pool:
-            self._idle_readers.append(reader)
-        else:
-            reader.close()
+        finally:
+            reader.checkin(_fairy_was_created=False)
 
 
 def init_app(app: Flask) -> None:
@@ -171,7 +199,7 @@ def get_session() -> Session:
     return g.db_session
 
 
-def get_reader() -> Session | PoolProxiedConnection:
+def get_reader() -> Session | ConnectionPoolEntry:
     """Where a request that only reads runs the statements its page runs on every view
     (Prepared): a sqlite3 connection in a read transaction of its own, with no ORM
     session. Building and closing a session was ~12% of a worker's time on the entry
@@ -251,7 +279,7 @@ class Prepared:
             return json.dumps([processor(v) if processor else v for v in value])
         return processor(value) if processor and value is not None else value
 
-    def run(self, session: Session | sa.Connection | PoolProxiedConnection,
+    def run(self, session: Session | sa.Connection | ConnectionPoolEntry,
             params: dict | None = None) -> list:
         """The rows, as named tuples, read in the session's (or connection's) transaction;
         a pooled sqlite3 connection (get_reader) is read as it stands."""
@@ -272,11 +300,11 @@ class Prepared:
         return [self.row._make(r) for r in found]
 
 
-def sqlite_connection(session: Session | sa.Connection | PoolProxiedConnection
+def sqlite_connection(session: Session | sa.Connection | ConnectionPoolEntry
                       ) -> sqlite3.Connection | None:
     """The sqlite3 connection under a session (in its transaction, begun if need be), a
     Core connection or a pooled one (get_reader); None on another database."""
-    if isinstance(session, PoolProxiedConnection):
+    if isinstance(session, ConnectionPoolEntry):
         dbapi = session.dbapi_connection
     else:
         conn = session.connection() if isinstance(session, Session) else session

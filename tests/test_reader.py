@@ -1,9 +1,10 @@
 """A request that only reads runs its page's statements on get_reader's connection (app/db.py):
-a sqlite3 connection of the database's own (detached from the pool), in a read transaction
-of its own, no ORM session. What it must keep: one snapshot for as long as it reads, the
-session's snapshot once a session is asked for, the session itself for a request that may
-write, and after every request, a refused one included, every connection idle and out of
-its transaction: the pool's back in the pool, the reader back among the idle readers."""
+an idle sqlite3 connection taken straight from the pool (IdlePool, not checked out), in a
+read transaction of its own, no ORM session. What it must keep: one snapshot for as long as
+it reads, the session's snapshot once a session is asked for, the session itself for a
+request that may write, and after every request, a refused one included, every open
+connection idle in the pool and out of its transaction. Sessions and readers keep one set
+of idle connections between them, at most CONNECTIONS_KEPT."""
 
 from __future__ import annotations
 
@@ -14,7 +15,7 @@ import pytest
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from app.db import get_reader, get_session
+from app.db import CONNECTIONS_KEPT, get_reader, get_session
 from app.models import Entry
 from app.notebook import addresses, browse, entries
 from tests.helpers import AS_OWNER, AS_VIEWER
@@ -74,26 +75,49 @@ def test_the_reader_reads_one_snapshot_until_the_request_ends(app, db):
         assert browse.version(get_reader()) > before
 
 
-def _idle_readers(db) -> list:
-    """The database's idle read connections (app/db.py: Database.give_back_reader)."""
-    return list(db._idle_readers)
+def _idle(db) -> list:
+    """The pool's idle connections, the one given back last at the end."""
+    return list(db.engine.pool.idle)
 
 
-def test_a_session_asked_for_after_the_reader_ends_it_and_reads_on(app, db):
-    pool = db.engine.pool
+@pytest.fixture
+def open_connections(db):
+    """The database's open sqlite3 connections, followed through SQLAlchemy's own pool
+    events from the idle ones the test starts with."""
+    opened = {record.dbapi_connection for record in db.engine.pool.idle}
+
+    def connect(dbapi, _record):
+        opened.add(dbapi)
+
+    def close(dbapi, _record):
+        opened.discard(dbapi)
+
+    sa.event.listen(db.engine, "connect", connect)
+    sa.event.listen(db.engine, "close", close)
+    yield opened
+    sa.event.remove(db.engine, "connect", connect)
+    sa.event.remove(db.engine, "close", close)
+
+
+def _all_idle(db, opened: set) -> bool:
+    return opened == {record.dbapi_connection for record in db.engine.pool.idle}
+
+def test_a_session_asked_for_after_the_reader_ends_it_and_reads_on(app, db,
+                                                                     open_connections):
     before = _version(db)
     with app.test_request_context("/", method="GET"):
         reader = get_reader()
         assert browse.version(reader) == before
-        assert reader not in _idle_readers(db) and pool.checkedout() == 0  # not the pool's
+        assert reader not in _idle(db)
         _bump_version(db)
         session = get_session()
-        assert reader in _idle_readers(db)  # the reader was given back
+        assert _idle(db)[-1] is reader  # the reader was given back
         assert not reader.dbapi_connection.in_transaction
         assert get_reader() is session  # from now on the request reads in its session
         assert browse.version(session) > before
+        assert reader not in _idle(db)  # the session took it: the idle one used last
         app.do_teardown_appcontext()
-    assert pool.checkedout() == 0
+    assert _all_idle(db, open_connections)
 
 
 def test_a_request_that_may_write_reads_in_its_session(app, db):
@@ -108,6 +132,8 @@ def test_a_request_that_may_write_reads_in_its_session(app, db):
                                   "/api/v1/entries/999999", "/", "/sitemap"])
 def test_every_connection_goes_back_to_the_pool_out_of_its_transaction(served, path):
     draft = _entry(served.db, status="draft")  # a viewer is refused it: 404, mid-read
+    opened = {record.dbapi_connection for record in served.db.engine.pool.idle}
+    sa.event.listen(served.db.engine, "connect", lambda dbapi, _record: opened.add(dbapi))
     url = path.format(id=draft.id, slug=draft.slug)
     for headers, ok in ((AS_OWNER, True), (AS_VIEWER, False)):
         status = served.client.get(url, headers=headers, follow_redirects=True).status_code
@@ -117,37 +143,51 @@ def test_every_connection_goes_back_to_the_pool_out_of_its_transaction(served, p
             assert status == (200 if ok else 404)
         else:
             assert status == 200
-        assert served.db.engine.pool.checkedout() == 0
-        with served.db.engine.connect() as conn:  # the one a request takes next (LIFO)
-            assert not conn.connection.dbapi_connection.in_transaction
-        readers = _idle_readers(served.db)
-        assert readers and not any(r.dbapi_connection.in_transaction for r in readers)
+        idle = _idle(served.db)
+        assert {record.dbapi_connection for record in idle} == opened  # none held
+        assert not any(record.dbapi_connection.in_transaction for record in idle)
 
 
-def test_the_reader_holds_a_read_transaction_until_the_request_ends(app, db):
+def test_the_reader_holds_a_read_transaction_until_the_request_ends(app, db,
+                                                                     open_connections):
     with app.test_request_context("/", method="GET"):
         reader = get_reader()
         assert isinstance(reader.dbapi_connection, sqlite3.Connection)
         assert reader.dbapi_connection.in_transaction
         app.do_teardown_appcontext()
-    assert db.engine.pool.checkedout() == 0
-    assert _idle_readers(db) == [reader] and not reader.dbapi_connection.in_transaction
+    assert _all_idle(db, open_connections)
+    assert _idle(db)[-1] is reader and not reader.dbapi_connection.in_transaction
 
 
 def test_idle_readers_are_kept_up_to_a_limit_and_reused(app, db):
     """The connection given back last is taken first (its page cache is warm); beyond
-    READERS_KEPT idle ones, a reader given back is closed, as the pool closes overflow."""
-    from app.db import READERS_KEPT
-
-    taken = [db.take_reader() for _ in range(READERS_KEPT + 2)]
+    CONNECTIONS_KEPT idle ones, one given back is closed."""
+    taken = [db.take_reader() for _ in range(CONNECTIONS_KEPT + 2)]
     last = taken[-1].dbapi_connection
     for reader in taken:
         db.give_back_reader(reader)
-    idle = _idle_readers(db)
-    assert idle == taken[:READERS_KEPT]
+    assert _idle(db) == taken[:CONNECTIONS_KEPT]
     with pytest.raises(sqlite3.ProgrammingError):  # closed
         last.execute("SELECT 1")
-    assert db.take_reader() is taken[READERS_KEPT - 1]  # last in, first out
+    assert db.take_reader() is taken[CONNECTIONS_KEPT - 1]  # last in, first out
+
+
+def test_sessions_and_readers_keep_one_set_of_idle_connections(app, db, open_connections):
+    """A worker's threads may hold a session's connection and a reader each at once; what
+    stays open after is CONNECTIONS_KEPT in all, and either kind takes the other's."""
+    readers = [db.take_reader() for _ in range(CONNECTIONS_KEPT)]
+    sessions = [db.session() for _ in range(CONNECTIONS_KEPT)]
+    for session in sessions:
+        assert browse.version(session) is not None  # its connection checked out
+    assert len(open_connections) == 2 * CONNECTIONS_KEPT and not _idle(db)
+    for reader in readers:
+        db.give_back_reader(reader)
+    for session in sessions:
+        session.close()
+    assert _all_idle(db, open_connections) and len(open_connections) == CONNECTIONS_KEPT
+    assert {r.dbapi_connection for r in _idle(db)} == {r.dbapi_connection for r in readers}
+    with db.read() as session:  # a session takes the reader given back last
+        assert session.connection().connection.dbapi_connection is readers[-1].dbapi_connection
 
 
 def test_disposing_the_engine_closes_the_idle_readers_too(app, db):
@@ -159,7 +199,8 @@ def test_disposing_the_engine_closes_the_idle_readers_too(app, db):
     assert held is old
     db.engine.dispose()
     db.give_back_reader(held)
-    assert held not in _idle_readers(db) and held.dbapi_connection is None  # closed
+    assert held.dbapi_connection is None  # closed, not kept by the old pool or the new
     fresh = db.take_reader()
-    assert fresh is not old and fresh.info["pool"] is db.engine.pool
+    assert fresh is not old
     db.give_back_reader(fresh)
+    assert _idle(db) == [fresh]

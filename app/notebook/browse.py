@@ -10,7 +10,7 @@ from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
-from sqlalchemy.pool import PoolProxiedConnection
+from sqlalchemy.pool import ConnectionPoolEntry
 
 from app.db import Prepared, sqlite_connection
 from app.errors import NotFound
@@ -235,7 +235,7 @@ VERSION = "SELECT n FROM notebook_version"
 _COUNTS: weakref.WeakKeyDictionary = weakref.WeakKeyDictionary()  # pool -> {key: (n, list)}
 
 
-def version(session: Session | PoolProxiedConnection) -> int | None:
+def version(session: Session | ConnectionPoolEntry) -> int | None:
     """The notebook's version in the session's (or get_reader's) snapshot (None: not
     SQLite). Read in the request's own transaction, so it is the version of what the
     request reads next (app/web/pages/kept.py keys the pages it keeps by it too)."""
