@@ -4,6 +4,7 @@ otherwise; `served` is serve mode. Plain helpers are in tests/helpers.py."""
 
 from __future__ import annotations
 
+import compileall
 import os
 import shutil
 import subprocess
@@ -16,6 +17,19 @@ import sqlalchemy as sa
 from app import create_app, upgrades
 from app import db as dbmod
 from tests.helpers import OWNER, ROOT, VIEWER, Served, free_port, stop_process, wait_for_http
+
+
+def pytest_configure(config):
+    """Compile the project's modules to bytecode once, before any test starts a process.
+    The suite starts hundreds of Python processes (gunicorn workers, runners, the CLI, the
+    lab's ranks), and with PYTHONDONTWRITEBYTECODE set, as in this project's sandboxes,
+    none of them writes the bytecode it compiles: each compiled every module it imported
+    from source again. compileall writes the files whatever that variable says; a
+    process then reads them as it reads the installed packages'. Once, in the controller
+    (an xdist worker has `workerinput`)."""
+    if not hasattr(config, "workerinput"):
+        for package in ("app", "jobs", "migrations"):
+            compileall.compile_dir(ROOT / package, quiet=1)
 
 
 @pytest.fixture
