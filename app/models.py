@@ -269,6 +269,11 @@ class Run(Base):
 
     runner: Mapped[Runner | None] = relationship()
 
+    @property
+    def runner_name(self) -> str | None:
+        """(A row of the run list carries the same name, read in its one statement.)"""
+        return self.runner.name if self.runner else None
+
 
 class RunNode(Base):
     """One host of a run that spans hosts (run.nodes > 1): the runner that joined its gang

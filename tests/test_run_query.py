@@ -20,7 +20,7 @@ from alembic import command
 from app import db as dbmod
 from app import upgrades
 from app.journal import run_metrics, runs
-from app.models import Run, RunMetric, RunParam
+from app.models import Run, RunMetric, Runner, RunParam
 from app.web.pages.run_pages import PAGE
 from tests.helpers import count, parse
 from tests.strict_pages import assert_strict_page
@@ -323,3 +323,22 @@ def test_a_list_of_runs_costs_the_same_statements_however_long(client, db):
     for _ in range(12):
         make(db, result=training(strategy("1f1b", 0.2)))
     assert {p: counted(p) for p in few} == few
+
+
+def test_a_row_of_the_list_says_what_the_run_itself_says(client, db):
+    """The list reads rows, not runs (app/journal/run_query.py): each row's summary in
+    the API is the run's own, its runner's name included (one outer join, not a lookup
+    per run), and a run no runner took has none."""
+    taken, waiting = make(db, result=training(strategy("1f1b", 0.2))), make(db)
+    with db.write() as session:
+        runner = Runner(name="gpu-box", labels={})
+        session.add(runner)
+        session.flush()
+        session.get(Run, taken).runner_id = runner.id
+    listed = {r["id"]: r for r in client.get("/api/v1/runs?limit=10").get_json()["runs"]}
+    for run_id, name in ((taken, "gpu-box"), (waiting, None)):
+        full = client.get(f"/api/v1/runs/{run_id}").get_json()
+        assert listed[run_id]["runner"] == full["runner"] == name
+        assert listed[run_id] == {k: full[k] for k in listed[run_id]}
+    page = client.get("/runs?sort=step_time_s").get_data(as_text=True)
+    assert f'value="{taken}"' in page and f'value="{waiting}"' not in page  # no result

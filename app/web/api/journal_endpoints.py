@@ -34,7 +34,8 @@ def iso(moment) -> str | None:
 
 
 def run_json(run: Run, *, full: bool = False, details: dict | None = None) -> dict:
-    """A run as the API shows it; `full` adds its result, events, reruns and artifacts
+    """A run (or a row of the run list) as the API shows it; `full` adds its result,
+    events, reruns and artifacts
     (`details`: those of several runs read at once by `full_details`)."""
     data = {
         "id": run.id, "experiment": run.experiment, "status": run.status,
@@ -44,7 +45,7 @@ def run_json(run: Run, *, full: bool = False, details: dict | None = None) -> di
         "created_at": iso(run.created_at), "leased_at": iso(run.leased_at),
         "started_at": iso(run.started_at), "finished_at": iso(run.finished_at),
         "cancel_requested": run.cancel_requested_at is not None,
-        "runner": run.runner.name if run.runner else None,
+        "runner": run.runner_name,
         "progress": {"step": run.progress_step, "total": run.progress_total, **run.progress},
         "params": run.params, "nodes": run.nodes, "url": f"/runs/{run.id}",
     }
