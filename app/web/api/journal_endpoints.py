@@ -35,8 +35,8 @@ def iso(moment) -> str | None:
 
 def run_json(run: Run, *, full: bool = False, details: dict | None = None) -> dict:
     """A run (or a row of the run list) as the API shows it; `full` adds its result,
-    events, reruns and artifacts
-    (`details`: those of several runs read at once by `full_details`)."""
+    events, reruns and artifacts (`details`: those of several runs read at once by
+    `full_details`)."""
     data = {
         "id": run.id, "experiment": run.experiment, "status": run.status,
         "reason": run.reason, "reason_code": run.reason_code, "trigger": run.trigger,
