@@ -1,5 +1,7 @@
 """Search: bm25 ranking with title and tags above body, snippets, the query language."""
 
+import datetime as dt
+
 import pytest
 import sqlalchemy as sa
 
@@ -254,6 +256,31 @@ def test_a_small_filter_set_is_walked_inside_the_index(db, small_window):
                            base_revision=letter.revision)
     found = titles(db, "kind:week shard")
     assert found == ["Week 2024-W11", "Week 2024-W07", "Week 2024-W02"]
+
+
+def test_a_range_in_two_clusters_far_apart_is_ranked_as_bm25_ranks_it_whole(db):
+    """A date range's old notes and a letter for one of their weeks written years later:
+    ids far apart, with newer matches between them. Each cluster is walked and scored on
+    its own (ranking._spans), and the order is still bm25's over every match the range
+    allows, as one FTS5 statement gives it."""
+    add(db, *[(f"2016-03-0{d}", f"Old {d}", "rank " * d + "filler " * (9 - d), [])
+              for d in range(1, 7)],
+        *[(f"2024-01-{d:02d}", f"New {d}", "rank measured", []) for d in range(1, 25)])
+    with db.write() as session:
+        letter, _ = letters.ensure_letter(session, "2016-W10", author="x")
+        entries.update(session, letter, {"body": "rank rank rank filler"}, author="x",
+                       base_revision=letter.revision)
+    with db.read() as session:
+        old = session.scalars(sa.select(Entry.id).where(Entry.date <= dt.date(2016, 12, 31))
+                              ).all()
+        assert max(old) - min(old) > 2 * (sorted(old)[-2] - min(old))  # two clusters
+        expected = session.execute(sa.text(
+            "SELECT e.title FROM entry_fts JOIN entry AS e ON e.id = entry_fts.rowid "
+            "WHERE entry_fts MATCH '\"rank\"' AND e.date <= '2016-12-31' "
+            "ORDER BY bm25(entry_fts, 10.0, 5.0, 1.0, 0.0), e.id DESC")).scalars().all()
+        hits = search.search(session, "rank to:2016-12-31").hits
+    assert [h.entry.title for h in hits] == expected and len(expected) == 7
+    assert all(h.score < 0 for h in hits)  # every one scored, none left at 0.0
 
 
 def test_a_filter_set_larger_than_the_window_ranks_its_newest_and_finds_every_match(

@@ -159,7 +159,7 @@ def test_a_walk_crossing_the_floor_finds_what_entry_fts_alone_finds(db, monkeypa
                            tags=["pp"] if i % 2 else [])
     recent = holds_its_part(db, 4)
     assert recent > 1
-    tagged = search.ranking.Keep(None, search.ranking.Checks(("pp",)), [])
+    tagged = search.ranking.Keep(search.ranking.Checks(("pp",)))
     with db.read() as session:
         for fts, keep, spans in (('"check"*', None, [(None, None)]),
                                  ('"saved"', tagged, [(None, None)]),
