@@ -75,8 +75,10 @@ def _search(db, q: str, **kw):
 
 def test_a_window_inside_the_recent_part_is_scored_there(db, monkeypatch):
     """In a notebook larger than the recent part, a common word's window is scored by bm25
-    over entry_fts_recent (its statistics, same order of weights); a window reaching below
-    the floor is scored over entry_fts, as before."""
+    over entry_fts_recent (its statistics, same order of weights). With more matches than
+    the window holds, the window stops at the floor: older matches follow newest first,
+    unscored. Up to the window's size, every match is scored over entry_fts, wherever it
+    lies."""
     monkeypatch.setattr(search_index, "RECENT", 4)
     monkeypatch.setattr(search.ranking, "WINDOW", 3)
     monkeypatch.setattr(search.ranking, "HEAD_WINDOW", 2)
@@ -84,24 +86,32 @@ def test_a_window_inside_the_recent_part_is_scored_there(db, monkeypatch):
     for i, body in enumerate(["nccl " + "pad " * 9, "nccl nccl nccl", "nccl pad"]):
         create(db, 1, start=20 + i, body=body)
     floor = holds_its_part(db, 4)
+
+    def bm25(table: str, word: str) -> dict:
+        with db.read() as session:
+            return dict(session.execute(sa.text(
+                f"SELECT rowid, bm25({table}, 10.0, 5.0, 1.0, 0.0) FROM {table} "
+                f"WHERE {table} MATCH '{word}'")).all())
     hits = _search(db, "nccl")
     assert [h.entry.title for h in hits] == ["Note 21", "Note 22", "Note 20"]
-    with db.read() as session:
-        expected = dict(session.execute(sa.text(
-            "SELECT rowid, bm25(entry_fts_recent, 10.0, 5.0, 1.0, 0.0) FROM entry_fts_recent "
-            "WHERE entry_fts_recent MATCH 'nccl'")).all())
     assert min(h.entry.id for h in hits) >= floor
-    assert {h.entry.id: h.score for h in hits} == expected
-    # "pad": in 2 of the 3 rows the window holds; the window ends below the floor once
-    # older entries match too, and then entry_fts scores it
+    assert {h.entry.id: h.score for h in hits} == bm25("entry_fts_recent", "nccl")
+    # "pad": 3 matches, one below the floor: all of them, scored over entry_fts
     with db.write() as session:
         entry = entries.get(session, 1)
         entries.update(session, entry, {"body": "pad"}, author="x", base_revision=1)
-    with db.read() as session:
-        whole = dict(session.execute(sa.text(
-            "SELECT rowid, bm25(entry_fts, 10.0, 5.0, 1.0, 0.0) FROM entry_fts "
-            "WHERE entry_fts MATCH 'pad'")).all())
-    assert {h.entry.id: h.score for h in _search(db, "pad")} == whole
+    assert 1 < floor
+    assert {h.entry.id: h.score for h in _search(db, "pad")} == bm25("entry_fts", "pad")
+    # a fourth: more than the window, so it stops at the floor; the two below it follow,
+    # newest first
+    with db.write() as session:
+        entry = entries.get(session, 2)
+        entries.update(session, entry, {"body": "pad pad pad pad"}, author="x",
+                       base_revision=1)
+    hits = _search(db, "pad")
+    recent = bm25("entry_fts_recent", "pad")
+    assert {h.entry.id: h.score for h in hits[:2]} == recent and set(recent) == {11, 13}
+    assert [(h.entry.id, h.score) for h in hits[2:]] == [(2, 0.0), (1, 0.0)]
 
 
 def test_an_import_fills_only_the_recent_part_it_keeps(tmp_path, monkeypatch):

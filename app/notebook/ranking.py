@@ -45,7 +45,13 @@ def run(session: Session, sql: str, params: dict) -> list[tuple]:
 #   * more than that: first the heads, the newest HEAD_WINDOW matches with a query word in
 #     the title or tags (found in entry_fts_heads, an index of titles and tags alone, and
 #     ranked by how well those match), then the others among the newest WINDOW matches in
-#     bm25's order, then older matches, newest first, unscored (score 0.0).
+#     bm25's order, then older matches, newest first, unscored (score 0.0). Without a date,
+#     week or kind range, that window stops at the recent entries' index floor: it is the
+#     newest WINDOW matches among the newest 10-20k entries, scored there. (A phrase of two
+#     common words, "memory bandwidth", has its newest 400 matches spread over half of a
+#     100k notebook; scored in entry_fts, bm25 counted both words over all 100k entries,
+#     12 of the query's 18 ms.) With a range, the window is the range's own, wherever it
+#     lies: the user asked for that time.
 #
 # So a word in the title or tags always beats a mention in the body, as bm25's weights
 # nearly always decide anyway, and among a common word's thousands of body mentions the
@@ -92,14 +98,20 @@ def rank(session: Session, terms: list[str], fts: str, ranges: list, checks: Che
     recent = search_index.recent_floor(session)
     if letters and recent is not None:
         recent = 0  # it holds every match
-    newest, floor = _window(session, "entry_fts", fts, keep, window, WINDOW, False, recent)
-    body = _scores(session, scored or fts, [rowid for rowid, _ in newest], recent)
+    # one more than the window: whether there are more matches than it holds
+    newest, floor = _window(session, "entry_fts", fts, keep, window, WINDOW + 1, False, recent)
     floor = edge if floor is None else floor
     if floor is None:  # every match seen: bm25 alone
-        return _order(body)[offset:want]
+        return _order(_scores(session, scored or fts, [rowid for rowid, _ in newest],
+                              recent))[offset:want]
+    scored_rows = newest[:WINDOW]
+    if spans == [(None, None)] and recent:  # no range: the window stops at the floor
+        scored_rows = [row for row in scored_rows if row[0] >= recent]
+    body = _scores(session, scored or fts, [rowid for rowid, _ in scored_rows], recent)
     heads = _heads(session, terms, fts, keep, spans)
     head_ids = {rowid for rowid, _ in heads}
     ranked = _order(heads) + _order([row for row in body if row[0] not in head_ids])
+    ranked += [row for row in newest[len(scored_rows):] if row[0] not in head_ids]
     if len(ranked) < want:  # past the window: older matches, newest first
         older = [(lo, floor - 1 if hi is None else min(hi, floor - 1))
                  for lo, hi in spans if lo is None or lo < floor]

@@ -10,8 +10,9 @@ Ranking (app/notebook/ranking.py): up to 400 matches (that the filters allow) co
 bm25's order, weights title 10, tags 5, body 1, ties to the newer entry. Past that, bm25
 runs only over a window, so a word in every entry of a 100k notebook costs what a rare one
 does: first the matches with a query word in the title or tags (the newest 100, ranked by
-how well title and tags match), then the newest 400 matches by bm25, then older ones,
-newest first. Snippets and filters are the same either way.
+how well title and tags match), then the newest 400 matches by bm25 (without a date,
+week or kind range, among the newest 10-20k entries only), then older ones, newest first.
+Snippets and filters are the same either way.
 """
 
 from __future__ import annotations

@@ -35,10 +35,10 @@ DELETE_RECENT = sa.text("DELETE FROM entry_fts_recent WHERE rowid = :id")
 # entry_fts_recent holds every entry from search_recent.floor on: the newest RECENT ids at
 # least, and once the newest id is 2 x RECENT past the floor, the floor moves up to keep
 # RECENT again (the older half deleted in that save's transaction: ~1 s, once in 10,000
-# new entries). 400 matches of a word in 1 entry in 25 lie within it; a rarer word's
-# count over the whole index is short anyway. Every letter is kept as well (one a week,
-# ~2,600 in 50 years): kind:week's window, the newest 400 letters, spans most of the
-# notebook, and is walked and scored here.
+# new entries). 400 matches of a word in 1 entry in 25 lie within it; without a range
+# filter, a window of more than that never reaches below it (ranking.py). Every letter is
+# kept as well (one a week, ~2,600 in 50 years): kind:week's window, the newest 400
+# letters, spans most of the notebook, and is walked and scored here.
 RECENT = 10_000
 FLOOR = "SELECT floor FROM search_recent"
 
