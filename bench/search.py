@@ -40,7 +40,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-import sqlalchemy as sa  # noqa: E402
 
 from app import create_app, upgrades  # noqa: E402
 from app.notebook import search, search_index  # noqa: E402
@@ -166,22 +165,23 @@ def raw(conn, text: str) -> list:
 
 
 def plans(database, text: str) -> list[str]:
-    """EXPLAIN QUERY PLAN of every statement the product runs for one query."""
-    statements: list = []
-
-    def record(conn, cursor, statement, parameters, context, executemany):
-        if statement.lstrip().upper().startswith("SELECT"):
-            statements.append((statement, parameters))
-    sa.event.listen(database.engine, "before_cursor_execute", record)
-    try:
-        with database.read() as session:
+    """EXPLAIN QUERY PLAN of every statement the product runs for one query. ranking.py
+    runs its statements on the sqlite3 connection itself, past SQLAlchemy's events, so
+    they are taken from sqlite3's trace callback: each as it ran, its values in place."""
+    statements: list[str] = []
+    with database.read() as session:
+        connection = session.connection().connection.dbapi_connection
+        connection.set_trace_callback(statements.append)
+        try:
             search.search(session, text)
-    finally:
-        sa.event.remove(database.engine, "before_cursor_execute", record)
+        finally:
+            connection.set_trace_callback(None)
     out = []
     with database.engine.connect() as conn:
-        for statement, parameters in statements:
-            rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement, parameters).all()
+        for statement in statements:
+            if not statement.lstrip().upper().startswith("SELECT"):
+                continue
+            rows = conn.exec_driver_sql("EXPLAIN QUERY PLAN " + statement).all()
             short = " ".join(statement.split())
             out.append(f"  {short[:150]}{' …' if len(short) > 150 else ''}")
             out += [f"      {row[-1]}" for row in rows]
