@@ -283,6 +283,35 @@ def test_a_range_in_two_clusters_far_apart_is_ranked_as_bm25_ranks_it_whole(db):
     assert all(h.score < 0 for h in hits)  # every one scored, none left at 0.0
 
 
+def test_tags_alone_page_the_same_whichever_plan_finds_them(db, monkeypatch):
+    """A search of filters alone walks the entries newest first, or starts from its rarest
+    tag's own rows (browse.walks): both give a plain scan's pages, with two tags, a date
+    range and drafts hidden; a tag no entry carries finds nothing."""
+    from app.notebook import browse
+    with db.write() as session:
+        for d in range(1, 25):
+            entries.create(session, author="x", date=f"2024-01-{d:02d}", title=f"Day {d}",
+                           body="text", status="draft" if d % 5 == 0 else "published",
+                           tags=["all"] + (["some"] if d % 3 == 0 else []))
+    days = range(24, 0, -1)
+    cases = {"tag:all": [d for d in days],
+             "tag:some tag:all": [d for d in days if d % 3 == 0],
+             "tag:some from:2024-01-10": [d for d in days if d % 3 == 0 and d >= 10],
+             "tag:nowhere": [], "tag:all tag:nowhere": []}
+    for sorted_row in (0, 10**6):  # never walk, always walk
+        monkeypatch.setattr(browse, "SORTED_ROW", sorted_row)
+        for q, expected in cases.items():
+            for drafts in (True, False):
+                want = [f"Day {d}" for d in expected if drafts or d % 5]
+                with db.read() as session:
+                    pages = [search.search(session, q, limit=4, offset=o,
+                                           include_drafts=drafts)
+                             for o in range(0, len(want) + 4, 4)]
+                assert [h.entry.title for p in pages for h in p.hits] == want, (q, drafts)
+                assert [p.has_more for p in pages if p.hits] == (
+                    [True] * ((len(want) - 1) // 4) + [False] if want else [])
+
+
 def test_a_filter_set_larger_than_the_window_ranks_its_newest_and_finds_every_match(
         db, small_window):
     """With more letters than the window holds, the window is the newest letters: those

@@ -4,6 +4,7 @@ Queries a page runs on every view are built and compiled once (app/db.py's Prepa
 
 from __future__ import annotations
 
+import math
 import weakref
 from collections.abc import Callable
 from dataclasses import dataclass
@@ -315,6 +316,15 @@ TAGGED = {(w, p): Prepared(_tagged_query(w, p)) for w in (False, True) for p in 
 SORTED_ROW = 10
 
 
+def walks(session: Session, counts: list[int], wanted: int) -> bool:
+    """Whether the newest `wanted` entries carrying tags on `counts` entries each are found
+    cheaper by walking the entries newest first (~wanted x entries / those carrying all of
+    them, the tags taken as independent) than by sorting the rarest tag's own rows."""
+    size = MAX_ID.run(session)[0].id or 0  # rowid: an O(1) estimate
+    every = size * math.prod(count / size for count in counts) if size else 0
+    return every > 0 and wanted * size < SORTED_ROW * min(counts) * every
+
+
 def tagged(session: Session, tag: str, *, limit: int | None = None, offset: int = 0,
            include_drafts: bool = True) -> tuple[list[EntryRow], int]:
     """A page of the entries with `tag`, newest first, and how many there are in all.
@@ -328,9 +338,7 @@ def tagged(session: Session, tag: str, *, limit: int | None = None, offset: int 
     if not total:
         return [], 0
     limit = total if limit is None else limit
-    size = MAX_ID.run(session)[0].id or 0  # rowid: an O(1) estimate
-    # ~wanted*size/total rows walked, against total rows found and sorted
-    walk = (offset + limit) * size < SORTED_ROW * total * total
+    walk = walks(session, [total], offset + limit)
     return rows(session, TAGGED[(walk, not include_drafts)],
                 {"tag": tag, "limit": limit, "offset": offset}), total
 

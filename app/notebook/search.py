@@ -29,7 +29,7 @@ from sqlalchemy.orm import Session
 from app.db import Prepared
 from app.errors import BadQuery
 from app.models import Entry, EntryTag
-from app.notebook import ranking
+from app.notebook import browse, ranking
 from app.notebook.entry_rows import LISTED, EntryRow, rows
 from app.notebook.isoweeks import WEEK_RE
 from app.notebook.ranking import run as _run
@@ -171,12 +171,7 @@ def search(session: Session, text: str, *, limit: int = 20, offset: int = 0,
     if query.terms:
         found = _ranked(session, query, ranges, checks, limit + 1, offset)
     else:
-        on_row = [sa.exists().where(EntryTag.entry_id == Entry.id, EntryTag.tag == tag)
-                  for tag in checks.tags]
-        on_row += [Entry.status == "published"] if checks.published_only else []
-        stmt = (sa.select(*HIT).where(*ranges, *on_row)
-                .order_by(Entry.date.desc(), Entry.id.desc()).limit(limit + 1).offset(offset))
-        found = [(entry, 0.0, "") for entry in rows(session, stmt)]
+        found = _filtered(session, ranges, checks, limit + 1, offset)
     leads = _leads(session, [entry.id for entry, _, snip in found[:limit] if not snip])
     hits = [
         Hit(entry, _snippet_html(snip) or html.escape(leads.get(entry.id) or _lead(entry)),
@@ -184,6 +179,34 @@ def search(session: Session, text: str, *, limit: int = 20, offset: int = 0,
         for entry, score, snip in found[:limit]
     ]
     return Results(query, hits, len(found) > limit)
+
+
+TAG_ROWS = sa.select(sa.func.count()).where(EntryTag.tag == sa.bindparam("tag"))
+
+
+def _filtered(session: Session, ranges: list, checks: ranking.Checks, limit: int,
+              offset: int) -> list:
+    """The entries filters alone pick (no words), newest first: entries walked by date,
+    each checked; or, where a tag: is rare enough that the walk would pass many entries
+    for each it keeps, that tag's own rows, sorted (browse.tagged's two plans). A tag: on
+    no entry, a misspelt one, walked all of a 100k notebook: 82 ms."""
+    tags = list(checks.tags)
+    stmt = sa.select(*HIT).where(*ranges)
+    if tags:
+        counts = {tag: session.scalar(TAG_ROWS, {"tag": tag}) for tag in tags}
+        rarest = min(tags, key=counts.__getitem__)
+        if not counts[rarest]:
+            return []
+        if not browse.walks(session, list(counts.values()), offset + limit):
+            stmt = stmt.join(EntryTag, sa.and_(EntryTag.entry_id == Entry.id,
+                                               EntryTag.tag == rarest))
+            tags.remove(rarest)
+    stmt = stmt.where(*[sa.exists().where(EntryTag.entry_id == Entry.id, EntryTag.tag == tag)
+                        .correlate(Entry) for tag in tags])
+    if checks.published_only:
+        stmt = stmt.where(Entry.status == "published")
+    stmt = stmt.order_by(Entry.date.desc(), Entry.id.desc()).limit(limit).offset(offset)
+    return [(entry, 0.0, "") for entry in rows(session, stmt)]
 
 
 def _ranked(session: Session, query: Query, ranges: list, checks: ranking.Checks, limit: int,
