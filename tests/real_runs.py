@@ -5,6 +5,10 @@ store them: the result on the run, events.jsonl as an artifact.
 
     out = lab_output(tmp_path_factory, "pipeline", world_size=2)
     run_id = store_run(app, "pipeline", out)
+
+`launch_once` is the cache under it, for any parameters and environment: the lab's tests
+share runs through it too (tests/lab/lab_helpers.py's `shared`), with each other and with
+the runs here - every run costs each of its ranks seconds of CPU importing torch.
 """
 
 from __future__ import annotations
@@ -12,11 +16,15 @@ from __future__ import annotations
 import fcntl
 import hashlib
 import json
+import os
+import signal
 import subprocess
 import sys
+import time
 from pathlib import Path
 
 from app.journal import run_files, runs
+from jobs.lab import registry
 from jobs.lab.contract import EVENTS_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
@@ -27,7 +35,9 @@ SMALL = {"hidden": 32, "heads": 4, "layers": 4, "seq_len": 16, "vocab": 64, "bat
 PARAMS = {
     "pipeline": {**SMALL, "world_size": 2, "micro_batches": 4},
     "zero": {**SMALL, "world_size": 2},
-    "data_parallel": {**SMALL, "world_size": 2},
+    # two micro-batches and small buckets: test_lab_runs.py reads this run too (no_sync,
+    # several buckets)
+    "data_parallel": {**SMALL, "world_size": 2, "micro_batches": 2, "bucket_cap_mb": 0.01},
     "tensor_parallel": {**SMALL, "world_size": 2},
     "collectives": {"world_size": 2, "device": "cpu", "max_bytes": 1 << 16, "iters": 3},
     "gemm_roofline": {"device": "cpu", "sizes": ["64", "128"], "iters": 2},
@@ -36,23 +46,59 @@ PARAMS = {
 }
 
 
-def lab_output(tmp_path_factory, experiment: str, **overrides) -> Path:
-    """The output directory of a real `python -m jobs.lab run` (result.json, events.jsonl)."""
-    params = {**PARAMS[experiment], **overrides}
-    key = hashlib.sha256(json.dumps([experiment, params], sort_keys=True).encode()).hexdigest()
+def launch_once(tmp_path_factory, experiment: str, params: dict, env: dict | None = None,
+                timeout: float = 240) -> tuple[Path, dict]:
+    """One real `python -m jobs.lab run` per experiment, resolved parameters (the defaults
+    filled in, as the launcher fills them) and environment in the whole session, started by
+    whichever test of whichever xdist worker asks first; the others wait on its lock and
+    read the same run. Returns its output directory (result.json, events.jsonl) and
+    {"rc", "stdout", "stderr", "seconds"}. A run that failed is not run again: every test
+    sharing it sees the failure."""
+    resolved = registry.validate(experiment, params)
+    key = hashlib.sha256(json.dumps([experiment, resolved, env or {}], sort_keys=True)
+                         .encode()).hexdigest()
     shared = tmp_path_factory.getbasetemp()
     if shared.name.startswith("popen-gw"):  # under xdist: the workers' common parent
         shared = shared.parent
     out = shared / "real-runs" / f"{experiment}-{key[:12]}"
+    record = out.parent / f"{out.name}.json"
     out.parent.mkdir(parents=True, exist_ok=True)
     with open(out.parent / f"{out.name}.lock", "w") as lock:
         fcntl.flock(lock, fcntl.LOCK_EX)
-        if not (out / "result.json").exists():
-            proc = subprocess.run(
+        if not record.exists():
+            t0 = time.monotonic()
+            proc = subprocess.Popen(
                 [sys.executable, "-m", "jobs.lab", "run", experiment, "--params",
-                 json.dumps(params), "--out", str(out), "--timeout", "240"],
-                cwd=ROOT, capture_output=True, text=True, timeout=300)
-            assert proc.returncode == 0, proc.stdout[-4000:] + proc.stderr[-4000:]
+                 json.dumps(params), "--out", str(out), "--timeout", str(timeout)],
+                cwd=ROOT, env={**os.environ, "PYTHONWARNINGS": "ignore", **(env or {})},
+                stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True,
+                start_new_session=True)
+            try:
+                stdout, stderr = proc.communicate(timeout=timeout + 60)
+            finally:  # the launcher's own watchdog failed: end it and its torchrun group
+                if proc.poll() is None:
+                    os.killpg(proc.pid, signal.SIGKILL)
+                    proc.wait()
+                    _kill_recorded_group(out)
+            record.write_text(json.dumps({"rc": proc.returncode, "stdout": stdout,
+                                          "stderr": stderr,
+                                          "seconds": time.monotonic() - t0}))
+    return out, json.loads(record.read_text())
+
+
+def _kill_recorded_group(out: Path) -> None:
+    """The torchrun process group the launcher recorded in out/pids.json, if it lives."""
+    try:
+        os.killpg(json.loads((out / "pids.json").read_text())["torchrun_pgid"],
+                  signal.SIGKILL)
+    except (OSError, ValueError, KeyError):
+        pass
+
+
+def lab_output(tmp_path_factory, experiment: str, **overrides) -> Path:
+    """The output directory of a real `python -m jobs.lab run` (result.json, events.jsonl)."""
+    out, run = launch_once(tmp_path_factory, experiment, {**PARAMS[experiment], **overrides})
+    assert run["rc"] == 0, run["stdout"][-4000:] + run["stderr"][-4000:]
     return out
 
 

@@ -27,6 +27,9 @@ from tests.helpers import ROOT, free_port, stop_process, wait_for_http
 TTL, REAPER = 4, 1
 PLUGINS = ROOT / "tests" / "lab" / "plugins"
 QUICK = {"steps": 1, "warmup": 0}
+# a run that only has to be running (its dp_naive sleeps: tests/lab/plugins): one strategy, so
+# no rank imports torch._dynamo (~2 s CPU each, for PyTorch's DDP) before it sleeps
+SLEEPER = {**QUICK, "strategies": ["dp_naive"]}
 
 
 def api(base, path, body=None, method=None):
@@ -227,7 +230,7 @@ def test_run_from_the_api_succeeds_and_lands_in_the_letter_and_feed(journal):
 
 def test_killed_runner_is_lost_within_ttl_and_a_new_runner_takes_new_work(journal):
     runner = journal.runner("doomed", plugin="sleep_all.py")
-    run_id = journal.create("data_parallel", **QUICK)
+    run_id = journal.create("data_parallel", **SLEEPER)
     journal.wait_status(run_id, "RUNNING", 60)
     pids = journal.pids("doomed", run_id)
     os.kill(runner.pid, signal.SIGKILL)
@@ -276,7 +279,7 @@ def test_a_web_outage_does_not_lose_a_healthy_run_but_a_dead_runner_is_still_los
 
 def test_a_stale_runner_gets_409_and_stops_its_job(journal):
     runner = journal.runner("sleepy", plugin="sleep_all.py")
-    run_id = journal.create("data_parallel", **QUICK)
+    run_id = journal.create("data_parallel", **SLEEPER)
     journal.wait_status(run_id, "RUNNING", 60)
     pids = journal.pids("sleepy", run_id)
     os.kill(runner.pid, signal.SIGSTOP)  # the agent freezes (a stuck host), its job runs on
@@ -304,7 +307,7 @@ def test_two_runners_on_one_queue_take_each_run_once(journal):
 
 def test_cancel_ends_the_whole_process_group(journal):
     journal.runner("c", plugin="sleep_all.py")
-    run_id = journal.create("data_parallel", **QUICK)
+    run_id = journal.create("data_parallel", **SLEEPER)
     journal.wait_status(run_id, "RUNNING", 60)
     pids = journal.pids("c", run_id)
     assert group_alive(pids["torchrun_pgid"])

@@ -11,12 +11,16 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
+from tests.real_runs import launch_once
+
 ROOT = Path(__file__).resolve().parents[2]
 PLUGINS = Path(__file__).resolve().parent / "plugins"
 
 # tiny and quick: every distributed test uses these unless it says otherwise
 TINY = {"hidden": 32, "heads": 4, "layers": 2, "seq_len": 16, "vocab": 64, "batch_size": 8,
         "steps": 2, "warmup": 1, "device": "cpu"}
+# the default process group restricted the way nccl's is (test_lab_matrix.py says how)
+NCCL_LIKE = {"COMMONPLACE_LAB_PG_BACKEND": "cuda:gloo"}
 
 
 @dataclass
@@ -71,3 +75,13 @@ def launch(experiment: str, params: dict, out: Path, timeout: float = 240,
     finally:
         cleanup(proc, out)
     return Run(proc.returncode, stdout, stderr, out, time.monotonic() - t0)
+
+
+def shared(tmp_path_factory, experiment: str, params: dict, env: dict | None = None,
+           timeout: float = 240) -> Run:
+    """`launch`, once a session per experiment, resolved parameters and environment
+    (tests/real_runs.py's launch_once): a test that needs a run another test makes - the
+    matrix's, the views' - reads that one. Each test that shares says so, and why the
+    shared run is the one it needs."""
+    out, run = launch_once(tmp_path_factory, experiment, params, env, timeout)
+    return Run(run["rc"], run["stdout"], run["stderr"], out, run["seconds"])

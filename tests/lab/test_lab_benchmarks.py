@@ -1,4 +1,6 @@
-"""The measuring experiments: collective sweep, GEMM roofline, MFU; the GPU script."""
+"""The measuring experiments: collective sweep, GEMM roofline, MFU; the GPU script.
+The sweep, the roofline and the first MFU run are test_lab_matrix's runs too (collectives-2,
+gemm_roofline-1, gpt_mfu-1: lab_helpers.shared), under its nccl-like process group."""
 
 from __future__ import annotations
 
@@ -8,7 +10,7 @@ import subprocess
 import sys
 
 import pytest
-from lab_helpers import ROOT, launch
+from lab_helpers import NCCL_LIKE, ROOT, launch, shared
 
 from jobs.lab import costmodel
 
@@ -17,7 +19,7 @@ from jobs.lab import costmodel
 def coll(tmp_path_factory):
     params = {"world_size": 2, "device": "cpu", "min_bytes": 1024, "max_bytes": 16384,
               "iters": 3, "warmup": 1}
-    return launch("collectives", params, tmp_path_factory.mktemp("coll"))
+    return shared(tmp_path_factory, "collectives", params, env=NCCL_LIKE)
 
 
 def test_collective_sweep_reports_nccl_tests_bandwidths(coll):
@@ -42,9 +44,10 @@ def test_collective_sweep_reports_nccl_tests_bandwidths(coll):
     assert len(lines) == 30 and "busbw_GBps=" in lines[-1]
 
 
-def test_gemm_roofline_places_shapes_under_the_roof(tmp_path):
-    run = launch("gemm_roofline", {"device": "cpu", "sizes": ["32", "64", "128"], "iters": 2},
-                 tmp_path, timeout=120)
+def test_gemm_roofline_places_shapes_under_the_roof(tmp_path_factory):
+    run = shared(tmp_path_factory, "gemm_roofline",
+                 {"device": "cpu", "sizes": ["32", "64", "128"], "iters": 2}, env=NCCL_LIKE,
+                 timeout=120)
     assert run.rc == 0, run.stderr[-2000:]
     r = run.result
     assert r["peak_flops"] == max(row["flops_per_s"] for row in r["table"])
@@ -56,10 +59,10 @@ def test_gemm_roofline_places_shapes_under_the_roof(tmp_path):
         # (small GEMMs run from cache and may beat the DRAM roof: no upper bound there)
 
 
-def test_mfu_path_runs_on_cpu_with_a_tiny_gpt(tmp_path):
+def test_mfu_path_runs_on_cpu_with_a_tiny_gpt(tmp_path_factory, tmp_path):
     params = {"device": "cpu", "layers": 2, "hidden": 32, "heads": 4, "seq_len": 16,
               "vocab": 64, "batch_size": 2, "steps": 2, "warmup": 1}
-    run = launch("gpt_mfu", params, tmp_path, timeout=120)
+    run = shared(tmp_path_factory, "gpt_mfu", params, env=NCCL_LIKE, timeout=120)
     assert run.rc == 0, run.stderr[-2000:]
     r = run.result
     fpt = costmodel.flops_per_token("gpt", 2, 32, 16, 64)
@@ -70,7 +73,7 @@ def test_mfu_path_runs_on_cpu_with_a_tiny_gpt(tmp_path):
     assert r["peak_source"].startswith("measured")
     given = launch("gpt_mfu", {**params, "peak_tflops": 989.0}, tmp_path / "given", timeout=120)
     assert given.result["peak_flops"] == 989e12 and given.result["peak_source"] == "given"
-    table = subprocess.run([sys.executable, "-m", "jobs.lab", "table", str(tmp_path)],
+    table = subprocess.run([sys.executable, "-m", "jobs.lab", "table", str(run.out)],
                            cwd=ROOT, capture_output=True, text=True, timeout=60)
     assert table.returncode == 0 and "MFU" in table.stdout
 

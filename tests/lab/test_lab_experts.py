@@ -6,7 +6,7 @@ wrong rank is caught by the gate."""
 from __future__ import annotations
 
 import torch
-from lab_helpers import PLUGINS, TINY, launch
+from lab_helpers import NCCL_LIKE, PLUGINS, TINY, launch, shared
 
 from jobs.lab import moecost, registry
 from jobs.lab.model import ModelConfig, build_model, make_batch
@@ -47,11 +47,15 @@ def test_load_sums_to_routed_tokens_and_small_capacity_drops():
             assert (dropped > 0) == (factor < 1), (k, factor, load, kept)
 
 
-def test_ep_alltoall_passes_the_gate_at_worlds_2_and_4_with_exact_bytes(tmp_path):
+def test_ep_alltoall_passes_the_gate_at_worlds_2_and_4_with_exact_bytes(tmp_path_factory):
     for world, k, factor in ((2, 1, 0.5), (4, 2, 1.0)):
         params = {**RUN, "world_size": world, "top_k": k, "capacity_factor": factor}
         registry.validate("experts", params)
-        run = launch("experts", params, tmp_path / f"w{world}")
+        if world == 2:
+            run = launch("experts", params, tmp_path_factory.mktemp("w2"))
+        else:  # test_lab_matrix's experts-4 run: `single` beside, its nccl-like group
+            del params["strategies"]
+            run = shared(tmp_path_factory, "experts", params, env=NCCL_LIKE)
         assert run.rc == 0, (run.stderr[-3000:], run.stdout[-2000:])
         s = run.strategy("ep_alltoall")
         c = s["correctness"]

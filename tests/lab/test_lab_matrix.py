@@ -5,7 +5,11 @@ gather's and the probes' bookkeeping as much as the strategies' own traffic. Thi
 how a GPU host fails ("No backend type associated with device type cpu"), on CPU.
 The training experiments run the mixed-precision recipe (bf16 compute, fp32 master
 weights, AdamW) at world size 2, the fp32 one elsewhere: every strategy's bytes are
-exact and its memory within 10% of the formula in both."""
+exact and its memory within 10% of the formula in both.
+
+Each case is one shared run (lab_helpers.shared): other tests read the cases whose
+parameters are theirs rather than launch the same run again. A few cases carry a
+parameter or two more than the rest of their experiment (AT_WORLD) to be that run."""
 
 from __future__ import annotations
 
@@ -13,12 +17,11 @@ import subprocess
 import sys
 
 import pytest
-from lab_helpers import ROOT, TINY, launch
+from lab_helpers import NCCL_LIKE, ROOT, TINY, shared
 
 from jobs.lab import registry
 from jobs.lab.correctness import GATE_STEPS
 
-NCCL_LIKE = {"COMMONPLACE_LAB_PG_BACKEND": "cuda:gloo"}
 QUICK = {**TINY, "steps": 1, "warmup": 0}
 PARAMS = {
     "data_parallel": QUICK,
@@ -31,13 +34,23 @@ PARAMS = {
     "mesh": {**QUICK, "strategies": ["dp_tp", "torch_dp_tp", "dp_pp"]},
     "collectives": {"device": "cpu", "min_bytes": 1024, "max_bytes": 4096, "iters": 2,
                     "warmup": 1, "measure_overhead": False},
-    "gemm_roofline": {"device": "cpu", "sizes": ["32", "64"], "iters": 2},
+    # test_lab_benchmarks' runs too: its roofline, and its MFU run (it asks for warm-up)
+    "gemm_roofline": {"device": "cpu", "sizes": ["32", "64", "128"], "iters": 2},
     "sequence": QUICK,
     "gpt_mfu": {**{k: TINY[k] for k in ("hidden", "heads", "layers", "seq_len", "vocab",
-                                        "device")}, "batch_size": 2, "steps": 1, "warmup": 0},
+                                        "device")}, "batch_size": 2, "steps": 2, "warmup": 1},
     "recompute": QUICK,
     # 4 experts: E/d = 4, 2, 1 per rank; capacity 2x (a few drops at this size)
     "experts": {**QUICK, "experts": 4},
+}
+# Cases that are another test's run too: what that test needs besides PARAMS.
+AT_WORLD = {
+    # test_lab_benchmarks' sweep: 5 sizes, and the counting wrapper's overhead
+    ("collectives", 2): {"max_bytes": 16384, "iters": 3, "measure_overhead": True},
+    # test_lab_mesh's fp32 torch_dp_pp beside dp_pp
+    ("mesh", 4): {"strategies": [*PARAMS["mesh"]["strategies"], "torch_dp_pp"]},
+    # test_lab_experts' world 4: each token to 2 experts, capacity 1x
+    ("experts", 4): {"top_k": 2, "capacity_factor": 1.0},
 }
 CASES = [(exp, w) for exp in PARAMS for w in (1, 2, 4)
          if registry.EXPERIMENTS[exp]["min_world_size"] <= w
@@ -50,14 +63,14 @@ def test_the_matrix_covers_every_experiment():
 
 @pytest.mark.parametrize("experiment,world", CASES)
 def test_every_experiment_at_every_world_size_under_nccls_device_restriction(
-        experiment, world, tmp_path):
-    params = {**PARAMS[experiment]}
+        experiment, world, tmp_path_factory):
+    params = {**PARAMS[experiment], **AT_WORLD.get((experiment, world), {})}
     if registry.EXPERIMENTS[experiment]["params"]["world_size"].get("max") != 1:
         params["world_size"] = world
     mixed = "precision" in registry.EXPERIMENTS[experiment]["params"] and world == 2
     if mixed:
         params["precision"] = "bf16_adamw"
-    run = launch(experiment, params, tmp_path, env=NCCL_LIKE)
+    run = shared(tmp_path_factory, experiment, params, env=NCCL_LIKE)
     assert run.rc == 0, (run.stderr[-3000:], run.stdout[-2000:])
     r = run.result
     assert r["status"] == "succeeded"

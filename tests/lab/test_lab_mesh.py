@@ -6,7 +6,7 @@ every dimension's counted bytes equal to its prediction."""
 from __future__ import annotations
 
 import pytest
-from lab_helpers import TINY, launch
+from lab_helpers import NCCL_LIKE, TINY, launch, shared
 
 from jobs.lab import mesh_model, registry
 from jobs.lab.correctness import GATE_STEPS
@@ -111,15 +111,17 @@ def test_the_card_names_the_dimension_whose_traffic_dominates():
 
 @pytest.mark.parametrize("precision", ["fp32_sgd", "bf16_adamw"])
 def test_torch_dp_pp_passes_the_gate_beside_dp_pp_with_the_same_pipeline_bytes(
-        tmp_path, precision):
+        tmp_path_factory, precision):
     """DeviceMesh ("dp", "pp") + DDP per stage + Schedule1F1B at world 4 (2 x 2), under a
     backend that fails a CPU tensor the way nccl does: the gate, bytes exact, memory within
-    10%, and per rank the same pp and dp bytes as the hand-written dp_pp."""
+    10%, and per rank the same pp and dp bytes as the hand-written dp_pp. In fp32 this is
+    test_lab_matrix's mesh-4 run, dp_tp and torch_dp_tp beside."""
     params = {**TINY, "steps": 1, "warmup": 0, "world_size": 4, "pp": 2, "micro_batches": 2,
               "ranks_per_node": 2, "precision": precision,
               "strategies": ["dp_pp", "torch_dp_pp"]}
-    run = launch("mesh", params, tmp_path, timeout=300,
-                 env={"COMMONPLACE_LAB_PG_BACKEND": "cuda:gloo"})
+    if precision == "fp32_sgd":
+        params["strategies"] = ["dp_tp", "torch_dp_tp", "dp_pp", "torch_dp_pp"]
+    run = shared(tmp_path_factory, "mesh", params, env=NCCL_LIKE, timeout=300)
     assert run.rc == 0, (run.stderr[-3000:], run.stdout[-2000:])
     dims = {}
     for name in ("dp_pp", "torch_dp_pp"):

@@ -8,7 +8,7 @@ from __future__ import annotations
 
 import pytest
 import torch
-from lab_helpers import PLUGINS, TINY, launch
+from lab_helpers import NCCL_LIKE, PLUGINS, TINY, launch, shared
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
@@ -20,8 +20,11 @@ ALL = ["single", "recompute_full", "recompute_selective", "torch_checkpoint_full
 
 
 def test_recomputation_saves_the_memory_the_formula_says_with_the_reference_gradients(
-        tmp_path):
-    run = launch("recompute", {**TINY, "steps": 1, "warmup": 0, "strategies": ALL}, tmp_path)
+        tmp_path_factory):
+    """test_lab_matrix's recompute-1 run (every strategy is the default): one rank, under
+    the matrix's nccl-like process group."""
+    run = shared(tmp_path_factory, "recompute", {**TINY, "steps": 1, "warmup": 0,
+                                                  "strategies": ALL}, env=NCCL_LIKE)
     assert run.rc == 0, run.stderr[-3000:]
     by = {s["strategy"]: s for s in run.result["strategies"]}
     for name, s in by.items():

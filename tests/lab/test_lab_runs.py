@@ -1,7 +1,11 @@
 """Real torch.distributed runs on CPU/gloo through the real launcher: every strategy
 against the single-device reference, counted bytes against the cost model (PyTorch's own
 strategies' too), memory from live storage against the formula, the pipeline schedules'
-activation footprints, and the result/progress contract."""
+activation footprints, and the result/progress contract.
+
+Four of the runs are other tests' too (lab_helpers.shared): world 4's ZeRO is
+test_lab_matrix's zero-4 run, the world-2 data-parallel, pipeline and tensor-parallel runs
+are the views' (tests/real_runs.py)."""
 
 from __future__ import annotations
 
@@ -9,31 +13,32 @@ import json
 import re
 
 import pytest
-from lab_helpers import TINY, launch
+from lab_helpers import NCCL_LIKE, TINY, launch, shared
+
+from tests.real_runs import PARAMS
 
 PROGRESS = re.compile(r"^progress step=(\d+) total=(\d+)( [a-z_]+=\S+)*$")
 
 
 @pytest.fixture(scope="module")
 def dp2(tmp_path_factory):
-    params = {**TINY, "world_size": 2, "micro_batches": 2,
-              "strategies": ["single", "dp_naive", "dp_bucket", "ddp"],
-              "bucket_cap_mb": 0.01}
-    return launch("data_parallel", params, tmp_path_factory.mktemp("dp2"))
+    """The views' data-parallel run: every strategy at world 2, 2 micro-batches, buckets
+    of 0.01 MB."""
+    return shared(tmp_path_factory, "data_parallel", PARAMS["data_parallel"])
 
 
 @pytest.fixture(scope="module")
 def zero4(tmp_path_factory):
-    params = {**TINY, "world_size": 4, "steps": 1, "warmup": 0,
-              "strategies": ["ddp", "zero1", "zero2", "fsdp2"], "bucket_cap_mb": 0.02}
-    return launch("zero", params, tmp_path_factory.mktemp("zero4"))
+    """test_lab_matrix's zero-4 run: every ZeRO strategy (zero3 too, which the checks of
+    every strategy here hold for as well), under its nccl-like process group."""
+    params = {**TINY, "world_size": 4, "steps": 1, "warmup": 0, "bucket_cap_mb": 0.02}
+    return shared(tmp_path_factory, "zero", params, env=NCCL_LIKE)
 
 
 @pytest.fixture(scope="module")
 def pp2(tmp_path_factory):
-    params = {**TINY, "world_size": 2, "micro_batches": 4, "layers": 4,
-              "strategies": ["naive_mp", "gpipe", "1f1b", "torch_gpipe", "torch_1f1b"]}
-    return launch("pipeline", params, tmp_path_factory.mktemp("pp2"))
+    """The views' pipeline run: 2 stages, 4 micro-batches, 4 layers, every schedule."""
+    return shared(tmp_path_factory, "pipeline", PARAMS["pipeline"])
 
 
 @pytest.fixture(scope="module")
@@ -45,8 +50,8 @@ def pp4(tmp_path_factory):
 
 @pytest.fixture(scope="module")
 def tp2(tmp_path_factory):
-    params = {**TINY, "world_size": 2, "strategies": ["single", "tp_megatron", "tp_dtensor"]}
-    return launch("tensor_parallel", params, tmp_path_factory.mktemp("tp2"))
+    """The views' tensor-parallel run: single, tp_megatron and tp_dtensor at world 2."""
+    return shared(tmp_path_factory, "tensor_parallel", PARAMS["tensor_parallel"])
 
 
 def _assert_all_passed(run):
@@ -208,7 +213,8 @@ def test_tensor_parallel_matches_reference_and_counts_four_all_reduces_per_layer
     _assert_all_passed(tp2)
     entry = tp2.strategy("tp_megatron")
     _assert_bytes_exact(entry)
-    L, B, s, h = TINY["layers"], TINY["batch_size"], TINY["seq_len"], TINY["hidden"]
+    p = tp2.result["params"]
+    L, B, s, h = p["layers"], p["batch_size"], p["seq_len"], p["hidden"]
     row = entry["comm"]["bytes_vs_predicted"][0]
     assert row["counted_bytes"] == 4 * L * B * s * h * 4 and row["counted_calls"] == 4 * L
     # DTensor's plan all-reduces each column-parallel input's gradient: 6 per layer

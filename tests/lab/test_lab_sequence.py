@@ -6,7 +6,7 @@ diagonal mask, or one that never turns, is caught by the gate."""
 from __future__ import annotations
 
 import pytest
-from lab_helpers import PLUGINS, TINY, launch
+from lab_helpers import NCCL_LIKE, PLUGINS, TINY, launch, shared
 
 from jobs.lab import costmodel, registry
 
@@ -41,8 +41,10 @@ def test_sequence_parallel_sends_tps_bytes_and_saves_less(tmp_path):
         assert b["peak"]["predicted"] < a["peak"]["predicted"]  # measured: gloo-noisy
 
 
-def test_ring_attention_at_four_ranks_passes_c_minus_1_blocks_each_way(tmp_path):
-    run = launch("sequence", {**QUICK, "world_size": 4, "strategies": ["cp_ring"]}, tmp_path)
+def test_ring_attention_at_four_ranks_passes_c_minus_1_blocks_each_way(tmp_path_factory):
+    """test_lab_matrix's sequence-4 run: cp_ring beside the other strategies, each counted
+    and checked on its own, under the matrix's nccl-like process group."""
+    run = shared(tmp_path_factory, "sequence", {**QUICK, "world_size": 4}, env=NCCL_LIKE)
     assert run.rc == 0, run.stderr[-2000:]
     cp = run.strategy("cp_ring")
     assert cp["correctness"]["passed"] and cp["correctness"]["max_rel_error"] < 1e-4

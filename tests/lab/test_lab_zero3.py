@@ -9,7 +9,7 @@ import json
 
 import pytest
 import torch
-from lab_helpers import PLUGINS, TINY, launch
+from lab_helpers import PLUGINS, TINY, launch, shared
 
 from jobs.lab import costmodel
 from jobs.lab.correctness import GATE_STEPS
@@ -19,6 +19,7 @@ from jobs.lab.model import ModelConfig
 from jobs.lab.runtime import Context
 from jobs.lab.strategies.base import TrainSpec
 from jobs.lab.strategies.zero3 import Zero3
+from tests.real_runs import PARAMS
 
 ONE_STEP = {**TINY, "world_size": 2, "steps": 1, "warmup": 0}
 
@@ -32,8 +33,11 @@ def _bytes(entry: dict, kind: str) -> int:
                 if r["rank"] == 0 and r["kind"] == kind)
 
 
-def test_units_are_gathered_twice_freed_and_cost_one_root_gather_more_than_fsdp2(tmp_path):
-    run = launch("zero", {**ONE_STEP, "strategies": ["zero3", "fsdp2"]}, tmp_path)
+def test_units_are_gathered_twice_freed_and_cost_one_root_gather_more_than_fsdp2(
+        tmp_path_factory):
+    """On the views' zero run (tests/real_runs.py): world 2, zero3 and fsdp2 beside the
+    other ZeRO strategies, three timed steps of which step 0's events are read."""
+    run = shared(tmp_path_factory, "zero", PARAMS["zero"])
     assert run.rc == 0, run.stderr[-3000:]
     zero3, fsdp2 = run.strategy("zero3"), run.strategy("fsdp2")
     for entry in (zero3, fsdp2):
@@ -41,7 +45,9 @@ def test_units_are_gathered_twice_freed_and_cost_one_root_gather_more_than_fsdp2
         assert c["passed"] and c["steps_checked"] == GATE_STEPS and c["coverage_exact"]
         assert c["max_rel_error"] < 1e-4
         assert entry["comm"]["all_exact"]
-    h, L, v, s, e, d = TINY["hidden"], TINY["layers"], TINY["vocab"], TINY["seq_len"], 4, 2
+    p = run.result["params"]
+    h, L, v, s, e, d = p["hidden"], p["layers"], p["vocab"], p["seq_len"], 4, 2
+    assert p["world_size"] == d
     P = costmodel.param_count("gpt", L, h, s, v)
     block = 12 * h * h + 13 * h
     root = P - L * block  # embedding + final norm and head: FSDP2's root unit
