@@ -40,7 +40,6 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-
 from app import create_app, upgrades  # noqa: E402
 from app.notebook import search, search_index  # noqa: E402
 from app.notebook.isoweeks import iso_week  # noqa: E402

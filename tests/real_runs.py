@@ -79,14 +79,14 @@ def launch_once(tmp_path_factory, experiment: str, params: dict, env: dict | Non
                 if proc.poll() is None:
                     os.killpg(proc.pid, signal.SIGKILL)
                     proc.wait()
-                    _kill_recorded_group(out)
+                    kill_recorded_group(out)
             record.write_text(json.dumps({"rc": proc.returncode, "stdout": stdout,
                                           "stderr": stderr,
                                           "seconds": time.monotonic() - t0}))
     return out, json.loads(record.read_text())
 
 
-def _kill_recorded_group(out: Path) -> None:
+def kill_recorded_group(out: Path) -> None:
     """The torchrun process group the launcher recorded in out/pids.json, if it lives."""
     try:
         os.killpg(json.loads((out / "pids.json").read_text())["torchrun_pgid"],

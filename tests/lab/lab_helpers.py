@@ -11,7 +11,7 @@ import time
 from dataclasses import dataclass
 from pathlib import Path
 
-from tests.real_runs import launch_once
+from tests.real_runs import kill_recorded_group, launch_once
 
 ROOT = Path(__file__).resolve().parents[2]
 PLUGINS = Path(__file__).resolve().parent / "plugins"
@@ -58,12 +58,7 @@ def cleanup(proc: subprocess.Popen, out: Path) -> None:
         except subprocess.TimeoutExpired:
             os.killpg(proc.pid, signal.SIGKILL)
             proc.wait(timeout=15)
-    pids = out / "pids.json"
-    if pids.exists():
-        try:
-            os.killpg(json.loads(pids.read_text())["torchrun_pgid"], signal.SIGKILL)
-        except (ProcessLookupError, PermissionError):
-            pass
+    kill_recorded_group(out)
 
 
 def launch(experiment: str, params: dict, out: Path, timeout: float = 240,
