@@ -47,6 +47,23 @@ def test_title_beats_body_mentions_past_the_window(db, small_window):
     assert found[5:] == ["Day 5", "Day 4", "Day 3", "Day 2", "Day 1"]  # older, newest first
 
 
+def test_excluded_words_drop_heads_wherever_they_stand(db, small_window):
+    """A head (the word in its title) is dropped when an excluded word is in its title,
+    tags or body, or starts a word there (a prefix as the index keeps it, and one longer),
+    and only then."""
+    add(db, ("2019-01-01", "Tensor kept", "old notes", []),
+        ("2019-02-01", "Tensor nvlink", "old notes", []),
+        ("2019-03-01", "Tensor tagged", "old notes", ["nvlink"]),
+        ("2019-04-01", "Tensor body", "then nvlinkage twice", []),
+        *[(f"2024-01-{d:02d}", f"Day {d}", "tensor in the body", []) for d in range(1, 10)])
+    days = [f"Day {d}" for d in range(9, 0, -1)]
+    assert titles(db, "tensor -absent", limit=50)[:2] == ["Tensor body", "Tensor tagged"]
+    found = titles(db, "tensor -nvlink", limit=50)
+    assert found[:2] == ["Tensor body", "Tensor kept"] and found[2:] == days
+    for q in ("tensor -nvli*", "tensor -nvlin*", "tensor -nvlink -nvlinkage"):
+        assert titles(db, q, limit=50) == ["Tensor kept", *days], q
+
+
 def test_window_ranks_by_bm25_inside_it(db, small_window):
     add(db, *[(f"2024-01-{d:02d}", f"Day {d}", "nccl " + "filler " * 30, []) for d in range(1, 8)],
         ("2024-01-08", "Dense", "nccl nccl nccl", []))

@@ -192,11 +192,15 @@ def _heads(session: Session, terms: list[str], fts: str, keep, spans) -> list:
         return []
     found, _ = _window(session, "entry_fts_heads", " OR ".join(words), keep, spans,
                        HEAD_WINDOW * 2, True)
-    if terms == words and len(words) == 1:
-        # One word (or phrase, or prefix): a head holds it, as the index does; a tag:'s
-        # part of fts is the filters' own exact check (keep), which the walk applied.
-        return found[:HEAD_WINDOW]
     found_ids = [rowid for rowid, _ in found]
+    if len(words) == 1 and "OR" not in terms:
+        # One word (or phrase, or prefix): a head holds it, as the index does; a tag:'s
+        # part of fts is the filters' own exact check (keep), which the walk applied. So
+        # only the excluded words are left to check: a walk through their matches, not
+        # through the word's ("tensor -nvlink": 200 heads across the notebook)
+        excluded = [t.removeprefix("NOT ") for t in terms if t.startswith("NOT ")]
+        out = matches(session, excluded, " OR ".join(excluded), found_ids) if excluded else {}
+        return [row for row in found if row[0] not in out][:HEAD_WINDOW]
     matching = matches(session, terms, fts, found_ids)
     return [row for row in found if row[0] in matching][:HEAD_WINDOW]
 
