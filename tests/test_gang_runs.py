@@ -297,9 +297,6 @@ def journal(data_dir):
         journal.start()
         yield journal
     finally:
-        for proc in journal.procs:  # the runners end their long polls together, not in turn
-            if proc.poll() is None and "runner" in proc.args:
-                proc.terminate()
         journal.stop()  # every process it started, by PID
 
 

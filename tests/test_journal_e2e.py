@@ -175,13 +175,19 @@ class Journal:
         return pids
 
     def stop(self) -> None:
-        for proc in reversed(self.procs):
-            if proc.poll() is None:
-                try:
-                    os.killpg(proc.pid, signal.SIGCONT)  # in case a drill froze it
-                except ProcessLookupError:
-                    pass
-            stop_process(proc)
+        """Every process it started, by PID: the runners first, all at once (each ends its
+        long poll and tells the web), then the scheduler and the web together."""
+        runners = [proc for proc in self.procs if "runner" in proc.args]
+        for group in (runners, [proc for proc in self.procs if proc not in runners]):
+            for proc in group:
+                if proc.poll() is None:
+                    try:
+                        os.killpg(proc.pid, signal.SIGCONT)  # in case a drill froze it
+                        proc.terminate()
+                    except ProcessLookupError:
+                        pass
+            for proc in group:
+                stop_process(proc)
         for log in self.logs:
             log.close()
 
