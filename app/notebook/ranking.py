@@ -193,7 +193,7 @@ def _heads(session: Session, terms: list[str], fts: str, keep, spans) -> list:
     found, _ = _window(session, "entry_fts_heads", " OR ".join(words), keep, spans,
                        HEAD_WINDOW * 2, True)
     found_ids = [rowid for rowid, _ in found]
-    if len(words) == 1 and "OR" not in terms:
+    if len(words) == 1:  # (an OR has a word on each side)
         # One word (or phrase, or prefix): a head holds it, as the index does; a tag:'s
         # part of fts is the filters' own exact check (keep), which the walk applied. So
         # only the excluded words are left to check: a walk through their matches, not
