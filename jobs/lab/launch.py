@@ -75,7 +75,7 @@ def command(experiment: str, params: dict, out: str, gang: dict | None = None) -
                  f"--rdzv-id={gang['rdzv_id']}",
                  f"--nproc-per-node={params['world_size'] // gang['nodes']}",
                  "--tee=3", f"--log-dir={os.path.join(out, 'torchrun')}"]
-    return [sys.executable, "-m", "torch.distributed.run", *where, "--monitor-interval=0.2",
+    return [sys.executable, "-m", "jobs.lab.elastic", *where, "--monitor-interval=0.2",
             "-m", "jobs.lab.worker", experiment, "--params", json.dumps(params), "--out", out]
 
 

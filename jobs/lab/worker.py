@@ -1,4 +1,5 @@
-"""The torchrun entry point: one process per rank.
+"""One rank of an experiment: `rank()`, forked by jobs/lab/elastic.py (torchrun's agent),
+or this module as a script under plain torchrun:
 
     python -m torch.distributed.run --standalone --nproc-per-node=N \
         -m jobs.lab.worker <experiment> --params '<json>' --out DIR
@@ -85,9 +86,10 @@ def envelope(experiment: str, params: dict, started: float, status: str,
 
 
 def die_with_parent() -> None:
-    """torchrun starts every rank in a session of its own, so killing torchrun (or its
-    process group) with SIGKILL would leave ranks running for ever: ask the kernel to end
-    this rank the moment its parent dies."""
+    """Plain torchrun starts every rank in a session of its own, so killing torchrun (or its
+    process group) with SIGKILL would leave ranks running for ever; a forked rank would
+    outlive an agent killed alone: ask the kernel to end this rank the moment its parent
+    dies."""
     parent = os.getppid()
     try:
         ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
@@ -97,7 +99,19 @@ def die_with_parent() -> None:
         os._exit(1)
 
 
-def main(argv: list[str] | None = None) -> int:
+def main(argv: list[str] | None = None) -> None:
+    """A rank as a process of its own (plain torchrun)."""
+    rank(*(sys.argv[1:] if argv is None else argv))
+    # gloo's teardown sometimes aborts ("terminate called without an active exception")
+    # after all work is done; every rank has finished and said so, so leave without
+    # running destructors rather than turn a finished run into a crash
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
+
+
+def rank(*argv: str) -> None:
+    """One rank, to its end (a process forked by the agent ends without a teardown)."""
     die_with_parent()
     ap = argparse.ArgumentParser(prog="jobs.lab.worker")
     ap.add_argument("experiment")
@@ -122,7 +136,7 @@ def main(argv: list[str] | None = None) -> int:
                 {"code": "unsupported", "message": str(exc)},
                 runtime.environment(None, "cpu", world), {}), default=_jsonable)
         print(f"error: {exc}", file=sys.stderr, flush=True)
-        return 0
+        return
     load_plugin()
     ctx = runtime.init(device)
     ctx.out_dir = args.out
@@ -150,13 +164,7 @@ def main(argv: list[str] | None = None) -> int:
     ctx.barrier()
     with open(os.path.join(args.out, contract.done_file(ctx.rank)), "w") as fh:
         fh.write("ok\n")
-    # gloo's teardown sometimes aborts ("terminate called without an active exception")
-    # after all work is done; every rank has finished and said so, so leave without
-    # running destructors rather than turn a finished run into a crash
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(0)
 
 
 if __name__ == "__main__":
-    sys.exit(main())
+    main()

@@ -1,0 +1,9 @@
+"""Each rank writes where it came from: its parent, and what was loaded before it ran."""
+
+import json
+import os
+import sys
+
+with open(os.path.join(os.environ["RANK_ORIGIN_DIR"], f"rank{os.environ['RANK']}.json"), "w") as fh:
+    json.dump({"parent": os.getppid(), "modules": sorted(sys.modules),
+               "nvml_check": os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")}, fh)
