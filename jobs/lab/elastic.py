@@ -9,8 +9,8 @@ function entry point with `--start-method fork`: each rank begins with all of it
 and runs worker.rank. Everything else is torchrun's: its flags, rendezvous (one host or a
 gang), log tee and prefixes, and tearing the ranks down when one fails.
 
-A world-4 run on CPU (tests/lab's zero case, 2 cores) took 41.2 s of CPU and 25.4 s
-end to end under plain torchrun, 21.2 s and 14.9 s forked.
+A world-4 run on CPU (tests/lab's zero case through `python -m jobs.lab run`, 2 cores)
+took 41.0 s of CPU and 26.2 s end to end under plain torchrun, 21.7 s and 15.4 s forked.
 
 Forking is safe for CUDA while the agent has not initialised it. The imports here touch
 no device; torchrun's LaunchConfig asks torch.cuda.is_available(), which calls cuInit
@@ -25,6 +25,7 @@ import os
 os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # before torch: see above
 
 import importlib  # noqa: E402
+import signal  # noqa: E402
 import sys  # noqa: E402
 import uuid  # noqa: E402
 
@@ -57,9 +58,14 @@ def main(argv: list[str] | None = None) -> None:
 
 
 def rank(*argv: str) -> None:
-    """worker.rank in a forked process. Its exception is printed as a rank of its own
-    prints it, through the hook init_process_group installs ("[rank1]: Traceback …"),
+    """worker.rank in a forked process, as a new Python would run it: the signals the
+    agent handles (it raises on them, to tear its ranks down) are the defaults again, so
+    a rank told to stop by SIGTERM stops there. Its exception is printed as a rank of its
+    own prints it, through the hook init_process_group installs ("[rank1]: Traceback …"),
     for the launcher to read in the log; torchrun would only keep it in an error file."""
+    for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
+        signal.signal(sig, signal.SIG_DFL)
+    signal.signal(signal.SIGINT, signal.default_int_handler)
     try:
         worker.rank(*argv)
     except Exception:

@@ -30,6 +30,7 @@ def test_ranks_are_forked_from_the_agent_with_the_experiment_loaded(tmp_path):
         # loaded before the worker imported the experiment (the plugin runs first)
         assert {"torch._dynamo", "jobs.lab.experiments.training"} <= set(rank["modules"])
         assert rank["nvml_check"] == "1"  # the agent asked NVML, never cuInit
+        assert rank["sigterm_default"]  # not the agent's handler, which raises
 
 
 def test_the_agent_runs_only_the_lab_worker(tmp_path):

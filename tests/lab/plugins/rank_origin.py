@@ -1,9 +1,12 @@
-"""Each rank writes where it came from: its parent, and what was loaded before it ran."""
+"""Each rank writes where it came from: its parent, what was loaded before it ran, and
+whether SIGTERM would end it as it ends a new Python."""
 
 import json
 import os
+import signal
 import sys
 
 with open(os.path.join(os.environ["RANK_ORIGIN_DIR"], f"rank{os.environ['RANK']}.json"), "w") as fh:
     json.dump({"parent": os.getppid(), "modules": sorted(sys.modules),
-               "nvml_check": os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK")}, fh)
+               "nvml_check": os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK"),
+               "sigterm_default": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL}, fh)
