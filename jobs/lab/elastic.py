@@ -9,8 +9,8 @@ function entry point with `--start-method fork`: each rank begins with all of it
 and runs worker.rank. Everything else is torchrun's: its flags, rendezvous (one host or a
 gang), log tee and prefixes, and tearing the ranks down when one fails.
 
-A world-4 run on CPU (tests/lab's zero case through `python -m jobs.lab run`, 2 cores)
-took 41.0 s of CPU and 26.2 s end to end under plain torchrun, 21.7 s and 15.4 s forked.
+bench/launch.py measures both ways in one run (2 CPU cores: about 0.6x the CPU and
+0.75-0.8x the time of plain torchrun).
 
 Forking is safe for CUDA while the agent has not initialised it. The imports here touch
 no device; torchrun's LaunchConfig asks torch.cuda.is_available(), which calls cuInit

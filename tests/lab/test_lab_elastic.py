@@ -5,13 +5,14 @@ its own under plain torchrun."""
 from __future__ import annotations
 
 import json
-import os
 import subprocess
 import sys
 
 from lab_helpers import PLUGINS, ROOT, TINY, launch
 
 from jobs.lab import registry
+from jobs.lab.launch import command as launch_command
+from jobs.lab.launch import environment
 
 DP = {**TINY, "world_size": 2, "strategies": ["ddp"]}
 
@@ -43,13 +44,10 @@ def test_the_agent_runs_only_the_lab_worker(tmp_path):
 
 def test_the_worker_runs_under_plain_torchrun_too(tmp_path):
     params = registry.validate("data_parallel", DP)
-    proc = subprocess.run([sys.executable, "-m", "torch.distributed.run", "--standalone",
-                           "--nproc-per-node=2", "-m", "jobs.lab.worker", "data_parallel",
-                           "--params", json.dumps(params), "--out", str(tmp_path)],
-                          cwd=ROOT, capture_output=True, text=True, timeout=240,
-                          env={**os.environ, "OMP_NUM_THREADS": "1",
-                               "MASTER_ADDR": "127.0.0.1", "GLOO_SOCKET_IFNAME": "lo",
-                               "CUDA_VISIBLE_DEVICES": "", "PYTHONWARNINGS": "ignore"})
+    cmd = launch_command("data_parallel", params, str(tmp_path))
+    cmd[cmd.index("jobs.lab.elastic")] = "torch.distributed.run"  # the same flags
+    proc = subprocess.run(cmd, cwd=ROOT, env=environment(params), capture_output=True,
+                          text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]
     result = json.loads((tmp_path / "result.json").read_text())
     assert result["status"] == "succeeded"
