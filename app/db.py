@@ -75,8 +75,16 @@ class IdlePool(NullPool):
 
     def dispose(self) -> None:
         self.disposed = True
-        while self.idle:
-            self.idle.pop().close()
+        self.shed()
+
+    def shed(self) -> None:
+        """Close the idle connections (a worker at rest: app/web/resting.py)."""
+        while True:
+            try:
+                record = self.idle.pop()
+            except IndexError:
+                return
+            record.close()
 
     def take(self) -> ConnectionPoolEntry:
         """A connection for get_reader, not checked out (the pool does not count it)."""
@@ -155,6 +163,11 @@ class Database:
     def read(self) -> Iterator[Session]:
         with self.session() as session:
             yield session
+
+    def shed(self) -> None:
+        """Close the engine's idle connections, their page caches with them."""
+        if isinstance(self.engine.pool, IdlePool):
+            self.engine.pool.shed()
 
     def take_reader(self) -> ConnectionPoolEntry:
         """An idle connection of the engine's (SQLite), in a read transaction of its own."""

@@ -18,7 +18,11 @@ worker that has served that notebook under load holds (goal: <= 60 MB at 100k en
 each thread that served at the same time as others holds a database connection and its
 page cache.
 Memory is RSS (every page the process maps, shared ones included: the goal's measure) and
-PSS (shared pages divided among the processes that share them).
+PSS (shared pages divided among the processes that share them), at the end of the window,
+by then a rest (app/web/resting.py: a worker closes its idle connections and trims its heap
+REST_AFTER seconds after its last request); each worker's RSS right after the load is
+printed beside it. Then, with --entries, what a rest costs the request that ends it: an
+entry page asked first after a rest against the same page warm.
 """
 
 from __future__ import annotations
@@ -29,6 +33,7 @@ import os
 import random
 import shutil
 import signal
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -39,6 +44,7 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
+from app.web import resting  # noqa: E402
 from bench import corpus as corpus_of  # noqa: E402
 from bench.serving import cpu_seconds, free_port  # noqa: E402
 
@@ -108,6 +114,25 @@ def read_at_once(port: int, corpus, clients: int, rounds: int = 20) -> None:
         reader.join()
 
 
+def first_after_rest(port: int, corpus, samples: int = 3) -> None:
+    """What a rest costs the request that ends it: an entry page, the first after a worker
+    rested (its connection to open again, a cold page cache), against the same page
+    asked again right after on the same connection, warm."""
+    firsts, warm = [], []
+    path = "/entries/{}/{}".format(*corpus.entries[0])
+    for _ in range(samples):
+        time.sleep(resting.REST_AFTER + 1)
+        conn = http.client.HTTPConnection("127.0.0.1", port, timeout=60)
+        for i in range(21):
+            started = time.perf_counter()
+            conn.request("GET", path)
+            conn.getresponse().read()
+            (warm if i else firsts).append((time.perf_counter() - started) * 1000)
+        conn.close()
+    print(f"an entry page, the first request after a rest: {statistics.median(firsts):.2f} ms "
+          f"(median of {samples}); warm: {statistics.median(warm):.2f} ms")
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
     parser.add_argument("--seconds", type=float, default=60)
@@ -164,13 +189,19 @@ def main() -> None:
                 for i, worker in enumerate(children(pid)):
                     procs[f"web worker {i + 1}"] = worker
         before = {name: cpu_seconds(pid) for name, pid in procs.items()}
+        served = {name: rss_mb(pid) for name, pid in procs.items()}  # right after the load
         time.sleep(args.seconds)
         print(f"idle for {args.seconds:.0f}s after start-up "
-              f"(CPU % of one core; resident memory, RSS and PSS)")
+              f"(CPU % of one core; resident memory, RSS and PSS; a worker rests "
+              f"{resting.REST_AFTER:.0f}s after its last request)")
         for name, pid in procs.items():
             used = cpu_seconds(pid) - before[name]
             print(f"  {name:<24} {100 * used / args.seconds:6.2f}% CPU  {rss_mb(pid):7.1f} MB"
-                  f"  {pss_mb(pid):7.1f} MB PSS")
+                  f"  {pss_mb(pid):7.1f} MB PSS" + (
+                      f"  (right after the load: {served[name]:.1f} MB)"
+                      if corpus and name.startswith("web worker") else ""))
+        if corpus and args.seconds > resting.REST_AFTER:
+            first_after_rest(port, corpus)
     finally:
         baseline.kill()
         floor.kill()

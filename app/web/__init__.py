@@ -7,6 +7,7 @@
     pages/         the HTML pages (blueprints "notes" and "experiments")
     api/           the JSON API under /api/v1 and its OpenAPI document
     runner_api.py  the runner agents' pull API under /api/v1/runner
+    resting.py     a worker at rest closes its idle connections and trims its heap
 
 Views are thin: parse, call the journal or the notebook, render or answer JSON.
 """
@@ -15,7 +16,7 @@ from flask import Flask
 from flask.templating import Environment
 
 from app import errors
-from app.web import api, auth, hardening, pages, runner_api
+from app.web import api, auth, hardening, pages, resting, runner_api
 
 
 class PageEnvironment(Environment):
@@ -62,3 +63,4 @@ def init_app(app: Flask) -> None:
     app.register_blueprint(pages.experiments)
     app.register_blueprint(api.bp)
     app.register_blueprint(runner_api.bp)
+    resting.init_app(app)
