@@ -26,7 +26,7 @@ from collections.abc import Callable
 
 from flask import Flask
 
-REST_AFTER = 10.0  # seconds without a request
+REST_AFTER = 10.0  # seconds without a request (a test app sets config["REST_AFTER"])
 
 
 def _malloc_trim() -> None:
