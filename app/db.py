@@ -82,7 +82,7 @@ class IdlePool(NullPool):
         while True:
             try:
                 record = self.idle.pop()
-            except IndexError:
+            except IndexError:  # (a request may have taken the last one meanwhile)
                 return
             record.close()
 
