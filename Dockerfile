@@ -32,6 +32,7 @@ RUN useradd --create-home --uid 10001 --user-group commonplace \
 WORKDIR /app
 COPY pyproject.toml README.md alembic.ini gunicorn.conf.py ./
 COPY app ./app
+COPY base ./base
 COPY jobs ./jobs
 COPY migrations ./migrations
 COPY templates ./templates

@@ -24,8 +24,8 @@ import time
 from pathlib import Path
 
 from app.journal import run_files, runs
+from base.contract import EVENTS_FILE
 from jobs.lab import registry
-from jobs.lab.contract import EVENTS_FILE
 
 ROOT = Path(__file__).resolve().parents[1]
 

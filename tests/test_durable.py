@@ -1,4 +1,4 @@
-"""The one atomic write (jobs.lab.durable): a reader sees the old file or the new one,
+"""The one atomic write (base.durable): a reader sees the old file or the new one,
 never half of one, and a failed write leaves no temporary file behind."""
 
 import json
@@ -6,7 +6,7 @@ import os
 
 import pytest
 
-from jobs.lab import durable
+from base import durable
 
 
 def test_write_replaces_whole_and_leaves_nothing_else(tmp_path):

@@ -10,7 +10,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 from app.journal import runs
-from jobs.lab.contract import LAB_REASONS
+from base.contract import LAB_REASONS
 from jobs.runner.agent import outcome
 from jobs.runner.client import Busy, Client, Refused, Stale, Unreachable
 

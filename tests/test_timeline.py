@@ -19,7 +19,7 @@ import pytest
 from app.journal import rank_events, timeline, traffic
 from app.journal.ideal_schedule import simulate
 from app.journal.run_files import artifact_path
-from jobs.lab.contract import EVENTS_FILE
+from base.contract import EVENTS_FILE
 from jobs.lab.costmodel import bubble_fraction, busbw_factor
 from tests.real_runs import lab_output, store_run
 from tests.strict_pages import assert_strict_page

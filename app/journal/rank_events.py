@@ -37,7 +37,7 @@ from sqlalchemy.orm import Session
 
 from app.errors import NotFound
 from app.journal.run_files import find_artifact
-from jobs.lab.contract import EVENTS_FILE
+from base.contract import EVENTS_FILE
 
 MAX_EVENTS = 100_000
 MAX_LINE = 4096  # bytes; the lab's lines are about 150

@@ -5,7 +5,7 @@
 
 The log is retry-safe: a chunk the server already has is acknowledged again, and a gap is
 refused so the runner resends from what we have. Artifacts are written whole
-(jobs.lab.durable) before their row says they exist.
+(base.durable) before their row says they exist.
 """
 
 from __future__ import annotations
@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from app.errors import Invalid, LogGap, NotFound, TooLarge
 from app.models import Run, RunArtifact
-from jobs.lab.durable import write_atomic
+from base.durable import write_atomic
 
 MAX_LOG_CHUNK = 64 * 1024
 MAX_LOG_BYTES = 64 * 1024 * 1024  # per run; past it chunks are counted, not kept

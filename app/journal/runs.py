@@ -24,7 +24,8 @@ from sqlalchemy.orm import Session
 from app.errors import BadState, Invalid, NotFound, Stale, TooLarge
 from app.journal import gangs, results, run_metrics, runners
 from app.models import Metric, Run, RunEvent, Runner, utcnow
-from jobs.lab import contract, registry
+from base import contract
+from jobs.lab import registry
 
 QUEUED, LEASED, RUNNING = "QUEUED", "LEASED", "RUNNING"
 SUCCEEDED, FAILED, CANCELLED, LOST = "SUCCEEDED", "FAILED", "CANCELLED", "LOST"

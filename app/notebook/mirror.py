@@ -3,7 +3,7 @@
     <data>/notes/2024/2024-03-31-parallelism-notes.md     an entry
     <data>/notes/2024/2024-W13.md                          the letter of ISO week 2024-W13
 
-Files are written atomically (jobs.lab.durable: temp file, fsync, rename) once the saving
+Files are written atomically (base.durable: temp file, fsync, rename) once the saving
 transaction has committed, so a rolled-back save never leaves a file behind. This module
 owns the file format (`to_text` writes it, `parse_file` reads it); moving whole folders in
 and out is app/notebook/transfer.py.
@@ -24,7 +24,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from app.models import Entry
-from jobs.lab.durable import write_atomic
+from base.durable import write_atomic
 
 log = logging.getLogger(__name__)
 ENTRY_FILE_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})(?:[-_ ]+(.*))?$")
@@ -124,7 +124,7 @@ def apply(root: Path, writes: list[tuple[Path, str]], removes: set[Path]) -> Non
 
 
 def write_many(root: Path, files: list[tuple[Path, str]]) -> None:
-    """Write mirror files atomically. One is written as jobs.lab.durable does (temporary
+    """Write mirror files atomically. One is written as base.durable does (temporary
     file, fsync, rename, fsync of the folder); many at once (a bulk import's batch) are
     written to temporary files, flushed to disk together (one sync, not an fsync each),
     then renamed into place, so each file is still either the old one or the new one."""

@@ -24,7 +24,7 @@ from app.notebook import bulk_import, entries
 from app.notebook.import_plan import ImportReport
 from app.notebook.isoweeks import iso_week
 from app.notebook.mirror import parse_file, relpath, to_text
-from jobs.lab.durable import write_atomic
+from base.durable import write_atomic
 
 __all__ = ["ImportReport", "export_folder", "import_folder", "import_folder_slowly"]
 

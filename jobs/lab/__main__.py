@@ -19,7 +19,8 @@ import argparse
 import json
 import sys
 
-from jobs.lab import contract, launch, registry
+from base import contract
+from jobs.lab import launch, registry
 from jobs.lab.report import table
 
 

@@ -32,8 +32,9 @@ from collections import deque
 from collections.abc import Iterable
 from typing import Any, TextIO
 
-from jobs.lab import contract, registry
-from jobs.lab.durable import write_atomic, write_json
+from base import contract
+from base.durable import write_atomic, write_json
+from jobs.lab import registry
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
 DEFAULT_TIMEOUT_S = 900.0

@@ -9,7 +9,7 @@ from __future__ import annotations
 import json
 import os
 
-from jobs.lab.contract import RESULT_FILE
+from base.contract import RESULT_FILE
 
 HEADER = ["experiment", "strategy/op", "status", "check", "measured", "predicted", "ratio",
           "MFU [peak]", "busbw", "note"]

@@ -28,7 +28,7 @@ import torch
 import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
-from jobs.lab.contract import progress_line
+from base.contract import progress_line
 from jobs.lab.instrument import Comm, Timeline
 
 

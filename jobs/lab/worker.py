@@ -23,8 +23,9 @@ import time
 from datetime import UTC, datetime
 from typing import Any
 
-from jobs.lab import contract, runtime
-from jobs.lab.durable import write_json
+from base import contract
+from base.durable import write_json
+from jobs.lab import runtime
 
 IMPLEMENTATIONS = {
     "collectives": "jobs.lab.experiments.collectives",

@@ -18,7 +18,7 @@ period, SIGKILL.
     agent.py   the lease loop, one run, its logs and its report
     host.py    host labels, and the job's process group
 
-Stdlib only, apart from jobs.lab.contract: no torch here (the lab runs in the child),
+Stdlib only, apart from base.contract: no torch here (the lab runs in the child),
 and nothing of app/.
 """
 

@@ -18,7 +18,7 @@ import time
 from dataclasses import dataclass, field
 from pathlib import Path
 
-from jobs.lab.contract import (
+from base.contract import (
     EVENTS_FILE,
     LAB_REASONS,
     RESULT_FILE,

@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 import socket
 
-from jobs.lab.contract import EVENTS_FILE
+from base.contract import EVENTS_FILE
 
 
 def offer(address: str, port: int = 0) -> dict:

@@ -10,7 +10,7 @@ import sys
 
 from lab_helpers import ROOT
 
-from jobs.lab import contract
+from base import contract
 
 
 def test_every_reason_has_one_exit_code_and_each_code_one_meaning():
@@ -66,12 +66,12 @@ def test_the_lab_is_the_bottom_layer():
 def test_the_runner_is_stdlib_plus_the_labs_contract():
     for path, names in _imports("jobs/runner").items():
         wrong = {n for n in names if n.split(".")[0] not in sys.stdlib_module_names
-                 and not n.startswith("jobs.runner") and n != "jobs.lab.contract"}
+                 and not n.startswith("jobs.runner") and n != "base.contract"}
         assert not wrong, f"{path} imports {wrong}"
 
 
 def test_what_the_app_and_the_runner_import_leaves_torch_out():
-    probe = ("import sys, jobs.lab.registry, jobs.lab.contract, jobs.lab.durable, "
+    probe = ("import sys, jobs.lab.registry, base.contract, base.durable, "
              "jobs.lab.launch, jobs.lab.__main__, jobs.runner; "
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'app')))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
