@@ -32,6 +32,7 @@ from app.journal.charts import percent, ratio, seconds, si
 from app.models import Run
 from app.notebook.atom import feed_alternative
 from app.notebook.isoweeks import local
+from base import statuses
 from jobs.lab import registry
 
 __all__ = ["block", "card", "embedded_runs", "image", "percent", "ratio", "run_card",
@@ -135,10 +136,10 @@ def card(run: Run, timezone: str = "UTC") -> str:
         f'<span class="run-meta">{escape(when.strftime("%Y-%m-%d %H:%M %Z"))}'
         f"{' · ' + escape(where) if where else ''}</span></figcaption>",
     ]
-    if run.status != "SUCCEEDED":
+    if run.status != statuses.SUCCEEDED:
         if run.reason:
             parts.append(f'<p class="run-reason">{escape(run.reason)}</p>')
-        if run.status in ("QUEUED", "LEASED", "RUNNING"):
+        if run.status in statuses.UNFINISHED:
             parts.append(f"<p>step {run.progress_step} of {run.progress_total or '?'}</p>")
     result = _result(run)
     kind = _kind(result)

@@ -33,7 +33,9 @@ from sqlalchemy.orm import Session
 from app.errors import Invalid, LogGap
 from app.journal import run_files
 from app.models import Run, Runner, RunNode, utcnow
+from base import statuses
 
+# A node's own statuses (run_node.status); the run's are base.statuses.
 JOINED, LEASED, STARTED, DONE, RELEASED = "JOINED", "LEASED", "STARTED", "DONE", "RELEASED"
 HOLDING = (LEASED, STARTED)  # a node that holds its share of a leased run
 MAX_NODES = 16
@@ -107,8 +109,8 @@ def waiting(session: Session, runner: Runner) -> RunNode | None:
     return session.scalar(
         sa.select(RunNode).join(Run, Run.id == RunNode.run_id)
         .where(RunNode.runner_id == runner.id,
-               sa.or_(sa.and_(RunNode.status == JOINED, Run.status == "QUEUED"),
-                      sa.and_(RunNode.status == LEASED, Run.status.in_(("LEASED", "RUNNING")))))
+               sa.or_(sa.and_(RunNode.status == JOINED, Run.status == statuses.QUEUED),
+                      sa.and_(RunNode.status == LEASED, Run.status.in_(statuses.ACTIVE))))
         .order_by(RunNode.id).limit(1))
 
 
@@ -195,16 +197,16 @@ def node_end(session: Session, run: Run, node: RunNode, to: str, reason: str,
     while other nodes are still working. Any node failing ends the run at once."""
     node.status = DONE
     name = f"node {node.node_rank} ({node.runner.name})"
-    if to == "SUCCEEDED":
+    if to == statuses.SUCCEEDED:
         session.flush()
         if nodes_of(session, run, *HOLDING):
             run.lease_expires_at = earliest(session, run)
             return None
         if run.result is None:
-            return "FAILED", "no node sent rank 0's result.json", "exit_code"
-        return "SUCCEEDED", "", ""
+            return statuses.FAILED, "no node sent rank 0's result.json", "exit_code"
+        return statuses.SUCCEEDED, "", ""
     if run.cancel_requested_at is not None:
-        return "CANCELLED", f"cancelled by the owner ({name} stopped)", "cancelled"
+        return statuses.CANCELLED, f"cancelled by the owner ({name} stopped)", "cancelled"
     return to, f"{name}: {reason}" if reason else f"{name} ended {to}", reason_code
 
 

@@ -28,9 +28,10 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session, aliased
 
 from app.errors import Invalid
-from app.journal import run_metrics, runs
+from app.journal import run_metrics
 from app.models import Run, RunMetric, Runner, RunParam
 from app.notebook.isoweeks import week_span_utc
+from base import statuses
 
 MAX_PARAM_FILTERS = 8
 MAX_COMPARE = 10  # runs side by side, on the compare page and GET /api/v1/compare
@@ -108,8 +109,8 @@ def run_filters(args, timezone: str, runs_table) -> list:
     status = arg(args, "status")
     if status:
         wanted = [s.strip().upper() for s in status.split(",")]
-        if any(s not in runs.STATUSES for s in wanted):
-            raise Invalid(f"status is one of {', '.join(runs.STATUSES)}", "status")
+        if any(s not in statuses.STATUSES for s in wanted):
+            raise Invalid(f"status is one of {', '.join(statuses.STATUSES)}", "status")
         where.append(r.status.in_(wanted))
     if arg(args, "experiment"):
         where.append(r.experiment == arg(args, "experiment"))

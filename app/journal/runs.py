@@ -25,15 +25,20 @@ from app.errors import BadState, Invalid, NotFound, Stale, TooLarge
 from app.journal import gangs, results, run_metrics, runners
 from app.models import Metric, Run, RunEvent, Runner, utcnow
 from base import contract
+from base.statuses import (
+    ACTIVE,
+    CANCELLED,
+    EXPIRED,
+    FAILED,
+    LEASED,
+    LOST,
+    QUEUED,
+    RUNNING,
+    SKIPPED,
+    SUCCEEDED,
+    TERMINAL,
+)
 from jobs.lab import registry
-
-QUEUED, LEASED, RUNNING = "QUEUED", "LEASED", "RUNNING"
-SUCCEEDED, FAILED, CANCELLED, LOST = "SUCCEEDED", "FAILED", "CANCELLED", "LOST"
-EXPIRED, SKIPPED = "EXPIRED", "SKIPPED"
-ACTIVE = (LEASED, RUNNING)
-UNFINISHED = (QUEUED, LEASED, RUNNING)
-TERMINAL = (SUCCEEDED, FAILED, CANCELLED, LOST, EXPIRED, SKIPPED)
-STATUSES = UNFINISHED + TERMINAL
 
 ALLOWED = {
     "": {QUEUED},  # a new run

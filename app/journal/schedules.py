@@ -18,6 +18,7 @@ from sqlalchemy.orm import Session
 from app.errors import Invalid, NotFound, refuse_unknown
 from app.journal import cron_phrases, runs
 from app.models import Run, Schedule, utcnow
+from base import statuses
 
 MAX_GRACE_S = 7 * 24 * 3600
 FIELDS = ("name", "experiment", "params", "cron", "timezone", "enabled", "misfire_grace_s")
@@ -148,7 +149,7 @@ def fire_due(session: Session, schedule: Schedule, now: dt.datetime | None = Non
                                               Run.scheduled_for == due_utc)):
         return None  # another scheduler got here first
     unfinished = session.scalar(sa.select(Run.id).where(
-        Run.schedule_id == schedule.id, Run.status.in_(runs.UNFINISHED)).limit(1))
+        Run.schedule_id == schedule.id, Run.status.in_(statuses.UNFINISHED)).limit(1))
     try:
         with session.begin_nested():
             run = runs.create(session, schedule.experiment, schedule.params,

@@ -18,8 +18,8 @@ period, SIGKILL.
     agent.py   the lease loop, one run, its logs and its report
     host.py    host labels, and the job's process group
 
-Stdlib only, apart from base.contract: no torch here (the lab runs in the child),
-and nothing of app/.
+Stdlib only, apart from base (the lab's contract, the run statuses): no torch here (the
+lab runs in the child), and nothing of app/.
 """
 
 from jobs.runner.agent import main

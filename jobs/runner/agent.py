@@ -26,6 +26,7 @@ from base.contract import (
     reason_for_exit,
     torchrun_pgid,
 )
+from base.statuses import CANCELLED, FAILED, RUNNING, SUCCEEDED
 from jobs.runner import gang as gangs
 from jobs.runner.client import VERSION, Busy, Client, Refused, Stale, Unreachable
 from jobs.runner.host import die_with_parent, host_labels, signal_group
@@ -107,7 +108,7 @@ class Agent:
                 if self.stopping.is_set():  # leased while we were being stopped: hand back
                     spec = answer["run"]
                     self.report(Job(spec["id"], spec["epoch"], spec["experiment"],
-                                    spec["params"], self.work_dir), "CANCELLED",
+                                    spec["params"], self.work_dir), CANCELLED,
                                 "the runner shut down before starting it", "cancelled", None)
                     return
                 self.execute(answer["run"])
@@ -145,9 +146,9 @@ class Agent:
                 start_new_session=True, preexec_fn=die_with_parent,
                 env={**os.environ, "PYTHONUNBUFFERED": "1"})
         except OSError as exc:
-            self.report(job, "FAILED", f"could not start the lab: {exc}", "launch_failed", None)
+            self.report(job, FAILED, f"could not start the lab: {exc}", "launch_failed", None)
             return
-        self.report(job, "RUNNING", "", "", None, environment=self.labels)
+        self.report(job, RUNNING, "", "", None, environment=self.labels)
         reader = threading.Thread(target=self._read_output, args=(job,), daemon=True)
         beat = threading.Thread(target=self._heartbeat_loop, args=(job,), daemon=True)
         ship = threading.Thread(target=self._ship_logs_loop, args=(job,), daemon=True)
@@ -315,8 +316,8 @@ class Agent:
                            f"{gangs.events_name(job.gang)}?epoch={job.epoch}",
                     raw=events.read_bytes(),
                     content_type="application/x-ndjson"))
-            if status == "SUCCEEDED" and result is None and not gangs.node_rank(job.gang):
-                status, reason, code = "FAILED", "the lab wrote no result.json", "exit_code"
+            if status == SUCCEEDED and result is None and not gangs.node_rank(job.gang):
+                status, reason, code = FAILED, "the lab wrote no result.json", "exit_code"
             self.report(job, status, reason, code, rc)
         except Stale:
             log.error("run %s: lease went stale before the end was reported", job.run_id)
@@ -325,7 +326,7 @@ class Agent:
                       job.run_id, job.out)
         except Refused as exc:
             log.error("run %s: the server refused the report: %s", job.run_id, exc)
-            self.report(job, "FAILED", f"report refused: {exc}"[:900], "exit_code", rc)
+            self.report(job, FAILED, f"report refused: {exc}"[:900], "exit_code", rc)
 
     def report(self, job: Job, to: str, reason: str, code: str, rc, **extra) -> None:
         body = {"epoch": job.epoch, "to": to, "reason": reason[:1000], "reason_code": code,
@@ -368,17 +369,17 @@ def outcome(rc: int, result: dict | None, cancelled: bool) -> tuple[str, str, st
     reason = reason if isinstance(reason, dict) else {}
     message = str(reason.get("message") or "")
     if rc == 0:
-        return "SUCCEEDED", "", ""
+        return SUCCEEDED, "", ""
     code = reason.get("code") if reason.get("code") in LAB_REASONS else reason_for_exit(rc)
     if cancelled or code == "cancelled":
-        return "CANCELLED", "cancelled by the owner", "cancelled"
+        return CANCELLED, "cancelled by the owner", "cancelled"
     if rc < 0:
         try:
             name = signal.Signals(-rc).name
         except ValueError:
             name = str(-rc)
-        return "FAILED", message or f"the lab was killed by {name}", "signal"
-    return "FAILED", message or f"the lab exited with {rc}", code or "exit_code"
+        return FAILED, message or f"the lab was killed by {name}", "signal"
+    return FAILED, message or f"the lab exited with {rc}", code or "exit_code"
 
 
 def main(server: str, token: str, work_dir: Path, advertise: str = "127.0.0.1",

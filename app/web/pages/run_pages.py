@@ -21,6 +21,7 @@ from app.web.pages import learning
 from app.web.pages import run_summary as summary
 from app.web.pages.blueprints import experiments as bp
 from app.web.pages.param_forms import ParamForm, fmt
+from base import statuses
 from jobs.lab import registry
 
 PAGE = 50
@@ -172,7 +173,7 @@ def run_list():
     paged = bool(request.args.get("before") or request.args.get("cursor"))
     body = render_template(
         "experiments/runs.html", rows=rows, filters=filters, error=error,
-        cursor=cursor, paged=paged, statuses=runs.STATUSES, experiments=registry.EXPERIMENTS,
+        cursor=cursor, paged=paged, statuses=statuses.STATUSES, experiments=registry.EXPERIMENTS,
         schedule=schedule, filtered=any(filters.values()) or bool(named), sort=sort,
         sorts=sorts, order=found.order if found else "", shown=run_metrics.shown,
         sort_label=sorts.get(sort, sort),
@@ -211,7 +212,7 @@ def run_page(run_id: int):
         card=cards.card(run, current_app.config["TIMEZONE"]), checks=summary.checks(run),
         problem=summary.result_problem(run),
         extras=summary.progress_extras(run), log=log, log_end=log_end,
-        unfinished=run.status in runs.UNFINISHED, cancellable=run.status in runs.UNFINISHED
+        unfinished=run.status in statuses.UNFINISHED, cancellable=run.status in statuses.UNFINISHED
         and run.cancel_requested_at is None,
         waiting=runners.availability(session, run.requires or {})[1]
         if run.status == runs.QUEUED else "",
@@ -223,7 +224,7 @@ def confirm_cancel(run_id: int):
     require_owner()
     run = run_or_404(run_id)
     return render_template("experiments/cancel.html", run=run,
-                           unfinished=run.status in runs.UNFINISHED)
+                           unfinished=run.status in statuses.UNFINISHED)
 
 
 @bp.post("/runs/<int:run_id>/cancel")

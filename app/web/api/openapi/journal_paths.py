@@ -6,6 +6,7 @@ from __future__ import annotations
 from app.journal import gangs, run_files, run_metrics, run_query, runs, schedules
 from app.web.api.openapi.schema import ERRORS as COMMON_ERRORS
 from app.web.api.openapi.schema import body, json_response, query, ref
+from base import statuses
 
 ERRORS = {**COMMON_ERRORS,
           "409": json_response(ref("Error"), "Not possible in the run's state, or a stale lease")}
@@ -89,7 +90,7 @@ def paths() -> dict:
                     "parameters": [
                         query("status", {"type": "string",
                                           "description": "comma-separated: " +
-                                          ", ".join(runs.STATUSES)}),
+                                          ", ".join(statuses.STATUSES)}),
                         query("experiment", {"type": "string"}),
                         query("week", {"type": "string", "pattern": r"^\d{4}-W\d{2}$"}),
                         query("schedule", {"type": "integer", "minimum": 1}),
