@@ -33,6 +33,7 @@ WORKDIR /app
 COPY pyproject.toml README.md alembic.ini gunicorn.conf.py ./
 COPY app ./app
 COPY base ./base
+COPY cpl ./cpl
 COPY jobs ./jobs
 COPY migrations ./migrations
 COPY templates ./templates

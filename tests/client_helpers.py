@@ -22,7 +22,7 @@ from queue import Empty, Queue
 
 from tests.helpers import ROOT
 
-CPL = [sys.executable, "-m", "app.cpl"]
+CPL = [sys.executable, "-m", "cpl"]
 # Settings of the person running the tests that would change what cpl does.
 NOT_INHERITED = ("NO_COLOR", "CLICOLOR_FORCE", "FORCE_COLOR", "COMMONPLACE_TOKEN",
                  "COMMONPLACE_SERVER", "COMMONPLACE_EDITOR", "VISUAL", "EDITOR", "COLUMNS",

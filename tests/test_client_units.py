@@ -7,13 +7,13 @@ from __future__ import annotations
 import click
 import pytest
 
-from app.cpl import profile
-from app.cpl.capture_commands import title_from
-from app.cpl.editor_loop import has_markers, with_markers
-from app.cpl.main import cli
-from app.cpl.run_commands import coerce
-from app.cpl.run_views import bar, headline, sparkline
-from app.cpl.terminal import colour_system, for_terminal
+from cpl import profile
+from cpl.capture_commands import title_from
+from cpl.editor_loop import has_markers, with_markers
+from cpl.main import cli
+from cpl.run_commands import coerce
+from cpl.run_views import bar, headline, sparkline
+from cpl.terminal import colour_system, for_terminal
 from tests.client_helpers import Terminal
 
 

@@ -32,10 +32,10 @@ from pathlib import Path
 import click
 from rich.text import Text
 
-from app.cpl.api_client import Api
-from app.cpl.failures import CONFLICT, ERROR, NOT_FOUND, OK, ApiError, CplError, Unreachable
-from app.cpl.profile import drafts_dir, write_private
-from app.cpl.terminal import Out
+from cpl.api_client import Api
+from cpl.failures import CONFLICT, ERROR, NOT_FOUND, OK, ApiError, CplError, Unreachable
+from cpl.profile import drafts_dir, write_private
+from cpl.terminal import Out
 
 CHOICES = ("merge", "overwrite", "keep")
 DRAFT_RE = re.compile(r"^entry-(\d+)-base-(\d+)-(\d{8}T\d{6}\d*)\.md$")

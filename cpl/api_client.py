@@ -16,7 +16,7 @@ import urllib.parse
 import urllib.request
 from dataclasses import dataclass
 
-from app.cpl.failures import ApiError, CplError, Unreachable
+from cpl.failures import ApiError, CplError, Unreachable
 
 VERSION = "0.1"
 USER_AGENT = f"cpl/{VERSION}"

@@ -8,12 +8,12 @@ import click
 from click.shell_completion import get_completion_class
 from rich.text import Text
 
-from app.cpl import outbox, shapes
-from app.cpl.api_client import Api
-from app.cpl.capture_commands import report_drain
-from app.cpl.context import Ctx, json_option, pass_ctx, print_json
-from app.cpl.failures import AUTH, EXIT_CODES, ApiError, CplError
-from app.cpl.profile import (
+from cpl import outbox, shapes
+from cpl.api_client import Api
+from cpl.capture_commands import report_drain
+from cpl.context import Ctx, json_option, pass_ctx, print_json
+from cpl.failures import AUTH, EXIT_CODES, ApiError, CplError
+from cpl.profile import (
     config_file,
     drafts_dir,
     keyring_delete,

@@ -16,9 +16,9 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
-from app.cpl.api_client import Api
-from app.cpl.failures import ApiError, Unreachable
-from app.cpl.profile import outbox_dir, write_private
+from cpl.api_client import Api
+from cpl.failures import ApiError, Unreachable
+from cpl.profile import outbox_dir, write_private
 
 HEADER = "Idempotency-Key"
 

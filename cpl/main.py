@@ -4,13 +4,13 @@ from __future__ import annotations
 
 import click
 
-from app.cpl.api_client import VERSION
-from app.cpl.capture_commands import drafts_command, note, queue
-from app.cpl.context import Ctx
-from app.cpl.failures import EXIT_CODES
-from app.cpl.reading_commands import edit, search, show, week
-from app.cpl.run_commands import experiments, run, runs
-from app.cpl.setup_commands import completion, help_command, login, logout, whoami
+from cpl.api_client import VERSION
+from cpl.capture_commands import drafts_command, note, queue
+from cpl.context import Ctx
+from cpl.failures import EXIT_CODES
+from cpl.reading_commands import edit, search, show, week
+from cpl.run_commands import experiments, run, runs
+from cpl.setup_commands import completion, help_command, login, logout, whoami
 
 EPILOG = """\b
 Examples:

@@ -24,9 +24,9 @@ from rich.progress import (
 )
 from rich.text import Text
 
-from app.cpl.api_client import Api
-from app.cpl.failures import DETACHED, OK, RUN_FAILED, Unreachable
-from app.cpl.terminal import STATUS_STYLES, Out, duration, human_seconds
+from cpl.api_client import Api
+from cpl.failures import DETACHED, OK, RUN_FAILED, Unreachable
+from cpl.terminal import STATUS_STYLES, Out, duration, human_seconds
 
 TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "LOST", "EXPIRED", "SKIPPED")
 OUTAGE_S = 120  # how long a watch waits for a server that stopped answering

@@ -10,13 +10,13 @@ import sys
 import click
 from rich.text import Text
 
-from app.cpl import outbox
-from app.cpl.context import Ctx, done, json_option, pass_ctx, print_json
-from app.cpl.editor_loop import EditorFailed, drafts, run_editor
-from app.cpl.failures import ERROR, USAGE, ApiError, CplError, Unreachable
-from app.cpl.profile import drafts_dir, write_private
-from app.cpl.shapes import entry_full
-from app.cpl.terminal import Out
+from cpl import outbox
+from cpl.context import Ctx, done, json_option, pass_ctx, print_json
+from cpl.editor_loop import EditorFailed, drafts, run_editor
+from cpl.failures import ERROR, USAGE, ApiError, CplError, Unreachable
+from cpl.profile import drafts_dir, write_private
+from cpl.shapes import entry_full
+from cpl.terminal import Out
 
 TITLE_CHARS = 80
 

@@ -6,14 +6,14 @@ from __future__ import annotations
 import click
 from rich.text import Text
 
-from app.cpl.context import Ctx, complete_from, done, json_option, pass_ctx, print_json
-from app.cpl.failures import ApiError
-from app.cpl.profile import recall, remember
-from app.cpl.run_views import comparison, show_card, show_comparison, show_experiments, show_runs
-from app.cpl.shapes import experiment as experiment_shape
-from app.cpl.shapes import run_full, run_summary
-from app.cpl.terminal import status_text
-from app.cpl.watching import follow_logs, watch
+from cpl.context import Ctx, complete_from, done, json_option, pass_ctx, print_json
+from cpl.failures import ApiError
+from cpl.profile import recall, remember
+from cpl.run_views import comparison, show_card, show_comparison, show_experiments, show_runs
+from cpl.shapes import experiment as experiment_shape
+from cpl.shapes import run_full, run_summary
+from cpl.terminal import status_text
+from cpl.watching import follow_logs, watch
 
 TRUE, FALSE = {"true", "yes", "on", "1"}, {"false", "no", "off", "0"}
 RUN_ID = click.IntRange(1)

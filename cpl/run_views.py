@@ -10,7 +10,7 @@ import math
 from rich.table import Table
 from rich.text import Text
 
-from app.cpl.terminal import Out, duration, local_time, status_text
+from cpl.terminal import Out, duration, local_time, status_text
 
 SPARKS = "▁▂▃▄▅▆▇█"
 EIGHTHS = " ▏▎▍▌▋▊▉"

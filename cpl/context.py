@@ -9,9 +9,9 @@ from functools import cached_property
 
 import click
 
-from app.cpl.api_client import Api
-from app.cpl.profile import Profile, read_config, recall, resolve
-from app.cpl.terminal import Out
+from cpl.api_client import Api
+from cpl.profile import Profile, read_config, recall, resolve
+from cpl.terminal import Out
 
 
 @dataclass

@@ -9,11 +9,11 @@ import re
 import click
 from rich.text import Text
 
-from app.cpl.context import Ctx, done, json_option, pass_ctx, print_json
-from app.cpl.editor_loop import CHOICES, Editing
-from app.cpl.failures import ApiError
-from app.cpl.shapes import entry_full, entry_summary, search_hit
-from app.cpl.terminal import snippet, tags_text
+from cpl.context import Ctx, done, json_option, pass_ctx, print_json
+from cpl.editor_loop import CHOICES, Editing
+from cpl.failures import ApiError
+from cpl.shapes import entry_full, entry_summary, search_hit
+from cpl.terminal import snippet, tags_text
 
 WEEK_RE = re.compile(r"^\d{4}-W\d{2}$")
 

@@ -26,7 +26,7 @@ from urllib.parse import urlsplit
 import click
 import platformdirs
 
-from app.cpl.failures import USAGE, CplError
+from cpl.failures import USAGE, CplError
 
 APP = "commonplace"
 DEFAULT_SERVER = "http://127.0.0.1:8000"  # what `commonplace up` binds

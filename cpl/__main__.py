@@ -1,0 +1,5 @@
+"""`python -m cpl`: the same as the `cpl` console script."""
+
+from cpl.main import main
+
+main()
