@@ -25,8 +25,8 @@ ROOT = Path(__file__).resolve().parent.parent
 
 def create_app(config: dict | None = None) -> Flask:
     # Imported here, not at the top: the layers below import `app.*` modules, and the
-    # package's __init__ must not pull the whole web layer (or Flask: the terminal client
-    # `cpl` lives in app/ too and starts on every keystroke-sized command) into each of them.
+    # package's __init__ must not pull the whole web layer (and Flask) into each of them:
+    # the scheduler and `commonplace` commands load only what their process needs.
     from app import db
     from app.config import from_environment
     from app.journal import cards

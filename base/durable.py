@@ -38,3 +38,10 @@ def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
 
 def write_json(path: str | os.PathLike, obj: Any, default=None) -> None:
     write_atomic(path, json.dumps(obj, indent=1, default=default))
+
+
+def write_private(path: str | os.PathLike, data: str | bytes) -> None:
+    """write_atomic for a file that may hold a secret (a token, a draft): a folder it makes
+    is this user's only; the file is 0600, as mkstemp makes every file here."""
+    Path(path).parent.mkdir(parents=True, exist_ok=True, mode=0o700)
+    write_atomic(path, data)

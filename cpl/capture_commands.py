@@ -10,11 +10,12 @@ import sys
 import click
 from rich.text import Text
 
+from base.durable import write_private
 from cpl import outbox
 from cpl.context import Ctx, done, json_option, pass_ctx, print_json
 from cpl.editor_loop import EditorFailed, drafts, run_editor
 from cpl.failures import ERROR, USAGE, ApiError, CplError, Unreachable
-from cpl.profile import drafts_dir, write_private
+from cpl.profile import drafts_dir
 from cpl.shapes import entry_full
 from cpl.terminal import Out
 

@@ -32,9 +32,10 @@ from pathlib import Path
 import click
 from rich.text import Text
 
+from base.durable import write_private
 from cpl.api_client import Api
 from cpl.failures import CONFLICT, ERROR, NOT_FOUND, OK, ApiError, CplError, Unreachable
-from cpl.profile import drafts_dir, write_private
+from cpl.profile import drafts_dir
 from cpl.terminal import Out
 
 CHOICES = ("merge", "overwrite", "keep")

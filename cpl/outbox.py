@@ -16,9 +16,10 @@ import uuid
 from dataclasses import asdict, dataclass
 from pathlib import Path
 
+from base.durable import write_private
 from cpl.api_client import Api
 from cpl.failures import ApiError, Unreachable
-from cpl.profile import outbox_dir, write_private
+from cpl.profile import outbox_dir
 
 HEADER = "Idempotency-Key"
 

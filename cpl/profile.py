@@ -17,7 +17,6 @@ from __future__ import annotations
 import json
 import os
 import stat
-import tempfile
 import tomllib
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -26,6 +25,7 @@ from urllib.parse import urlsplit
 import click
 import platformdirs
 
+from base.durable import write_private
 from cpl.failures import USAGE, CplError
 
 APP = "commonplace"
@@ -55,22 +55,6 @@ def outbox_dir() -> Path:
 
 def cache_dir() -> Path:
     return state_dir() / "cache"
-
-
-def write_private(path: Path, text: str) -> None:
-    """Write `text` to `path` atomically, readable by this user only: a crash leaves the
-    old file or the new one, never half of one."""
-    path.parent.mkdir(parents=True, exist_ok=True, mode=0o700)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.")  # mode 0600
-    try:
-        with os.fdopen(fd, "w", encoding="utf-8") as handle:
-            handle.write(text)
-            handle.flush()
-            os.fsync(handle.fileno())
-        os.replace(tmp, path)
-    except BaseException:
-        Path(tmp).unlink(missing_ok=True)
-        raise
 
 
 # -- the config file ----------------------------------------------------------------------

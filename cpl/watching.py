@@ -24,11 +24,11 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from base.statuses import QUEUED, SUCCEEDED, TERMINAL
 from cpl.api_client import Api
 from cpl.failures import DETACHED, OK, RUN_FAILED, Unreachable
 from cpl.terminal import STATUS_STYLES, Out, duration, human_seconds
 
-TERMINAL = ("SUCCEEDED", "FAILED", "CANCELLED", "LOST", "EXPIRED", "SKIPPED")
 OUTAGE_S = 120  # how long a watch waits for a server that stopped answering
 
 
@@ -82,7 +82,7 @@ class BarView:
                              description=f"run {self.run_id} [{style}]{escape(status)}[/]")
         if trouble:
             self.progress.below = trouble
-        elif status == "QUEUED":
+        elif status == QUEUED:
             self.progress.below = "waiting for a runner" + (f": {run['waiting']}"
                                                             if run.get("waiting") else "")
         else:
@@ -122,7 +122,7 @@ class LineView:
             if step > at and now > began:
                 rate = (step - at) / (now - began)
                 parts.append(f"{rate:.2g} steps/s eta {human_seconds((total - step) / rate)}")
-        if status == "QUEUED" and run.get("waiting"):
+        if status == QUEUED and run.get("waiting"):
             parts.append(f"waiting: {run['waiting']}")
         elif status not in TERMINAL and latest_values(run):
             parts.append(latest_values(run))
@@ -152,11 +152,11 @@ def watch(api: Api, out: Out, run_id: int, *, interval: float, exit_status: bool
         view.stop()
     if then is not None:
         then(run)
-        return OK if not exit_status or run.get("status") == "SUCCEEDED" else RUN_FAILED
+        return OK if not exit_status or run.get("status") == SUCCEEDED else RUN_FAILED
     status = run.get("status")
     took = duration(run.get("started_at") or run.get("created_at"), run.get("finished_at"))
     line = f"run {run_id} {status}" + (f" in {took}" if took else "")
-    if status != "SUCCEEDED" and run.get("reason"):
+    if status != SUCCEEDED and run.get("reason"):
         line += f": {run['reason']}"
     if out.tty:
         out.print(Text(line, style=STATUS_STYLES.get(status, "")))
@@ -164,7 +164,7 @@ def watch(api: Api, out: Out, run_id: int, *, interval: float, exit_status: bool
     else:
         out.line(line)
     if exit_status:
-        return OK if status == "SUCCEEDED" else RUN_FAILED
+        return OK if status == SUCCEEDED else RUN_FAILED
     return OK
 
 

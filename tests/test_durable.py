@@ -30,3 +30,11 @@ def test_a_failed_write_keeps_the_old_file_and_no_temporary(tmp_path):
         durable.write_json(target, {"x": Unwritable()})  # fails while writing the temp file
     assert target.read_bytes() == b"old"
     assert os.listdir(tmp_path) == ["result.json"]
+
+
+def test_a_private_file_and_the_folder_made_for_it_are_this_users_only(tmp_path):
+    target = tmp_path / "state" / "outbox" / "capture.json"
+    durable.write_private(target, "token-bearing")
+    assert target.read_text() == "token-bearing"
+    assert target.stat().st_mode & 0o777 == 0o600
+    assert target.parent.stat().st_mode & 0o777 == 0o700
