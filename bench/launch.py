@@ -27,7 +27,8 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
 
-from jobs.lab import launch, registry  # noqa: E402
+from jobs.lab.catalogue import registry  # noqa: E402
+from jobs.lab.launcher import launch  # noqa: E402
 
 SMALL = {"hidden": 32, "heads": 4, "layers": 2, "seq_len": 16, "vocab": 64, "batch_size": 8,
          "steps": 1, "warmup": 0, "device": "cpu"}
@@ -64,7 +65,7 @@ def main() -> None:
                 out = Path(tmp) / f"{way}{n}"
                 cmd = launch.command(args.experiment, params, str(out))
                 if way == "plain":  # the same flags, torchrun's own agent
-                    cmd[cmd.index("jobs.lab.elastic")] = "torch.distributed.run"
+                    cmd[cmd.index("jobs.lab.launcher.elastic")] = "torch.distributed.run"
                 times[way].append(once(cmd, params, out))
                 seconds, cpu = times[way][-1]
                 print(f"round {n + 1} {way:>6}: {seconds:6.1f} s end to end, "

@@ -28,7 +28,7 @@ from app.journal import runs
 from app.models import Token
 from app.notebook import isoweeks
 from app.web.auth import identity
-from jobs.lab import registry
+from jobs.lab.catalogue import registry
 
 ROOT = Path(__file__).resolve().parent.parent
 THIS_WEEK = isoweeks.iso_week(isoweeks.today("UTC"))  # the fixtures run in UTC

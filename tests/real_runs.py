@@ -25,7 +25,7 @@ from pathlib import Path
 
 from app.journal import run_files, runs
 from base.contract import EVENTS_FILE
-from jobs.lab import registry
+from jobs.lab.catalogue import registry
 
 ROOT = Path(__file__).resolve().parents[1]
 

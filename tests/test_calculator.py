@@ -1,5 +1,5 @@
 """The what-if calculator: its numbers are the lab's cost model's (jobs/lab/costmodel.py,
-memorymodel.py called directly here), the published reference points hold, every bad
+memory.py called directly here), the published reference points hold, every bad
 input is a 4xx naming its field, the page works without JavaScript, a runner's own
 calibration can price a configuration, and "Run this here" opens the lab's form prefilled.
 The browser half is tests/browser/test_calculator.py."""
@@ -12,8 +12,8 @@ import pytest
 
 from app.journal import runs
 from app.models import Runner
-from jobs.lab import costmodel, memorymodel, whatif
-from jobs.lab.costmodel import LinkFit
+from jobs.lab.predict import cost, memory, whatif
+from jobs.lab.predict.cost import LinkFit
 from tests.helpers import OWNER, VIEWER, error_of, parse
 from tests.real_runs import lab_output
 from tests.strict_pages import assert_strict_page
@@ -36,61 +36,61 @@ def test_memory_is_the_memory_models(client, precision, zero, dp):
     a = ask(client, model="1b", precision=precision, zero=zero, dp=dp, batch_size=64,
             micro_batches=4)
     L, h, s, v, heads = 18, 2048, 2048, 50257, 16
-    P = costmodel.param_count("gpt", L, h, s, v, tied=True)
+    P = cost.param_count("gpt", L, h, s, v, tied=True)
     assert a["model"]["params"] == P == a["memory"]["params_held"]
-    state = memorymodel.model_state(precision, P, stage=zero, d=dp)
+    state = memory.model_state(precision, P, stage=zero, d=dp)
     parts = a["memory"]["parts_bytes"]
     assert [parts[k] for k in ("params", "grads", "optimizer")] == pytest.approx(
         [state["params"], state["grads"], state["optimizer"]])
-    e = memorymodel.element_bytes(precision)
+    e = memory.element_bytes(precision)
     n = 64 // (dp * 4) * s
     assert parts["activations"] == pytest.approx(
-        memorymodel.activations("gpt", L, n, h, heads, v, e))
+        memory.activations("gpt", L, n, h, heads, v, e))
     assert a["memory"]["total_bytes"] == pytest.approx(sum(parts.values()))
 
 
 def test_tensor_and_pipeline_ranks_hold_the_cost_models_share(client):
     a = ask(client, model="7b", dp=1, tp=4, pp=4, zero=0, batch_size=32, micro_batches=8)
     L, h, s, v = 32, 4096, 4096, 32000
-    split, replicated = costmodel.tp_split_params(L, h, s, v)
+    split, replicated = cost.tp_split_params(L, h, s, v)
     held = [r["params_held"] for r in a["memory"]["per_stage"]]
-    assert held == [costmodel.rank_params(L, h, s, v, t=4, p=4, rank=r) for r in range(4)]
+    assert held == [cost.rank_params(L, h, s, v, t=4, p=4, rank=r) for r in range(4)]
     # over the stages, a tensor-parallel rank holds its split share and every replica
     assert sum(held) == split // 4 + replicated
     first = a["memory"]["per_stage"][0]
     assert first["micro_batches_in_flight"] == 4  # 1F1B: p - rank
-    assert first["parts_bytes"]["activations"] == pytest.approx(4 * memorymodel.activations(
+    assert first["parts_bytes"]["activations"] == pytest.approx(4 * memory.activations(
         "gpt", 8, 4 * s, h, 32, v, 2, t=4, first=True, last=False))  # b = 32 / 8
 
 
 def test_step_time_is_the_cost_models_pipeline(client):
     """Compute from costmodel's FLOPs per rank at the achieved FLOP/s, the optimizer's
-    memory traffic, TP all-reduces and sends through LinkFit: costmodel.predict_pipeline."""
+    memory traffic, TP all-reduces and sends through LinkFit: cost.predict_pipeline."""
     L, h, s, v, t, p, m, b = 12, 768, 1024, 50257, 2, 3, 6, 2
     a = ask(client, model="124m", dp=1, tp=t, pp=p, zero=0, batch_size=b * m,
             micro_batches=m, efficiency=0.4)
     flops, link = H100["peak_flops"] * 0.4, LinkFit(H100["alpha_s"], H100["nvlink_busbw_Bps"])
     fb, opt, inside = [], [], []
     for r in range(p):
-        f = costmodel.rank_flops_per_token(L, h, s, v, t=t, p=p, rank=r, tied=True)
+        f = cost.rank_flops_per_token(L, h, s, v, t=t, p=p, rank=r, tied=True)
         fb.append({"gemm": f["gemm"] * b * m * s / flops,
                    "attention": f["attention"] * b * m * s / flops,
                    "op_overhead": 0.0, "memory_traffic": 0.0})
-        state = memorymodel.model_state("bf16_adamw", costmodel.rank_params(
+        state = memory.model_state("bf16_adamw", cost.rank_params(
             L, h, s, v, t=t, p=p, rank=r, tied=True))
         opt.append({"gemm": 0.0, "attention": 0.0, "op_overhead": 0.0,
                     "memory_traffic": 2 * state["total"] / H100["hbm_Bps"]})
-        tp = costmodel.tp_comm(len(costmodel.stage_layers(L, p, r)), b, s, h, 2)["all_reduce"]
+        tp = cost.tp_comm(len(cost.stage_layers(L, p, r)), b, s, h, 2)["all_reduce"]
         inside.append({"TP all_reduce": m * tp["count"] * link.time(
             "all_reduce", tp["bytes"] / tp["count"], t)})
     t_p2p = link.time("send_recv", b * s * h * 2, 2)
-    want = costmodel.predict_pipeline(fb, opt, m, t_p2p, inside)
+    want = cost.predict_pipeline(fb, opt, m, t_p2p, inside)
     got = a["time"]
     assert got["step_time_s"] == pytest.approx(want["step_time_s"])
     assert got["terms_s"]["bubble"] == pytest.approx(want["terms_s"]["bubble"])
     assert got["terms_s"]["PP send/recv"] == pytest.approx(want["terms_s"]["comm"])
     assert got["critical_rank"] == want["critical_rank"]
-    model_flops = costmodel.flops_per_token("gpt", L, h, s, v, True) * b * m * s
+    model_flops = cost.flops_per_token("gpt", L, h, s, v, True) * b * m * s
     assert a["mfu"] == pytest.approx(model_flops / (got["step_time_s"] * t * p
                                                     * H100["peak_flops"]))
 
@@ -98,8 +98,8 @@ def test_step_time_is_the_cost_models_pipeline(client):
 def test_predict_pipeline_without_inside_terms_is_unchanged():
     fb = [{"gemm": 2.0, "attention": 0.5, "op_overhead": 0.1, "memory_traffic": 0.0}] * 4
     opt = [{"gemm": 0.0, "attention": 0.0, "op_overhead": 0.0, "memory_traffic": 0.2}] * 4
-    old = costmodel.predict_pipeline(fb, opt, 8, 0.01)
-    assert old == costmodel.predict_pipeline(fb, opt, 8, 0.01, [{}] * 4)
+    old = cost.predict_pipeline(fb, opt, 8, 0.01)
+    assert old == cost.predict_pipeline(fb, opt, 8, 0.01, [{}] * 4)
     # equal stages: (m + p - 1) slots of (t_f + t_b)/m + 2 t_p2p, plus the optimizer
     assert old["step_time_s"] == pytest.approx((8 + 3) * (2.6 / 8 + 0.02) + 0.2)
 
@@ -117,7 +117,7 @@ def test_predict_pipeline_without_inside_terms_is_unchanged():
 def test_bytes_per_parameter_of_7b_with_mixed_precision_adam(client, zero, dp, per_param):
     a = ask(client, model="7b", zero=zero, dp=dp, batch_size=8 * dp, micro_batches=8)
     assert a["memory"]["bytes_per_param"] == pytest.approx(per_param)
-    assert a["model"]["params"] == costmodel.param_count("gpt", 32, 4096, 4096, 32000)
+    assert a["model"]["params"] == cost.param_count("gpt", 32, 4096, 4096, 32000)
 
 
 @pytest.mark.parametrize("p,m", [(2, 1), (4, 4), (4, 16), (8, 32)])
@@ -137,7 +137,7 @@ def test_tensor_parallel_all_reduces_four_times_b_s_h_per_layer(client):
 
 def test_data_parallel_and_zero_move_what_the_zero_paper_says(client):
     common = {"model": "1b", "dp": 8, "batch_size": 64, "micro_batches": 1}
-    P, e = costmodel.param_count("gpt", 18, 2048, 2048, 50257, tied=True), 2
+    P, e = cost.param_count("gpt", 18, 2048, 2048, 50257, tied=True), 2
     dp = ask(client, zero=0, **common)["communication"]
     assert dp["DP all_reduce"]["bytes"] == P * e  # once per step, whatever m
     for stage in (1, 2):  # reduce-scatter + all-gather: DP's bytes, padded to d
@@ -283,7 +283,7 @@ def test_a_runners_calibration_prices_the_configuration(app, client, tmp_path_fa
     a = ask(client, model="custom", layers=4, hidden=64, heads=4, seq_len=32, vocab=256,
             tied=False, precision="fp32_sgd", gpu=f"run:{newest}", dp=2, zero=0,
             batch_size=8, micro_batches=1)
-    f = costmodel.rank_flops_per_token(4, 64, 32, 256)
+    f = cost.rank_flops_per_token(4, 64, 32, 256)
     assert a["time"]["terms_s"]["gemm"] == pytest.approx(f["gemm"] * 4 * 32 / cal["flops"])
     assert a["time"]["terms_s"]["op_overhead"] > 0  # the runner's measured overhead
     link = LinkFit(cal["links"]["all_reduce"]["alpha_s"], cal["links"]["all_reduce"]["busbw_Bps"])

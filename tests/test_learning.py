@@ -10,7 +10,7 @@ import re
 import pytest
 
 from app.web.pages import learning
-from jobs.lab import registry
+from jobs.lab.catalogue import registry
 from tests.helpers import OWNER, VIEWER, Elements, form_for, parse
 from tests.strict_pages import assert_strict_page
 

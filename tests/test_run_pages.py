@@ -15,7 +15,7 @@ from markupsafe import escape
 
 from app.journal import run_files, runs
 from app.models import Run, RunEvent
-from jobs.lab import registry
+from jobs.lab.catalogue import registry
 from tests.helpers import (
     THIS_WEEK,
     count,

@@ -13,8 +13,8 @@ import pytest
 
 from app.journal import runs, sharding
 from app.models import Run
-from jobs.lab import registry
-from jobs.lab.layout import layout, nbytes
+from jobs.lab.catalogue import registry
+from jobs.lab.predict.layout import layout, nbytes
 from tests.real_runs import lab_output, store_run
 
 TRAINING = ["data_parallel", "pipeline", "tensor_parallel", "zero"]

@@ -20,7 +20,7 @@ from app.journal import rank_events, timeline, traffic
 from app.journal.ideal_schedule import simulate
 from app.journal.run_files import artifact_path
 from base.contract import EVENTS_FILE
-from jobs.lab.costmodel import bubble_fraction, busbw_factor
+from jobs.lab.predict.cost import bubble_fraction, busbw_factor
 from tests.real_runs import lab_output, store_run
 from tests.strict_pages import assert_strict_page
 

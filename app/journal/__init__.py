@@ -10,5 +10,5 @@ results reach the weekly letter. Built on the notebook; knows nothing of HTTP.
     posting.py     a finished run's card into its week's letter
     scheduler.py   the scheduler process (APScheduler as the clock; rows are the truth)
 
-The experiment catalogue comes from the lab (jobs.lab.registry, torch-free).
+The experiment catalogue comes from the lab (jobs.lab.catalogue.registry, torch-free).
 """

@@ -21,7 +21,8 @@ from sqlalchemy.orm import Session
 from app.errors import Invalid
 from app.journal.runs import SUCCEEDED
 from app.models import Run, Runner
-from jobs.lab import registry, whatif, whatif_estimate
+from jobs.lab.catalogue import registry
+from jobs.lab.predict import estimate, whatif
 
 TRAINING = ("data_parallel", "pipeline", "tensor_parallel", "zero")  # they calibrate
 SCAN = 200  # newest successful training runs looked at for the list of calibrations
@@ -111,5 +112,5 @@ def calculate(session: Session, raw: dict) -> dict:
         inputs = whatif.parse(raw)
     except registry.ParamError as exc:
         raise Invalid(f"{exc.param}: {exc.message}", exc.param) from None
-    answer = whatif_estimate.estimate(inputs, hardware(session, inputs))
+    answer = estimate.estimate(inputs, hardware(session, inputs))
     return {"inputs": inputs, **answer}

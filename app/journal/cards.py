@@ -33,7 +33,7 @@ from app.models import Run
 from app.notebook.atom import feed_alternative
 from app.notebook.isoweeks import local
 from base import statuses
-from jobs.lab import registry
+from jobs.lab.catalogue import registry
 
 __all__ = ["block", "card", "embedded_runs", "image", "percent", "ratio", "run_card",
            "seconds", "si", "title_of"]

@@ -18,7 +18,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass
 
-from jobs.lab.costmodel import bubble_fraction
+from jobs.lab.predict.cost import bubble_fraction
 
 # The lab's strategy names → the order their stages follow.
 ORDERS = {"gpipe": "gpipe", "torch_gpipe": "gpipe", "naive_mp": "gpipe",

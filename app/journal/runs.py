@@ -38,7 +38,7 @@ from base.statuses import (
     SUCCEEDED,
     TERMINAL,
 )
-from jobs.lab import registry
+from jobs.lab.catalogue import registry
 
 ALLOWED = {
     "": {QUEUED},  # a new run

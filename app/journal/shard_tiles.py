@@ -17,7 +17,7 @@ from __future__ import annotations
 import math
 from html import escape
 
-from jobs.lab.layout import FLAT, Block, Piece, Tensor, nbytes
+from jobs.lab.predict.layout import FLAT, Block, Piece, Tensor, nbytes
 
 W, H = 100, 12  # the bar's viewBox
 MAX_TILED_LAYERS = 16  # a run of identical blocks longer than this lists its layers as text

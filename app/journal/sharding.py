@@ -23,8 +23,8 @@ from html import escape
 from typing import Any
 
 from app.journal.shard_tiles import rows, swatch
-from jobs.lab import registry
-from jobs.lab.layout import Layout, Model, layout, nbytes
+from jobs.lab.catalogue import registry
+from jobs.lab.predict.layout import Layout, Model, layout, nbytes
 
 MAX_STRATEGIES = 12  # the stylesheet's switch has rules for this many panels
 RANK_COLOURS = 8  # ranks past these are told apart by their labels

@@ -6,7 +6,7 @@ A cell (i, j) holds the bytes rank i put on the wire to rank j in an average tim
     send               its bytes, to its peer (receives are the other end of a send and
                        are not counted again)
     collective of S    S × f to the next rank of a ring over the strategy's n ranks, where
-    bytes over n ranks f is nccl-tests' bus-bandwidth factor (jobs.lab.costmodel
+    bytes over n ranks f is nccl-tests' bus-bandwidth factor (jobs.lab.predict.cost
                        .busbw_factor): 2(n−1)/n for all_reduce, (n−1)/n for all_gather,
                        reduce_scatter and all_to_all, 1 for broadcast. That is what a ring
                        algorithm moves per rank; a tree or NVLS moves it differently.
@@ -24,7 +24,7 @@ from html import escape
 
 from app.journal.cards import si
 from app.journal.rank_events import COLLECTIVES, RunEvents
-from jobs.lab.costmodel import busbw_factor
+from jobs.lab.predict.cost import busbw_factor
 
 MAX_RANKS = 64  # drawn as a grid up to this many
 CELL_W, CELL_H, LEFT, TOP = 68, 34, 64, 40

@@ -20,8 +20,9 @@ import json
 import sys
 
 from base import contract
-from jobs.lab import launch, registry
-from jobs.lab.report import table
+from jobs.lab.catalogue import registry
+from jobs.lab.launcher import launch
+from jobs.lab.launcher.report import table
 
 
 def main(argv: list[str] | None = None) -> int:

@@ -12,7 +12,7 @@ import sys
 import pytest
 from lab_helpers import NCCL_LIKE, ROOT, launch, shared
 
-from jobs.lab import costmodel
+from jobs.lab.predict import cost
 
 
 @pytest.fixture(scope="module")
@@ -31,7 +31,7 @@ def test_collective_sweep_reports_nccl_tests_bandwidths(coll):
     for row in r["table"]:
         assert row["time_s"] > 0 and row["p10"] <= row["p90"]
         assert row["algbw_Bps"] == pytest.approx(row["bytes"] / row["time_s"])
-        factor = costmodel.busbw_factor(row["op"], 2)
+        factor = cost.busbw_factor(row["op"], 2)
         assert row["busbw_Bps"] == pytest.approx(row["algbw_Bps"] * factor)
         assert row["predicted_s"] > 0 and row["measured_over_predicted"] > 0
     for op in ops:
@@ -65,7 +65,7 @@ def test_mfu_path_runs_on_cpu_with_a_tiny_gpt(tmp_path_factory, tmp_path):
     run = shared(tmp_path_factory, "gpt_mfu", params, env=NCCL_LIKE, timeout=120)
     assert run.rc == 0, run.stderr[-2000:]
     r = run.result
-    fpt = costmodel.flops_per_token("gpt", 2, 32, 16, 64)
+    fpt = cost.flops_per_token("gpt", 2, 32, 16, 64)
     assert r["flops_per_token"] == fpt
     assert r["achieved_flops"] == pytest.approx(r["tokens_per_s"] * fpt)
     assert r["mfu"] == pytest.approx(r["achieved_flops"] / r["peak_flops"])
@@ -99,7 +99,7 @@ def test_gpu_check_script_parses_and_its_parameters_validate(gpus, sets, tmp_pat
             assert params["gate_tolerance"] == "bfloat16"
     mfu = resolved["mfu"]  # GPT-2 124M: tied head, bf16
     assert mfu["tie_head"] and mfu["dtype"] == "bfloat16"
-    P = costmodel.param_count("gpt", mfu["layers"], mfu["hidden"], mfu["seq_len"], mfu["vocab"],
+    P = cost.param_count("gpt", mfu["layers"], mfu["hidden"], mfu["seq_len"], mfu["vocab"],
                               tied=True)
     assert 124e6 < P < 125e6
 

@@ -71,8 +71,8 @@ def test_the_runner_is_stdlib_plus_the_shared_base():
 
 
 def test_what_the_app_and_the_runner_import_leaves_torch_out():
-    probe = ("import sys, jobs.lab.registry, base.contract, base.durable, "
-             "jobs.lab.launch, jobs.lab.__main__, jobs.runner; "
+    probe = ("import sys, jobs.lab.catalogue.registry, base.contract, base.durable, "
+             "jobs.lab.launcher.launch, jobs.lab.__main__, jobs.runner; "
              "print(sorted(m for m in sys.modules if m.split('.')[0] in ('torch', 'app')))")
     out = subprocess.run([sys.executable, "-c", probe], cwd=ROOT, capture_output=True,
                          text=True, timeout=60, check=True).stdout

@@ -5,10 +5,10 @@ from __future__ import annotations
 import pytest
 import torch
 
-from jobs.lab import costmodel, memorymodel
-from jobs.lab.census import OpCensus
-from jobs.lab.instrument import SavedActivations
-from jobs.lab.model import ModelConfig, build_model, make_batch
+from jobs.lab.components.census import OpCensus
+from jobs.lab.components.instrument import SavedActivations
+from jobs.lab.components.model import ModelConfig, build_model, make_batch
+from jobs.lab.predict import cost, memory
 from jobs.lab.strategies.pipeline_parallel import Stage
 from jobs.lab.strategies.tensor_parallel import ColumnParallelLinear
 
@@ -25,16 +25,16 @@ def test_param_count_is_exact(kind, tied, L, h, heads, s, v):
 
 def test_gpt2_124m_is_124m_with_a_tied_head():
     dims = ("gpt", 12, 768, 1024, 50304)
-    assert costmodel.param_count(*dims) == pytest.approx(163.0e6, rel=1e-3)  # untied
-    assert costmodel.param_count(*dims, tied=True) == pytest.approx(124.5e6, rel=1e-3)
+    assert cost.param_count(*dims) == pytest.approx(163.0e6, rel=1e-3)  # untied
+    assert cost.param_count(*dims, tied=True) == pytest.approx(124.5e6, rel=1e-3)
     # the tied embedding is the head's matmul: counted once, as nanoGPT's N (123.7M)
-    assert costmodel.matmul_params(*dims, tied=True) == pytest.approx(123.7e6, rel=1e-3)
-    assert costmodel.matmul_params(*dims) == costmodel.matmul_params(*dims, tied=True)
+    assert cost.matmul_params(*dims, tied=True) == pytest.approx(123.7e6, rel=1e-3)
+    assert cost.matmul_params(*dims) == cost.matmul_params(*dims, tied=True)
 
 
 def test_one_rank_communicates_for_free():
     # world_size=1 has no link to calibrate: its collectives are predicted to cost nothing
-    cal = costmodel.Calibration(flops=1e9, peak_flops=1e9, n=1)
+    cal = cost.Calibration(flops=1e9, peak_flops=1e9, n=1)
     assert cal.coll("all_reduce", 1 << 20, 10) == 0.0
     assert cal.comm({"all_reduce": {"bytes": 1 << 20, "count": 3}}) == 0.0
 
@@ -48,21 +48,21 @@ def test_stage_params_partition_the_model(kind, L, p):
     for rank in range(p):
         stage = Stage(build_model(cfg), rank, p)
         counts.append(sum(q.numel() for q in stage.parameters()))
-        assert counts[-1] == costmodel.stage_params(kind, L, h, s, v, p, rank)
+        assert counts[-1] == cost.stage_params(kind, L, h, s, v, p, rank)
     assert sum(counts) == cfg.param_count()
-    layers = [list(costmodel.stage_layers(L, p, r)) for r in range(p)]
+    layers = [list(cost.stage_layers(L, p, r)) for r in range(p)]
     assert sum(layers, []) == list(range(L))
 
 
 def test_tp_split_matches_the_split_modules():
     L, h, s, v = 2, 16, 8, 32
-    split, rep = costmodel.tp_split_params(L, h, s, v)
+    split, rep = cost.tp_split_params(L, h, s, v)
     model = build_model(ModelConfig(layers=L, hidden=h, heads=4, seq_len=s, vocab=v))
     col = sum(m.weight.numel() + m.bias.numel() for blk in model.blocks.values()
               for m in (blk.attn.q, blk.attn.k, blk.attn.v, blk.mlp.fc))
     row = sum(m.weight.numel() for blk in model.blocks.values()
               for m in (blk.attn.proj, blk.mlp.proj))
-    assert split == col + row and split + rep == costmodel.param_count("gpt", L, h, s, v)
+    assert split == col + row and split + rep == cost.param_count("gpt", L, h, s, v)
     shard = ColumnParallelLinear(model.blocks["0"].mlp.fc, rank=1, t=2)
     assert torch.equal(shard.weight, model.blocks["0"].mlp.fc.weight[2 * h:])
 
@@ -70,34 +70,34 @@ def test_tp_split_matches_the_split_modules():
 @pytest.mark.parametrize("p,m,expected", [(2, 1, 0.5), (4, 4, 3 / 7), (4, 16, 3 / 19),
                                           (1, 8, 0.0)])
 def test_bubble_fraction(p, m, expected):
-    assert costmodel.bubble_fraction(p, m) == pytest.approx(expected)
+    assert cost.bubble_fraction(p, m) == pytest.approx(expected)
 
 
 def test_busbw_factors_follow_nccl_tests():
-    assert costmodel.busbw_factor("all_reduce", 8) == pytest.approx(1.75)
-    assert costmodel.busbw_factor("all_gather", 4) == pytest.approx(0.75)
-    assert costmodel.busbw_factor("reduce_scatter", 2) == pytest.approx(0.5)
-    assert costmodel.busbw_factor("broadcast", 8) == 1.0
-    assert costmodel.busbw_factor("send_recv", 2) == 1.0
+    assert cost.busbw_factor("all_reduce", 8) == pytest.approx(1.75)
+    assert cost.busbw_factor("all_gather", 4) == pytest.approx(0.75)
+    assert cost.busbw_factor("reduce_scatter", 2) == pytest.approx(0.5)
+    assert cost.busbw_factor("broadcast", 8) == 1.0
+    assert cost.busbw_factor("send_recv", 2) == 1.0
 
 
 def test_fit_link_recovers_alpha_and_bandwidth_and_reports_its_error():
     alpha, W, n = 2e-4, 1.5e9, 4
-    samples = [(S, alpha + costmodel.busbw_factor("all_reduce", n) * S / W)
+    samples = [(S, alpha + cost.busbw_factor("all_reduce", n) * S / W)
                for S in (1 << 10, 1 << 14, 1 << 18, 1 << 22)]
-    fit = costmodel.fit_link("all_reduce", n, samples)
+    fit = cost.fit_link("all_reduce", n, samples)
     assert fit.alpha == pytest.approx(alpha, rel=1e-6)
     assert fit.bandwidth == pytest.approx(W, rel=1e-6)
     assert fit.rms_rel_error < 1e-9 and fit.samples == samples
     noisy = [(S, t * (1.2 if i % 2 else 0.8)) for i, (S, t) in enumerate(samples)]
-    rough = costmodel.fit_link("all_reduce", n, noisy)
+    rough = cost.fit_link("all_reduce", n, noisy)
     assert 0.1 < rough.rms_rel_error <= rough.max_rel_error < 0.5
 
 
 @pytest.mark.parametrize("cap,pad", [(10, 1), (100, 4), (10**9, 2), (1, 3)])
 def test_bucket_plan_covers_every_param_once_and_pads(cap, pad):
     numels = [7, 64, 3, 128, 1, 50]
-    plan = costmodel.plan_buckets(numels, cap, pad)
+    plan = cost.plan_buckets(numels, cap, pad)
     seen = sorted(i for b in plan for i in b["params"])
     assert seen == list(range(len(numels)))
     for b in plan:
@@ -114,23 +114,23 @@ def test_bucket_plan_covers_every_param_once_and_pads(cap, pad):
 ])
 def test_model_state_follows_the_zero_paper(precision, expected):
     P, d = 1000, 4
-    got = tuple(memorymodel.model_state(precision, P, stage=k, d=d)["total"] for k in range(4))
+    got = tuple(memory.model_state(precision, P, stage=k, d=d)["total"] for k in range(4))
     assert got == pytest.approx(expected(P, d))
 
 
 def test_comm_formulas():
-    assert costmodel.tp_comm(3, 2, 8, 16, 4)["all_reduce"] == {"bytes": 4 * 3 * 2 * 8 * 16 * 4,
+    assert cost.tp_comm(3, 2, 8, 16, 4)["all_reduce"] == {"bytes": 4 * 3 * 2 * 8 * 16 * 4,
                                                                "count": 12}
-    assert costmodel.tp_comm(3, 2, 8, 16, 2, 6)["all_reduce"]["count"] == 18  # DTensor's plan
+    assert cost.tp_comm(3, 2, 8, 16, 2, 6)["all_reduce"]["count"] == 18  # DTensor's plan
     # FSDP2: each parameter padded to ceil(dim0/d) rows; the root gathered once
-    assert costmodel.fsdp_padded([(5, 3), (4,)], 2) == 6 * 3 + 4
-    f = costmodel.fsdp_comm([[(5, 3)], [(4,)]], 2, 2, 4, regathered=[True, False])
+    assert cost.fsdp_padded([(5, 3), (4,)], 2) == 6 * 3 + 4
+    f = cost.fsdp_comm([[(5, 3)], [(4,)]], 2, 2, 4, regathered=[True, False])
     assert f == {"all_gather": {"bytes": (2 * 18 + 4) * 2, "count": 3},
                  "reduce_scatter": {"bytes": (18 + 4) * 4, "count": 2}}
-    assert costmodel.pp_comm(0, 2, 4, 100) == {"send": {"bytes": 400, "count": 4},
+    assert cost.pp_comm(0, 2, 4, 100) == {"send": {"bytes": 400, "count": 4},
                                                "recv": {"bytes": 400, "count": 4}}
-    assert costmodel.pp_comm(1, 3, 4, 100)["send"]["bytes"] == 800
-    z = costmodel.zero_comm([5, 6], 4, 4, 10**9)
+    assert cost.pp_comm(1, 3, 4, 100)["send"]["bytes"] == 800
+    z = cost.zero_comm([5, 6], 4, 4, 10**9)
     assert z["reduce_scatter"]["bytes"] == z["all_gather"]["bytes"] == 12 * 4
 
 
@@ -165,7 +165,7 @@ def test_the_census_sees_shapes_bytes_and_views_and_prices_them():
     assert sum(phase["gemm"].values()) == 3
     assert phase["views"] > 0 and phase["ops"] > 0 and phase["bytes"] > 0
     assert census.profile()["collectives"] == {}
-    cal = costmodel.Calibration(flops=1, peak_flops=1, op_s=1e-6, bandwidth=1e9,
+    cal = cost.Calibration(flops=1, peak_flops=1, op_s=1e-6, bandwidth=1e9,
                                 gemm_s=dict.fromkeys(phase["gemm"], 1e-3))
     t = cal.compute({"step": phase})
     assert t["gemm"] == pytest.approx(3e-3)
@@ -174,9 +174,9 @@ def test_the_census_sees_shapes_bytes_and_views_and_prices_them():
 
 
 def test_the_pipeline_formula_for_equal_stages_is_m_plus_p_minus_1_slots():
-    fb = [dict.fromkeys(costmodel.COMPUTE_TERMS, 0.0) | {"gemm": 0.4}] * 4  # 0.1 per mb
-    opt = [dict.fromkeys(costmodel.COMPUTE_TERMS, 0.0)] * 4
-    pred = costmodel.predict_pipeline(fb, opt, m=4, t_p2p=0.01)
+    fb = [dict.fromkeys(cost.COMPUTE_TERMS, 0.0) | {"gemm": 0.4}] * 4  # 0.1 per mb
+    opt = [dict.fromkeys(cost.COMPUTE_TERMS, 0.0)] * 4
+    pred = cost.predict_pipeline(fb, opt, m=4, t_p2p=0.01)
     assert pred["step_time_s"] == pytest.approx((4 + 4 - 1) * (0.1 + 0.02))
     assert sum(pred["terms_s"].values()) == pytest.approx(pred["step_time_s"])
     assert pred["bubble_fraction"] == pytest.approx(3 / 7)

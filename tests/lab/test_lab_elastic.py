@@ -10,9 +10,9 @@ import sys
 
 from lab_helpers import PLUGINS, ROOT, TINY, launch
 
-from jobs.lab import registry
-from jobs.lab.launch import command as launch_command
-from jobs.lab.launch import environment
+from jobs.lab.catalogue import registry
+from jobs.lab.launcher.launch import command as launch_command
+from jobs.lab.launcher.launch import environment
 
 DP = {**TINY, "world_size": 2, "strategies": ["ddp"]}
 
@@ -35,17 +35,17 @@ def test_ranks_are_forked_from_the_agent_with_the_experiment_loaded(tmp_path):
 
 
 def test_the_agent_runs_only_the_lab_worker(tmp_path):
-    proc = subprocess.run([sys.executable, "-m", "jobs.lab.elastic", "--standalone",
+    proc = subprocess.run([sys.executable, "-m", "jobs.lab.launcher.elastic", "--standalone",
                            "--nproc-per-node=1", "-m", "http.server"], cwd=ROOT,
                           capture_output=True, text=True, timeout=120)
     assert proc.returncode != 0
-    assert "runs only -m jobs.lab.worker" in proc.stderr
+    assert "runs only -m jobs.lab.launcher.worker" in proc.stderr
 
 
 def test_the_worker_runs_under_plain_torchrun_too(tmp_path):
     params = registry.validate("data_parallel", DP)
     cmd = launch_command("data_parallel", params, str(tmp_path))
-    cmd[cmd.index("jobs.lab.elastic")] = "torch.distributed.run"  # the same flags
+    cmd[cmd.index("jobs.lab.launcher.elastic")] = "torch.distributed.run"  # the same flags
     proc = subprocess.run(cmd, cwd=ROOT, env=environment(params), capture_output=True,
                           text=True, timeout=240)
     assert proc.returncode == 0, proc.stderr[-2000:]

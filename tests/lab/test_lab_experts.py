@@ -8,9 +8,10 @@ from __future__ import annotations
 import torch
 from lab_helpers import NCCL_LIKE, PLUGINS, TINY, launch, shared
 
-from jobs.lab import moecost, registry
-from jobs.lab.model import ModelConfig, build_model, make_batch
-from jobs.lab.moe import MoE
+from jobs.lab.catalogue import registry
+from jobs.lab.components.model import ModelConfig, build_model, make_batch
+from jobs.lab.components.moe import MoE
+from jobs.lab.predict import experts as moecost
 
 RUN = {**TINY, "steps": 1, "warmup": 0, "experts": 4, "strategies": ["ep_alltoall"]}
 

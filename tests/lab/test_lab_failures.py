@@ -11,7 +11,7 @@ import time
 import pytest
 from lab_helpers import PLUGINS, TINY, cleanup, launch, start
 
-from jobs.lab.launch import classify_crash
+from jobs.lab.launcher.launch import classify_crash
 
 DP = {**TINY, "world_size": 2, "strategies": ["dp_naive", "ddp"]}
 

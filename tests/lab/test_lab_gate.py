@@ -9,7 +9,7 @@ import pytest
 import torch
 from lab_helpers import PLUGINS, TINY, launch
 
-from jobs.lab.correctness import FLOOR, GATE_STEPS, TOLERANCES, _coverage, compare
+from jobs.lab.strategies.correctness import FLOOR, GATE_STEPS, TOLERANCES, _coverage, compare
 
 
 def _plugin(name: str) -> dict:

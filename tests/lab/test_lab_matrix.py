@@ -19,8 +19,8 @@ import sys
 import pytest
 from lab_helpers import NCCL_LIKE, ROOT, TINY, shared
 
-from jobs.lab import registry
-from jobs.lab.correctness import GATE_STEPS
+from jobs.lab.catalogue import registry
+from jobs.lab.strategies.correctness import GATE_STEPS
 
 QUICK = {**TINY, "steps": 1, "warmup": 0}
 PARAMS = {

@@ -10,11 +10,11 @@ import pytest
 import torch
 from lab_helpers import ROOT
 
-from jobs.lab import memorymodel
-from jobs.lab.census import LiveStorage
-from jobs.lab.instrument import SavedActivations
-from jobs.lab.model import ModelConfig, build_model, make_batch
-from jobs.lab.optim import SGD, adamw_, update_shard
+from jobs.lab.components.census import LiveStorage
+from jobs.lab.components.instrument import SavedActivations
+from jobs.lab.components.model import ModelConfig, build_model, make_batch
+from jobs.lab.components.optim import SGD, adamw_, update_shard
+from jobs.lab.predict import memory
 
 
 @pytest.mark.parametrize("kind", ["gpt", "mlp"])
@@ -32,13 +32,13 @@ def test_activation_formula_is_what_the_model_saves(kind, dtype, e):
             x = blk(x)
         held = meter.current
     n = B * s
-    expected = L * memorymodel.block_activations(kind, n, h, heads, e)
-    embed = memorymodel.embed_activations(kind, n, h, e)
+    expected = L * memory.block_activations(kind, n, h, heads, e)
+    embed = memory.embed_activations(kind, n, h, e)
     # the embedding's saved ids (or input) are the batch's storage, which the meter counts
     assert held - embed == pytest.approx(expected, rel=0.01)
     # 16 elements of n*h per GPT block (Korthikanti's 34 bytes at 2 bytes, less two
     # dropout masks), 9 per MLP block, plus fp32 statistics
-    assert memorymodel.block_activations(kind, n, h, heads, e) // (n * h * e) == \
+    assert memory.block_activations(kind, n, h, heads, e) // (n * h * e) == \
         (16 if kind == "gpt" else 9)
 
 
@@ -59,7 +59,7 @@ def test_live_storage_follows_allocations_frees_and_in_place_resizes():
 
 FROZEN = """
 import gc, torch
-from jobs.lab.census import LiveStorage, freeze_startup
+from jobs.lab.components.census import LiveStorage, freeze_startup
 old = torch.ones(1000)  # alive before the freeze: gc.get_objects() will not list it
 freeze_startup()
 assert not any(o is old for o in gc.get_objects()), "not frozen"
@@ -104,9 +104,9 @@ def test_sgd_is_torch_sgd_bit_for_bit_and_leaves_out_what_has_no_gradient():
 LEAN = """
 import sys, torch
 from jobs.lab import strategies
-from jobs.lab.census import LiveStorage, OpCensus
+from jobs.lab.components.census import LiveStorage, OpCensus
 from jobs.lab.experiments import collectives, mfu, roofline, training
-from jobs.lab.optim import make_optimizer
+from jobs.lab.components.optim import make_optimizer
 HAND = ["single", "dp_naive", "dp_bucket", "naive_mp", "gpipe", "1f1b", "tp_megatron",
         "zero1", "zero2", "zero3", "interleaved_1f1b", "dp_tp", "dp_pp", "dp_pp_tp",
         "recompute_full", "recompute_selective", "tp_sequence", "cp_ring", "ep_alltoall"]

@@ -8,8 +8,9 @@ from __future__ import annotations
 import pytest
 from lab_helpers import NCCL_LIKE, TINY, launch, shared
 
-from jobs.lab import mesh_model, registry
-from jobs.lab.correctness import GATE_STEPS
+from jobs.lab.catalogue import registry
+from jobs.lab.predict import mesh as mesh_model
+from jobs.lab.strategies.correctness import GATE_STEPS
 
 CUBE = {"dp": 2, "pp": 2, "tp": 2}
 

@@ -12,7 +12,8 @@ from lab_helpers import NCCL_LIKE, PLUGINS, TINY, launch, shared
 from torch import nn
 from torch.utils.checkpoint import checkpoint
 
-from jobs.lab import recompute_memory, registry
+from jobs.lab.catalogue import registry
+from jobs.lab.predict import recompute
 from jobs.lab.strategies.recompute import recomputed
 
 ALL = ["single", "recompute_full", "recompute_selective", "torch_checkpoint_full",
@@ -112,5 +113,5 @@ def test_selective_recomputation_needs_attention_and_full_needs_only_the_input()
     with pytest.raises(registry.ParamError, match="batch_size"):
         registry.validate("recompute", {"world_size": 3})
     # one block keeps n*h*e bytes under full recomputation, all 16 n*h*e + stats without
-    assert recompute_memory.kept_per_block("gpt", "full", 10, 8, 2, 2) == 10 * 8 * 2
-    assert recompute_memory.saved("mlp", "full", 3, 10, 8, 2, 2) == 3 * 8 * 10 * 8 * 2
+    assert recompute.kept_per_block("gpt", "full", 10, 8, 2, 2) == 10 * 8 * 2
+    assert recompute.saved("mlp", "full", 3, 10, 8, 2, 2) == 3 * 8 * 10 * 8 * 2

@@ -10,12 +10,13 @@ import pytest
 from hypothesis import given, settings
 from hypothesis import strategies as st
 
-from jobs.lab import registry
-from jobs.lab.registry import ParamError, validate
+from jobs.lab.catalogue import registry
+from jobs.lab.catalogue.registry import ParamError, validate
 
 
 def test_registry_imports_without_torch():
-    code = ("import sys, jobs.lab.registry, jobs.lab.costmodel, jobs.lab.memorymodel, jobs.lab; "
+    code = ("import sys, jobs.lab.catalogue.registry, jobs.lab.predict.cost, "
+            "jobs.lab.predict.memory, jobs.lab; "
             "assert 'torch' not in sys.modules, sorted(m for m in sys.modules if 'torch' in m)")
     subprocess.run([sys.executable, "-c", code], check=True, timeout=60)
 

@@ -11,8 +11,9 @@ import pytest
 from lab_helpers import PLUGINS, TINY, launch
 from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B
 
-from jobs.lab import costmodel, registry, schedule_model
-from jobs.lab.registry import ParamError
+from jobs.lab.catalogue import registry
+from jobs.lab.catalogue.registry import ParamError
+from jobs.lab.predict import cost, schedule
 
 NAMES = {"F": "forward", "B": "backward"}
 CASES = [(p, m, v) for p in (2, 3, 4) for v in (1, 2, 3) for m in (p, 2 * p, 3 * p)]
@@ -30,39 +31,39 @@ def _torch_order(p: int, m: int, v: int, rank: int) -> list[tuple[str, int, int]
 @pytest.mark.parametrize("p,m,v", CASES)
 def test_the_order_is_torchs_and_its_messages_meet_without_deadlock(p, m, v):
     for rank in range(p):
-        assert schedule_model.order(p, m, v, rank) == _torch_order(p, m, v, rank)
-    assert schedule_model.check_plan(p, m, v) is None
+        assert schedule.order(p, m, v, rank) == _torch_order(p, m, v, rank)
+    assert schedule.check_plan(p, m, v) is None
 
 
 def test_the_plan_check_catches_a_deadlock_and_the_in_flight_bound_is_the_warm_up():
     # messages posted one op at a time (the next op's receive with this op's send)
     # deadlock under nccl once m > p: both neighbours send a gradient the other has not
     # yet posted the receive for; Megatron's steps (F+B, then one batch) do not
-    one_at_a_time = schedule_model.steps
+    one_at_a_time = schedule.steps
     try:
-        schedule_model.steps = lambda p, m, v, r: [[op] for op in
-                                                   schedule_model.order(p, m, v, r)]
-        assert schedule_model.check_plan(2, 4, 2).startswith("deadlock")
+        schedule.steps = lambda p, m, v, r: [[op] for op in
+                                                   schedule.order(p, m, v, r)]
+        assert schedule.check_plan(2, 4, 2).startswith("deadlock")
     finally:
-        schedule_model.steps = one_at_a_time
+        schedule.steps = one_at_a_time
     for p, m, v in CASES:
         for r in range(p):
-            w = schedule_model.warmup(p, m, v, r)
+            w = schedule.warmup(p, m, v, r)
             bound = w + 1 if w < v * m else v * m
-            assert schedule_model.in_flight(schedule_model.order(p, m, v, r)) == bound
+            assert schedule.in_flight(schedule.order(p, m, v, r)) == bound
 
 
 def test_bubble_formulas_and_message_counts():
     for p, m, _ in CASES:
-        assert schedule_model.interleaved_bubble(p, m, 1) == costmodel.bubble_fraction(p, m)
-        assert schedule_model.interleaved_bubble(p, m, 2) < costmodel.bubble_fraction(p, m)
-        assert schedule_model.zero_bubble_claim(p, m, 2) < schedule_model.interleaved_bubble(
+        assert schedule.interleaved_bubble(p, m, 1) == cost.bubble_fraction(p, m)
+        assert schedule.interleaved_bubble(p, m, 2) < cost.bubble_fraction(p, m)
+        assert schedule.zero_bubble_claim(p, m, 2) < schedule.interleaved_bubble(
             p, m, 2)
-    assert schedule_model.interleaved_bubble(4, 8, 2) == pytest.approx(3 / 19)
+    assert schedule.interleaved_bubble(4, 8, 2) == pytest.approx(3 / 19)
     for p, m, v in CASES:
         for r in range(p):
-            c = schedule_model.messages(p, m, v, r)
-            one_f_one_b = costmodel.pp_comm(r, p, m, 1)["send"]["count"]
+            c = schedule.messages(p, m, v, r)
+            one_f_one_b = cost.pp_comm(r, p, m, 1)["send"]["count"]
             # a middle rank sends v times 1F1B's; an end rank also wraps round (p-1 -> 0)
             assert c["send"] == c["recv"] == (v * one_f_one_b if 0 < r < p - 1
                                               else (2 * v - 1) * m)

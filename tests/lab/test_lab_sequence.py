@@ -8,7 +8,8 @@ from __future__ import annotations
 import pytest
 from lab_helpers import NCCL_LIKE, PLUGINS, TINY, launch, shared
 
-from jobs.lab import costmodel, registry
+from jobs.lab.catalogue import registry
+from jobs.lab.predict import cost
 
 QUICK = {**TINY, "steps": 1, "warmup": 0}
 
@@ -31,7 +32,7 @@ def test_sequence_parallel_sends_tps_bytes_and_saves_less(tmp_path):
     gathered, scattered = _bytes(sp, "all_gather"), _bytes(sp, "reduce_scatter")
     # per layer: TP's 4 all-reduces = SP's 4 all-gathers + 4 reduce-scatters, on the wire
     assert _bytes(tp, "all_reduce") == 4 * L * act == scattered == gathered - 2 * act
-    wire = costmodel.busbw_factor
+    wire = cost.busbw_factor
     assert _bytes(tp, "all_reduce") * wire("all_reduce", t) == pytest.approx(
         (gathered - 2 * act + scattered) * wire("all_gather", t))
     # the only all-reduce left: the LayerNorms' and row biases' gradients, 6h a layer

@@ -11,13 +11,13 @@ import pytest
 import torch
 from lab_helpers import PLUGINS, TINY, launch, shared
 
-from jobs.lab import costmodel
-from jobs.lab.correctness import GATE_STEPS
-from jobs.lab.instrument import Comm, Timeline
-from jobs.lab.layout import FLAT, layout
-from jobs.lab.model import ModelConfig
-from jobs.lab.runtime import Context
+from jobs.lab.components.context import Context
+from jobs.lab.components.instrument import Comm, Timeline
+from jobs.lab.components.model import ModelConfig
+from jobs.lab.predict import cost
+from jobs.lab.predict.layout import FLAT, layout
 from jobs.lab.strategies.base import TrainSpec
+from jobs.lab.strategies.correctness import GATE_STEPS
 from jobs.lab.strategies.zero3 import Zero3
 from tests.real_runs import PARAMS
 
@@ -48,7 +48,7 @@ def test_units_are_gathered_twice_freed_and_cost_one_root_gather_more_than_fsdp2
     p = run.result["params"]
     h, L, v, s, e, d = p["hidden"], p["layers"], p["vocab"], p["seq_len"], 4, 2
     assert p["world_size"] == d
-    P = costmodel.param_count("gpt", L, h, s, v)
+    P = cost.param_count("gpt", L, h, s, v)
     block = 12 * h * h + 13 * h
     root = P - L * block  # embedding + final norm and head: FSDP2's root unit
     # these sizes split evenly over 2 ranks: no padding on either side

@@ -9,11 +9,12 @@ import json
 import pytest
 import torch
 
-from jobs.lab import costmodel, strategies
-from jobs.lab.instrument import Comm, Timeline
-from jobs.lab.layout import FLAT, LABELS, layout, nbytes
-from jobs.lab.model import ModelConfig, build_model
-from jobs.lab.runtime import Context
+from jobs.lab import strategies
+from jobs.lab.components.context import Context
+from jobs.lab.components.instrument import Comm, Timeline
+from jobs.lab.components.model import ModelConfig, build_model
+from jobs.lab.predict import cost
+from jobs.lab.predict.layout import FLAT, LABELS, layout, nbytes
 from jobs.lab.strategies.base import TrainSpec
 from jobs.lab.strategies.data_parallel import DataParallelBucket
 from jobs.lab.strategies.pipeline_parallel import Stage
@@ -89,7 +90,7 @@ def test_the_buckets_named_are_the_bucketed_dps():
 def test_tensor_parallel_slices_are_megatrons(world):
     dims = ("gpt", 2, 32, 4, 16, 50, False)
     lay = layout(describe(*dims), "tp_megatron", world)
-    split, rep = costmodel.tp_split_params(*dims[1:3], *dims[4:6])
+    split, rep = cost.tp_split_params(*dims[1:3], *dims[4:6])
     assert lay.held_elements() == [split // world + rep] * world
     for rank in range(world):
         real = MegatronTP(context(rank, world), TrainSpec(config(*dims), 4))
@@ -118,7 +119,7 @@ def test_pipeline_stages_own_what_the_stages_keep(kind, L, p):
         kept = {n.removeprefix("model.") for n, _ in Stage(build_model(cfg), rank, p)
                 .named_parameters()}
         assert {t.name for t in tensors(lay) if t.owners == (rank,)} == kept
-        assert lay.held_elements()[rank] == costmodel.stage_params(
+        assert lay.held_elements()[rank] == cost.stage_params(
             kind, L, 16, 8, 32, p, rank)
     assert sum(lay.held_elements()) == cfg.param_count()
     sends = [c for b in lay.blocks for c in b.comm if "sent to rank" in c]
@@ -163,7 +164,7 @@ def test_fsdp2_shards_are_dim0_chunks(world):
         assert list(t.held) == [c.numel() for c in chunks] + [0] * (world - len(chunks))
     assert sum(lay.held_elements()) == config(*dims).param_count()
     block = next(b for b in lay.blocks if b.key == "block")
-    unit = nbytes(costmodel.fsdp_padded([t.shape for t in block.tensors], world) * 4)
+    unit = nbytes(cost.fsdp_padded([t.shape for t in block.tensors], world) * 4)
     assert all(f"with the rest of its block (S = {unit})" in t.comm[0] for t in block.tensors)
     assert any("padded" in c for t in tensors(lay) for c in t.comm)  # 37 rows over 2 or 3
 

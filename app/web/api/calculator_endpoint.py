@@ -12,7 +12,7 @@ from app.errors import TooLarge
 from app.journal import calibrations
 from app.web.api.blueprint import bp
 from app.web.parsing import json_body
-from jobs.lab import whatif
+from jobs.lab.predict import whatif
 
 MAX_BODY = 16 * 1024  # a few dozen short fields
 

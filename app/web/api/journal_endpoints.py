@@ -26,7 +26,7 @@ from app.web.access import author
 from app.web.api.blueprint import bp
 from app.web.hardening import INERT_CSP
 from app.web.parsing import int_arg, json_body
-from jobs.lab import registry
+from jobs.lab.catalogue import registry
 
 
 def iso(moment) -> str | None:

@@ -12,7 +12,7 @@ from app.db import get_session
 from app.errors import Invalid
 from app.journal import calibrations
 from app.web.pages.blueprints import experiments as bp
-from jobs.lab import memorymodel, whatif
+from jobs.lab.predict import memory, whatif
 
 MEMORY_PARTS = {"params": "Parameters", "grads": "Gradients", "optimizer": "Optimizer state",
                 "activations": "Activations", "buffers": "Buffers"}
@@ -107,7 +107,7 @@ def calculator():
                      if not message else values["gpu"]})
     return render_template(
         "calculator.html", answer=answer, values=values, message=message, field=field,
-        presets=whatif.PRESETS, gpus=gpus, recipes=memorymodel.RECIPES, degrees=DEGREES,
+        presets=whatif.PRESETS, gpus=gpus, recipes=memory.RECIPES, degrees=DEGREES,
         memory_parts=MEMORY_PARTS, time_terms=TIME_TERMS, comm_kinds=COMM_KINDS,
         bars=bars(answer), summary=summary(answer), size=size, seconds=seconds, count=count,
         run_link=run_link(answer["lab"]) if answer["lab"]["ok"] else ""), status

@@ -12,7 +12,7 @@ from __future__ import annotations
 
 from dataclasses import dataclass, field
 
-from jobs.lab import registry
+from jobs.lab.catalogue import registry
 
 # What every first run shares: CPU ranks over gloo (any runner can take it), a model small
 # enough that a step is milliseconds, a couple of steps, one untimed warm-up.

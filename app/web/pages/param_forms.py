@@ -15,7 +15,7 @@ from typing import Any
 
 from werkzeug.datastructures import MultiDict
 
-from jobs.lab import registry
+from jobs.lab.catalogue import registry
 
 PREFIX = "param."
 

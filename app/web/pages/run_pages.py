@@ -22,7 +22,7 @@ from app.web.pages import run_summary as summary
 from app.web.pages.blueprints import experiments as bp
 from app.web.pages.param_forms import ParamForm, fmt
 from base import statuses
-from jobs.lab import registry
+from jobs.lab.catalogue import registry
 
 PAGE = 50
 LOG_TAIL = 16 * 1024  # bytes of log the page starts with; the script fetches the rest

@@ -23,7 +23,7 @@ from app.models import Run, Schedule
 from app.web.access import require_owner
 from app.web.pages.blueprints import experiments as bp
 from app.web.pages.param_forms import ParamForm, ScheduleDraft
-from jobs.lab import registry
+from jobs.lab.catalogue import registry
 
 RECENT_FIRES = 12
 FIELD_FOR = {"misfire_grace_s": "misfire_grace_hours"}  # the page asks for hours

@@ -8,10 +8,10 @@ from __future__ import annotations
 import time
 from typing import Any
 
-from jobs.lab import costmodel
+from jobs.lab.components.context import Context
+from jobs.lab.components.instrument import Comm, Timeline
 from jobs.lab.experiments.probes import collective, message_bytes, slowest_median, time_fn
-from jobs.lab.instrument import Comm, Timeline
-from jobs.lab.runtime import Context
+from jobs.lab.predict import cost
 
 
 def sizes(lo: int, hi: int) -> list[int]:
@@ -77,13 +77,13 @@ def run(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
             t = slowest_median(ctx, times)
             algbw = S / t
             row = {"op": op, "bytes": S, "time_s": t, **_pcts(times), "algbw_Bps": algbw,
-                   "busbw_Bps": algbw * costmodel.busbw_factor(op, n)}
+                   "busbw_Bps": algbw * cost.busbw_factor(op, n)}
             table.append(row)
             samples.append((S, t))
             step += 1
             ctx.progress(step, total, op=op, bytes=S, time_s=t,
                          busbw_GBps=row["busbw_Bps"] / 1e9)
-        fit = costmodel.fit_link(op, n, samples)
+        fit = cost.fit_link(op, n, samples)
         fits[op] = {"alpha_s": fit.alpha, "busbw_Bps": fit.bandwidth,
                     "rms_rel_error": fit.rms_rel_error, "max_rel_error": fit.max_rel_error,
                     "formula": "t = alpha + factor(op, n) * S / W"}
@@ -92,7 +92,7 @@ def run(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
                 row["predicted_s"] = fit.time(op, row["bytes"], n)
                 row["measured_over_predicted"] = row["time_s"] / row["predicted_s"]
     out: dict[str, Any] = {"world_size": n, "table": table, "fits": fits,
-                           "factors": {op: costmodel.busbw_factor(op, n) for op in ops}}
+                           "factors": {op: cost.busbw_factor(op, n) for op in ops}}
     if params["measure_overhead"]:
         out["wrapper_overhead"] = wrapper_overhead(ctx, params["min_bytes"])
         ctx.log(f"wrapper overhead on all_reduce of {params['min_bytes']} B: "

@@ -14,10 +14,10 @@ from typing import Any
 
 import torch
 
+from jobs.lab.components.context import Context
+from jobs.lab.components.model import ModelConfig, build_model, loss_fn, make_batch
+from jobs.lab.components.optim import SGD
 from jobs.lab.experiments.probes import peak_for
-from jobs.lab.model import ModelConfig, build_model, loss_fn, make_batch
-from jobs.lab.optim import SGD
-from jobs.lab.runtime import Context
 
 
 def run(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:

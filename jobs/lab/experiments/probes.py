@@ -6,7 +6,7 @@ run on the device's group (ctx.group); fences and timings travel as bookkeeping
 (ctx.barrier, ctx.gather: CPU, gloo). Every rank probes at once, as every rank computes
 at once in a step (on CPU they share the cores), and the slowest rank's figure is kept.
 
-``calibrate`` measures what the cost model prices a step with - see costmodel.py - for
+``calibrate`` measures what the cost model prices a step with - see cost.py - for
 exactly the shapes and message sizes the run's strategies use (their census)."""
 
 from __future__ import annotations
@@ -19,13 +19,13 @@ import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
-from jobs.lab import costmodel
-from jobs.lab.census import OpCensus
-from jobs.lab.instrument import Comm
-from jobs.lab.memorymodel import RECIPES
-from jobs.lab.model import ModelConfig, build_model, loss_fn, make_batch
-from jobs.lab.optim import make_optimizer
-from jobs.lab.runtime import Context
+from jobs.lab.components.census import OpCensus
+from jobs.lab.components.context import Context
+from jobs.lab.components.instrument import Comm
+from jobs.lab.components.model import ModelConfig, build_model, loss_fn, make_batch
+from jobs.lab.components.optim import make_optimizer
+from jobs.lab.predict import cost
+from jobs.lab.predict.memory import RECIPES
 
 DENSE_BF16_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all")
@@ -215,7 +215,7 @@ def link_sizes(largest: int, world: int) -> list[int]:
 
 
 def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
-               burst: int = 4) -> costmodel.LinkFit:
+               burst: int = 4) -> cost.LinkFit:
     """alpha and W of `op`, fitted to the time per call of bursts of `burst` calls in a
     row on as many different buffers - as a step issues them: one after another, not each
     after a barrier, and each on its own tensor (gloo costs about twice as much per call
@@ -238,11 +238,11 @@ def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
     means = ctx.gather([expected(times[S]) for S in sizes])
     samples = [(message_bytes(op, S, ctx.world), max(m[i] for m in means))
                for i, S in enumerate(sizes)]
-    return costmodel.fit_link(op, ctx.world, samples)
+    return cost.fit_link(op, ctx.world, samples)
 
 
 def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
-              precision: str = "fp32_sgd") -> costmodel.Calibration:
+              precision: str = "fp32_sgd") -> cost.Calibration:
     """What this run's step times are priced with, measured for what its strategies run
     (``needs``: the same on every rank - links {op: largest message}, gemm and attention
     keys from the census, the model kind, whether DTensor is used, the mean bytes of an
@@ -270,7 +270,7 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
         for way in ("forward", "backward"):
             attention_s[(way, shape, dt)] = max(r["attention"][i][way] for r in everyone)
     bandwidth = min(r["bandwidth"] for r in everyone)
-    priced = costmodel.Calibration(flops=0.0, peak_flops=0.0, gemm_s=gemm_s,
+    priced = cost.Calibration(flops=0.0, peak_flops=0.0, gemm_s=gemm_s,
                                    attention_s=attention_s, bandwidth=bandwidth)
     t = priced.compute({"step": tiny_phase})
     tiny_s = max(r["tiny"] for r in everyone)
@@ -280,7 +280,7 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
     rate = 2 * _mnk(big) / gemm_s[big] if big else 0.0
     peak, name = peak_for(ctx, dtype)
     peak = min(p for p in ctx.gather(peak))
-    return costmodel.Calibration(
+    return cost.Calibration(
         flops=rate, peak_flops=max(peak, rate) if name.startswith("measured") else peak,
         links=links, n=ctx.world, peak_name=name, gemm_s=gemm_s, attention_s=attention_s,
         op_s=op_s, dtensor_op_s=max(r["dtensor"] for r in everyone), bandwidth=bandwidth)

@@ -9,8 +9,8 @@ from typing import Any
 
 import torch
 
+from jobs.lab.components.context import Context
 from jobs.lab.experiments.probes import copy_bandwidth, gemm_flops
-from jobs.lab.runtime import Context
 
 
 def run(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:

@@ -23,16 +23,16 @@ from typing import Any
 import torch
 
 from jobs.lab import strategies
-from jobs.lab.census import LiveStorage, OpCensus, freeze_startup
-from jobs.lab.correctness import TOLERANCES, gate, gate_batches, reference_steps
+from jobs.lab.components.census import LiveStorage, OpCensus, freeze_startup
+from jobs.lab.components.context import Context
+from jobs.lab.components.instrument import SavedActivations
+from jobs.lab.components.model import ModelConfig, make_batch
 from jobs.lab.experiments.probes import calibrate
 from jobs.lab.experiments.recompute_versus import add_versus_single
 from jobs.lab.experiments.summary import counted_kinds, summarise
-from jobs.lab.instrument import SavedActivations
-from jobs.lab.memorymodel import RECIPES
-from jobs.lab.model import ModelConfig, make_batch
-from jobs.lab.runtime import Context
+from jobs.lab.predict.memory import RECIPES
 from jobs.lab.strategies.base import Strategy, TrainSpec
+from jobs.lab.strategies.correctness import TOLERANCES, gate, gate_batches, reference_steps
 
 
 def spec_from(params: dict[str, Any]) -> TrainSpec:

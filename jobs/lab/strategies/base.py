@@ -18,11 +18,11 @@ from typing import Any, ClassVar
 import torch
 from torch import nn
 
-from jobs.lab import costmodel, memorymodel, moecost
-from jobs.lab.census import is_dtensor
-from jobs.lab.model import Batch, ModelConfig
-from jobs.lab.optim import make_optimizer, state_of
-from jobs.lab.runtime import Context
+from jobs.lab.components.census import is_dtensor
+from jobs.lab.components.context import Context
+from jobs.lab.components.model import Batch, ModelConfig
+from jobs.lab.components.optim import make_optimizer, state_of
+from jobs.lab.predict import cost, experts, memory
 
 
 @dataclass(frozen=True)
@@ -39,7 +39,7 @@ class TrainSpec:
     @property
     def e(self) -> int:
         """Bytes per element of weights, gradients and activations."""
-        return memorymodel.element_bytes(self.precision)
+        return memory.element_bytes(self.precision)
 
     @property
     def cap_elems(self) -> int:
@@ -181,7 +181,7 @@ class Strategy:
         """Bytes (and calls) per optimizer step on this rank, by collective kind."""
         return {}
 
-    def overlap_s(self, cal: costmodel.Calibration, compute: list[dict]) -> float:
+    def overlap_s(self, cal: cost.Calibration, compute: list[dict]) -> float:
         """Communication hidden behind computation (none unless a strategy says so)."""
         return 0.0
 
@@ -195,15 +195,15 @@ class Strategy:
         window = max(sum(c.get("backward", {}).values()) for c in compute)
         return max(0.0, min(window / self.micro_batches(), comm_s - last_s))
 
-    def predict(self, cal: costmodel.Calibration, compute: list[dict]) -> dict[str, Any]:
+    def predict(self, cal: cost.Calibration, compute: list[dict]) -> dict[str, Any]:
         """Step time from every rank's census, priced (compute[r]: phase -> terms)."""
-        totals = [{k: sum(ph[k] for ph in c.values()) for k in costmodel.COMPUTE_TERMS}
+        totals = [{k: sum(ph[k] for ph in c.values()) for k in cost.COMPUTE_TERMS}
                   for c in compute]
-        return costmodel.predict_flat(totals, cal.comm(self.predicted_comm() or {}),
+        return cost.predict_flat(totals, cal.comm(self.predicted_comm() or {}),
                                       self.overlap_s(cal, compute))
 
     def predicted_memory(self) -> dict[str, Any]:
-        """The step's peak on this rank: memorymodel.peak(held, moments), and the model
+        """The step's peak on this rank: memory.peak(held, moments), and the model
         state formula (``model_state``)."""
         raise NotImplementedError
 
@@ -237,7 +237,7 @@ class Strategy:
         c, e, d, m = self.spec.cfg, self.spec.e, self.ctx.world, self.micro_batches()
         P = c.param_count() if P is None else P
         n, k, h = self.local_tokens(), in_flight, c.hidden
-        state = memorymodel.model_state(self.precision, P, stage=stage, d=d)
+        state = memory.model_state(self.precision, P, stage=stage, d=d)
         held = {"params": state["params"], "optimizer": state["optimizer"], **(buffers or {})}
         grads = {"grads": state["grads"]}
         if grads_held:
@@ -245,14 +245,14 @@ class Strategy:
             grads = {}
         # on CPU the batch moves to the "device" without a copy: the embedding saves the
         # caller's tensor, which is not the strategy's memory (on CUDA it is a copy)
-        one = memorymodel.activations(c.kind, len(self.local_layers()), n, h, c.heads,
+        one = memory.activations(c.kind, len(self.local_layers()), n, h, c.heads,
                                       c.vocab, e, t=t, first=first, last=last,
                                       inputs=self.ctx.is_cuda)
-        work = memorymodel.backward_working_set(n, h, e, t)
-        if c.experts:  # mixture-of-experts MLPs save their capacity buffers (moecost.py)
-            one += len(self.local_layers()) * moecost.block_activation_delta(
+        work = memory.backward_working_set(n, h, e, t)
+        if c.experts:  # mixture-of-experts MLPs save their capacity buffers (experts.py)
+            one += len(self.local_layers()) * experts.block_activation_delta(
                 n, h, c.experts, c.top_k, c.capacity_factor, c.seq_len, e)
-            work = moecost.backward_working_set(n, h, c.experts, c.top_k,
+            work = experts.backward_working_set(n, h, c.experts, c.top_k,
                                                 c.capacity_factor, c.seq_len, e)
         moments = {"backward end": {**grads, **(end or {})}}
         adamw = {"AdamW temporaries": 8 * self.largest_update()} \
@@ -261,14 +261,14 @@ class Strategy:
             moments["optimizer step"] = {**({} if stage == 1 else grads), **(optimizer or {}),
                                          **adamw}
         if last:
-            head = memorymodel.finish_activations(c.kind, n, h, c.vocab, e, self.ctx.is_cuda)
+            head = memory.finish_activations(c.kind, n, h, c.vocab, e, self.ctx.is_cuda)
             moments["loss backward"] = {
                 "activations": k * one, **(start or {}),
-                "loss gradient": memorymodel.loss_gradient(c.kind, n, h, c.vocab, e)}
+                "loss gradient": memory.loss_gradient(c.kind, n, h, c.vocab, e)}
             moments["first block backward"] = {
                 "activations": k * one - head, **(start or {}), "working set": work,
-                "head gradients": memorymodel.finish_params(c.kind, h, c.vocab)
-                * memorymodel.RECIPES[self.precision]["grad"]}
+                "head gradients": memory.finish_params(c.kind, h, c.vocab)
+                * memory.RECIPES[self.precision]["grad"]}
         else:
             moments["first block backward"] = {"activations": k * one, **(start or {}),
                                                "working set": work}
@@ -276,7 +276,7 @@ class Strategy:
             again = k if m > k else m - 1
             moments["later backward"] = {**grads, "activations": again * one,
                                          **(later or {}), "working set": work}
-        return {**memorymodel.peak(held, moments), "model_state": state,
+        return {**memory.peak(held, moments), "model_state": state,
                 "activations": k * one, "one_micro_batch_activations": one}
 
     def local_layers(self) -> range:

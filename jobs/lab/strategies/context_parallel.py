@@ -32,9 +32,9 @@ import math
 import torch
 from torch import nn
 
-from jobs.lab import costmodel, memorymodel, sequence_memory
-from jobs.lab.instrument import Comm
-from jobs.lab.model import Attention, Batch, loss_fn
+from jobs.lab.components.instrument import Comm
+from jobs.lab.components.model import Attention, Batch, loss_fn
+from jobs.lab.predict import cost, memory, sequence
 from jobs.lab.strategies.base import StepOut
 from jobs.lab.strategies.data_parallel import DataParallelNaive
 
@@ -170,18 +170,18 @@ class RingAttention(DataParallelNaive):
 
     def predicted_comm(self):
         c, spec = self.spec.cfg, self.spec
-        out = costmodel.dp_comm(self.numels(), spec.e, "dp_naive", spec.cap_elems)
+        out = cost.dp_comm(self.numels(), spec.e, "dp_naive", spec.cap_elems)
         return {**out, **ring_comm(c.layers, spec.batch_size, c.seq_len, c.hidden, spec.e,
                                    self.ctx.world)}
 
     def predicted_memory(self) -> dict:
         c, e, w = self.spec.cfg, self.spec.e, self.ctx.world
         n = self.spec.tokens // w
-        blocks = c.layers * sequence_memory.cp_block_activations(
+        blocks = c.layers * sequence.cp_block_activations(
             self.spec.batch_size, c.seq_len, c.hidden, c.heads, e, w)
-        return sequence_memory.single_batch_peak(
+        return sequence.single_batch_peak(
             self.precision, c.kind, c.param_count(), n, c.hidden, c.vocab, e, blocks,
-            memorymodel.backward_working_set(n, c.hidden, e), True,
+            memory.backward_working_set(n, c.hidden, e), True,
             self.largest_update())
 
 

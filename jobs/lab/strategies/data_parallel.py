@@ -14,8 +14,8 @@ from typing import Any
 
 import torch
 
-from jobs.lab import costmodel
-from jobs.lab.model import Batch, build_model, loss_fn
+from jobs.lab.components.model import Batch, build_model, loss_fn
+from jobs.lab.predict import cost
 from jobs.lab.strategies.base import StepOut, Strategy
 
 
@@ -66,18 +66,18 @@ class DataParallelNaive(Strategy):
         return [p.numel() for p in self.model.parameters()]
 
     def predicted_comm(self):
-        return costmodel.dp_comm(self.numels(), self.spec.e, self.name, self.spec.cap_elems)
+        return cost.dp_comm(self.numels(), self.spec.e, self.name, self.spec.cap_elems)
 
-    def overlap_s(self, cal: costmodel.Calibration, compute: list[dict]) -> float:
+    def overlap_s(self, cal: cost.Calibration, compute: list[dict]) -> float:
         if self.name == "dp_naive":
             return 0.0  # every all-reduce starts after backward
-        last = costmodel.plan_buckets(self.numels(), self.spec.cap_elems)[-1]
+        last = cost.plan_buckets(self.numels(), self.spec.cap_elems)[-1]
         return self.backward_overlap(compute, cal.comm(self.predicted_comm()),
                                      cal.coll("all_reduce", last["numel"] * self.spec.e))
 
 
 class GradBuckets:
-    """Gradients in flat buckets in backward order (costmodel.plan_buckets), each
+    """Gradients in flat buckets in backward order (cost.plan_buckets), each
     all-reduced through `comm` (ctx.comm, or one mesh dimension's) as soon as its last
     gradient is accumulated - while ``sync`` is on (the step's last backward) - then
     averaged over the d ranks and copied back in ``finish``."""
@@ -85,7 +85,7 @@ class GradBuckets:
     def __init__(self, params: list[torch.Tensor], cap_elems: int, comm: Any,
                  d: int) -> None:
         self.comm, self.d, self.sync = comm, d, False
-        self.plan = costmodel.plan_buckets([p.numel() for p in params], cap_elems)
+        self.plan = cost.plan_buckets([p.numel() for p in params], cap_elems)
         self.buckets = []
         for index, b in enumerate(self.plan):
             members = [params[i] for i in b["params"]]

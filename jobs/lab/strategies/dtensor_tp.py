@@ -14,7 +14,7 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from jobs.lab.model import build_model
+from jobs.lab.components.model import build_model
 from jobs.lab.strategies.base import Piece, Strategy, local_pieces
 from jobs.lab.strategies.tensor_parallel import MegatronTP
 

@@ -36,10 +36,11 @@ from typing import Any
 import torch
 from torch import nn
 
-from jobs.lab import costmodel, moecost
-from jobs.lab.model import Batch, build_model, loss_fn
-from jobs.lab.moe import Expert, MoE
-from jobs.lab.optim import make_optimizer
+from jobs.lab.components.model import Batch, build_model, loss_fn
+from jobs.lab.components.moe import Expert, MoE
+from jobs.lab.components.optim import make_optimizer
+from jobs.lab.predict import cost
+from jobs.lab.predict import experts as moecost
 from jobs.lab.strategies.base import StepOut, Strategy
 
 BASELINE_STEPS = 3  # timed steps of each of the MoE and the dense model, alternating
@@ -134,7 +135,7 @@ class ExpertParallel(Strategy):
         if self.ctx.world == 1:
             return {}
         b = self.spec.batch_size // self.ctx.world
-        comm = costmodel.dp_comm([p.numel() for _, p in self.shared], e, "dp_naive",
+        comm = cost.dp_comm([p.numel() for _, p in self.shared], e, "dp_naive",
                                  self.spec.cap_elems)
         comm["all_to_all"] = moecost.alltoall_bytes(c.layers, c.hidden, c.experts, c.top_k,
                                                     c.capacity_factor, c.seq_len, b, e)

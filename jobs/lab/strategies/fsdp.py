@@ -13,9 +13,9 @@ from __future__ import annotations
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from jobs.lab import costmodel
-from jobs.lab.model import Batch, build_model, loss_fn
-from jobs.lab.optim import ADAMW_LR, BETAS, EPS, WEIGHT_DECAY
+from jobs.lab.components.model import Batch, build_model, loss_fn
+from jobs.lab.components.optim import ADAMW_LR, BETAS, EPS, WEIGHT_DECAY
+from jobs.lab.predict import cost
 from jobs.lab.strategies.base import StepOut, Strategy
 
 
@@ -60,7 +60,7 @@ class TorchFSDP2(Strategy):
                   for blk in self.model.blocks.values()]
         inside = {id(p) for blk in self.model.blocks.values() for p in blk.parameters()}
         root = [tuple(p.shape) for p in self.model.parameters() if id(p) not in inside]
-        return blocks + [root], [costmodel.fsdp_padded(u, self.ctx.world)
+        return blocks + [root], [cost.fsdp_padded(u, self.ctx.world)
                                  for u in blocks + [root]]
 
     def _bytes(self) -> tuple[int, int]:
@@ -72,10 +72,10 @@ class TorchFSDP2(Strategy):
             return {}  # one rank: FSDP2 gathers and scatters nothing
         units, _ = self._units()
         e_param, e_reduce = self._bytes()
-        return costmodel.fsdp_comm(units, self.ctx.world, e_param, e_reduce,
+        return cost.fsdp_comm(units, self.ctx.world, e_param, e_reduce,
                                    regathered=[True] * (len(units) - 1) + [False])
 
-    def overlap_s(self, cal: costmodel.Calibration, compute: list[dict]) -> float:
+    def overlap_s(self, cal: cost.Calibration, compute: list[dict]) -> float:
         """On a GPU FSDP2 prefetches the next unit's all-gather while this one computes,
         and reduce-scatters the last one's gradients while the next computes: all but the
         first gather and the last reduce-scatter can hide (on CPU: nothing, as for DP)."""

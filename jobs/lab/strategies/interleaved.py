@@ -22,16 +22,17 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from jobs.lab import costmodel, memorymodel, schedule_model
-from jobs.lab.instrument import SavedActivations
-from jobs.lab.model import Batch, build_model, loss_fn
+from jobs.lab.components.instrument import SavedActivations
+from jobs.lab.components.model import Batch, build_model, loss_fn
+from jobs.lab.predict import cost, memory
+from jobs.lab.predict import schedule as schedule_model
 from jobs.lab.strategies.base import StepOut, Strategy
 from jobs.lab.strategies.pipeline_parallel import PipelineBase
 
 
 def chunk_layers(L: int, p: int, v: int, stage: int) -> range:
     """Blocks of virtual stage `stage` (chunk stage // p of rank stage % p)."""
-    return costmodel.stage_layers(L, p * v, stage)
+    return cost.stage_layers(L, p * v, stage)
 
 
 class Chunks(nn.Module):
@@ -186,12 +187,12 @@ class Interleaved1F1B(PipelineBase):
         c = schedule_model.messages(self.p, self.m, self.v, self.rank)
         return {k: {"bytes": n * self.mb_bytes(), "count": n} for k, n in c.items() if n}
 
-    def predict(self, cal: costmodel.Calibration, compute: list[dict]) -> dict:
+    def predict(self, cal: cost.Calibration, compute: list[dict]) -> dict:
         """The pipeline formula with v*m slots of a chunk (1/v of the stage's work) and
         two messages per slot: T = (v*m + p - 1) slots + optimizer for equal chunks."""
         def terms(c: dict, per_mb: bool) -> dict:
             names = [k for k in c if (k in ("forward", "backward", "schedule")) == per_mb]
-            return {t: sum(c[k][t] for k in names) for t in costmodel.COMPUTE_TERMS}
+            return {t: sum(c[k][t] for k in names) for t in cost.COMPUTE_TERMS}
 
         t_p2p = cal.coll("send_recv", self.mb_bytes())
         fb = [terms(c, True) for c in compute]
@@ -200,14 +201,14 @@ class Interleaved1F1B(PipelineBase):
 
     def chunk_activations(self, chunk: int) -> float:
         c, s = self.spec.cfg, self.model.stages[chunk]
-        return memorymodel.activations(
+        return memory.activations(
             c.kind, len(self.model.layers[chunk]), self.local_tokens(), c.hidden, c.heads,
             c.vocab, self.spec.e, first=s == 0, last=s == self.p * self.v - 1,
             inputs=self.ctx.is_cuda)
 
     def chunk_params(self, chunk: int) -> int:
         c = self.spec.cfg
-        return costmodel.stage_params(c.kind, c.layers, c.hidden, c.seq_len, c.vocab,
+        return cost.stage_params(c.kind, c.layers, c.hidden, c.seq_len, c.vocab,
                                       self.p * self.v, self.model.stages[chunk])
 
     def predicted_memory(self) -> dict:
@@ -218,10 +219,10 @@ class Interleaved1F1B(PipelineBase):
         gradient); the step ends holding every gradient and message."""
         c, e, n = self.spec.cfg, self.spec.e, self.local_tokens()
         P = sum(self.chunk_params(k) for k in range(self.v))
-        state = memorymodel.model_state(self.precision, P)
-        grad_e = memorymodel.RECIPES[self.precision]["grad"]
+        state = memory.model_state(self.precision, P)
+        grad_e = memory.RECIPES[self.precision]["grad"]
         held = {"params": state["params"], "optimizer": state["optimizer"]}
-        work = memorymodel.backward_working_set(n, c.hidden, e)
+        work = memory.backward_working_set(n, c.hidden, e)
         mb = self.mb_bytes()
         last_stage = self.p * self.v - 1
         moments: dict[str, dict[str, float]] = {}
@@ -231,14 +232,14 @@ class Interleaved1F1B(PipelineBase):
             base = {"activations": acts, "sends held": sum(at["sent"].values()) * mb,
                     "grads": sum(self.chunk_params(k) for k in at["graded"]) * grad_e}
             if self.model.stages[chunk] == last_stage:
-                head = memorymodel.finish_activations(c.kind, n, c.hidden, c.vocab, e,
+                head = memory.finish_activations(c.kind, n, c.hidden, c.vocab, e,
                                                       self.ctx.is_cuda)
                 moments[f"loss backward B{i}.{chunk}"] = {
-                    **base, "loss gradient": memorymodel.loss_gradient(
+                    **base, "loss gradient": memory.loss_gradient(
                         c.kind, n, c.hidden, c.vocab, e)}
                 moments[f"first block backward B{i}.{chunk}"] = {
                     **base, "activations": acts - head, "working set": work,
-                    "head gradients": memorymodel.finish_params(c.kind, c.hidden, c.vocab)
+                    "head gradients": memory.finish_params(c.kind, c.hidden, c.vocab)
                     * grad_e}
             else:
                 moments[f"backward B{i}.{chunk}"] = {**base, "working set": work}
@@ -250,7 +251,7 @@ class Interleaved1F1B(PipelineBase):
         largest = max(moments, key=lambda k: sum(moments[k].values()))
         keep = {k: v for k, v in moments.items()
                 if k == largest or not k.startswith(("backward B", "loss", "first"))}
-        peak = memorymodel.peak(held, keep)
+        peak = memory.peak(held, keep)
         one = self.chunk_activations(0)
         return {**peak, "model_state": state,
                 "activations": sum(self.chunk_activations(k) for k in range(self.v)),
@@ -267,7 +268,7 @@ class Interleaved1F1B(PipelineBase):
                 "expected_max_in_flight": self.expected_in_flight(),
                 "one_micro_batch_saved_bytes": self.first_mb_saved_bytes,
                 "predicted_one_micro_batch_block_bytes":
-                    len(self.model.layers[0]) * memorymodel.block_activations(
+                    len(self.model.layers[0]) * memory.block_activations(
                         c.kind, self.local_tokens(), c.hidden, c.heads, self.spec.e),
                 "bubble_formula": schedule_model.interleaved_bubble(self.p, self.m, self.v)}
 
@@ -277,7 +278,7 @@ def schedule_model_prediction(fb: list[dict], opt: list[dict], m: int, v: int,
     """costmodel.predict_pipeline over v*m chunk slots: a rank's per-step compute split
     into v*m equal slots, the first crossing all p stages, the rest at the slowest
     rank's pace; bubble (p-1)/(v*m+p-1)."""
-    out = costmodel.predict_pipeline(fb, opt, v * m, t_p2p)
+    out = cost.predict_pipeline(fb, opt, v * m, t_p2p)
     p = len(fb)
     return {**out, "bubble_fraction": schedule_model.interleaved_bubble(p, m, v),
             "formula": "T = sum_r slot_r + (v*m-1) max_r slot_r + optimizer, slot_r = "

@@ -9,7 +9,7 @@ stage groups the gate compares replicas over):
     pp  a pipeline stage per pp index (pipeline_parallel.py's Stage and 1F1B schedule),
         activations sent to the same tp index of the neighbouring stage
     dp  the batch split d ways; gradients all-reduced over the dp group in buckets
-        (costmodel.plan_buckets), each launched from a post-accumulate-grad hook as soon
+        (cost.plan_buckets), each launched from a post-accumulate-grad hook as soon
         as its last gradient of the step's last backward exists, then averaged
 
 DataTensor is DP x TP, DataPipeline DP x PP, DataPipelineTensor DP x PP x TP. A degree
@@ -23,8 +23,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from jobs.lab import costmodel, mesh_model, runtime
-from jobs.lab.model import Batch, build_model, loss_fn
+from jobs.lab.components import context
+from jobs.lab.components.model import Batch, build_model, loss_fn
+from jobs.lab.predict import cost, mesh
 from jobs.lab.strategies.base import Piece, StepOut, Strategy
 from jobs.lab.strategies.data_parallel import GradBuckets
 from jobs.lab.strategies.pipeline_parallel import OneFOneB, Stage
@@ -39,18 +40,18 @@ from jobs.lab.strategies.tensor_parallel import (
 
 def device_backend(ctx: Any) -> str | None:
     """The backend of new groups that carry ctx.device's tensors (None: the default's)."""
-    return None if ctx.device.type in runtime.devices_served(ctx.backend) \
-        else runtime.NATIVE[ctx.device.type]
+    return None if ctx.device.type in context.devices_served(ctx.backend) \
+        else context.NATIVE[ctx.device.type]
 
 
 def mesh_groups(ctx: Any, deg: dict[str, int]) -> dict[str, Any]:
     """This rank's group in each dimension of degree > 1 ("stage": the ranks of its
     pipeline stage, dp x tp of them). Every rank creates every group, in one order."""
     backend, mine = device_backend(ctx), {}
-    layout = {dim: mesh_model.groups(dim, deg) for dim in ("tp", "dp") if deg[dim] > 1}
+    layout = {dim: mesh.groups(dim, deg) for dim in ("tp", "dp") if deg[dim] > 1}
     if deg["pp"] > 1 and deg["dp"] * deg["tp"] > 1:
         layout["stage"] = [[r for r in range(ctx.world)
-                            if mesh_model.coords(r, deg)["pp"] == s] for s in range(deg["pp"])]
+                            if mesh.coords(r, deg)["pp"] == s] for s in range(deg["pp"])]
     for dim, all_ranks in layout.items():
         for ranks in all_ranks:
             g = dist.new_group(ranks, backend=backend)
@@ -82,9 +83,9 @@ class MeshMixin:
 
     def setup_mesh(self) -> None:
         ctx, params = self.ctx, self.spec.params
-        self.deg = mesh_model.degrees(self.name, ctx.world, params.get("tp", 1),
+        self.deg = mesh.degrees(self.name, ctx.world, params.get("tp", 1),
                                       params.get("pp", 1))
-        self.at = mesh_model.coords(ctx.rank, self.deg)
+        self.at = mesh.coords(ctx.rank, self.deg)
         self.rpn = params.get("ranks_per_node", ctx.world)
         self.groups = mesh_groups(ctx, self.deg)
         self.dim_counts: dict[str, int] = {}
@@ -138,16 +139,16 @@ class MeshMixin:
 
     def per_dim(self) -> dict[str, dict]:
         c = self.spec.cfg
-        return mesh_model.dim_bytes(self.name, self.ctx.rank, self.deg, L=c.layers,
+        return mesh.dim_bytes(self.name, self.ctx.rank, self.deg, L=c.layers,
                                     B=self.spec.batch_size, s=c.seq_len, h=c.hidden,
                                     e=self.spec.e, m=self.micro_batches(),
                                     numels=self.numels(), cap_elems=self.spec.cap_elems)
 
     def predicted_comm(self):
-        return mesh_model.merged(self.per_dim())
+        return mesh.merged(self.per_dim())
 
     def extra(self) -> dict[str, Any]:
-        dims = mesh_model.breakdown(self.per_dim(), self.ctx.rank, self.deg, self.rpn)
+        dims = mesh.breakdown(self.per_dim(), self.ctx.rank, self.deg, self.rpn)
         for dim, row in dims.items():
             row["measured_bytes"] = self.dim_counts.get(dim, 0)
         return {"mesh": {**self.deg, "coords": self.at, "ranks_per_node": self.rpn,
@@ -247,7 +248,7 @@ class DataPipeline(MeshMixin, OneFOneB):
             apply_tensor_parallel(self.model.model, self.at["tp"], deg["tp"], self.tp_comm)
         self.opt = self.optimizer(list(self.model.parameters()))
         self.mb_rows = spec.batch_size // (deg["dp"] * self.m)
-        peers = [mesh_model.rank_of(self.at["dp"], s, self.at["tp"], deg)
+        peers = [mesh.rank_of(self.at["dp"], s, self.at["tp"], deg)
                  for s in range(self.p)]
         self.io = MeshStageComm(ctx, (self.mb_rows, cfg.seq_len, cfg.hidden),
                                 cfg.torch_dtype, self.rank, self.p, peers, self.dim_counts)
@@ -289,7 +290,7 @@ class DataPipeline(MeshMixin, OneFOneB):
         k, m, mb = self.expected_in_flight(), self.m, self.mb_bytes()
         fwd, bwd = (0 if last else mb), (0 if first else mb)
         again = k if m > k else m - 1
-        P = costmodel.rank_params(c.layers, c.hidden, c.seq_len, c.vocab, t=t, p=self.p,
+        P = cost.rank_params(c.layers, c.hidden, c.seq_len, c.vocab, t=t, p=self.p,
                                   rank=self.rank)
         buffers = {"bucket buffers": P * self.spec.e} if self.deg["dp"] > 1 else None
         return self.peak_memory(
@@ -298,28 +299,28 @@ class DataPipeline(MeshMixin, OneFOneB):
             later={"sends held": min(m, again + 1) * fwd + bwd},
             end={"sends held": m * (fwd + bwd)})
 
-    def predict(self, cal: costmodel.Calibration, compute: list[dict]) -> dict:
+    def predict(self, cal: cost.Calibration, compute: list[dict]) -> dict:
         """The pipeline formula over the stages of dp index 0, tp index 0, each slot
         lengthened by its tensor-parallel all-reduces; then the dp all-reduce, exposed."""
         def terms(c: dict, per_mb: bool) -> dict:
             names = [k for k in c if (k in ("forward", "backward")) == per_mb]
-            return {t: sum(c[k][t] for k in names) for t in costmodel.COMPUTE_TERMS}
+            return {t: sum(c[k][t] for k in names) for t in cost.COMPUTE_TERMS}
 
         c, deg = self.spec.cfg, self.deg
-        ranks = [mesh_model.rank_of(0, s, 0, deg) for s in range(self.p)]
-        tables = [mesh_model.dim_bytes(self.name, r, deg, L=c.layers,
+        ranks = [mesh.rank_of(0, s, 0, deg) for s in range(self.p)]
+        tables = [mesh.dim_bytes(self.name, r, deg, L=c.layers,
                                        B=self.spec.batch_size, s=c.seq_len, h=c.hidden,
                                        e=self.spec.e, m=self.m, numels=self.numels(),
                                        cap_elems=self.spec.cap_elems) for r in ranks]
         inside = [{"tp_comm": cal.comm(t["tp"])} if t["tp"] else {} for t in tables]
         t_p2p = cal.coll("send_recv", self.mb_bytes()) if self.p > 1 else 0.0
-        pred = costmodel.predict_pipeline([terms(compute[r], True) for r in ranks],
+        pred = cost.predict_pipeline([terms(compute[r], True) for r in ranks],
                                           [terms(compute[r], False) for r in ranks],
                                           self.m, t_p2p, inside)
         dp_s = max(cal.comm(t["dp"]) if t["dp"] else 0.0 for t in tables)
         rest = {k: v for k, v in pred.items()
                 if k not in ("step_time_s", "terms_s", "dominant", "formula")}
-        return costmodel.prediction({**pred["terms_s"], "dp_comm": dp_s},
+        return cost.prediction({**pred["terms_s"], "dp_comm": dp_s},
                                     pred["formula"] + " + dp all-reduce", **rest)
 
     def extra(self) -> dict[str, Any]:

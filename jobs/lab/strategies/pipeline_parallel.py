@@ -14,9 +14,9 @@ from __future__ import annotations
 import torch
 from torch import nn
 
-from jobs.lab import costmodel, memorymodel
-from jobs.lab.instrument import SavedActivations
-from jobs.lab.model import Batch, build_model, loss_fn
+from jobs.lab.components.instrument import SavedActivations
+from jobs.lab.components.model import Batch, build_model, loss_fn
+from jobs.lab.predict import cost, memory
 from jobs.lab.strategies.base import StepOut, Strategy
 from jobs.lab.strategies.pp_communications import StageComm
 
@@ -27,7 +27,7 @@ class Stage(nn.Module):
 
     def __init__(self, model: nn.Module, rank: int, p: int) -> None:
         super().__init__()
-        keep = {str(i) for i in costmodel.stage_layers(len(model.blocks), p, rank)}
+        keep = {str(i) for i in cost.stage_layers(len(model.blocks), p, rank)}
         for key in list(model.blocks.keys()):
             if key not in keep:
                 del model.blocks[key]
@@ -119,7 +119,7 @@ class PipelineBase(Strategy):
         return c.kind, c.layers, c.hidden, c.seq_len, c.vocab
 
     def local_layers(self) -> range:
-        return costmodel.stage_layers(self.spec.cfg.layers, self.p, self.rank)
+        return cost.stage_layers(self.spec.cfg.layers, self.p, self.rank)
 
     def local_tokens(self) -> int:
         return self.mb_rows * self.spec.cfg.seq_len
@@ -134,7 +134,7 @@ class PipelineBase(Strategy):
         fwd, bwd = (0 if last else mb), (0 if first else mb)
         again = k if m > k else m - 1
         return self.peak_memory(
-            P=costmodel.stage_params(*self._dims(), self.p, self.rank), in_flight=k,
+            P=cost.stage_params(*self._dims(), self.p, self.rank), in_flight=k,
             first=first, last=last, start={"sends held": k * fwd},
             later={"sends held": min(m, again + 1) * fwd + bwd},
             end={"sends held": m * (fwd + bwd)})
@@ -144,18 +144,18 @@ class PipelineBase(Strategy):
         return self.mb_rows * c.seq_len * c.hidden * self.spec.e
 
     def predicted_comm(self):
-        return costmodel.pp_comm(self.rank, self.p, self.m, self.mb_bytes())
+        return cost.pp_comm(self.rank, self.p, self.m, self.mb_bytes())
 
-    def predict(self, cal: costmodel.Calibration, compute: list[dict]) -> dict:
+    def predict(self, cal: cost.Calibration, compute: list[dict]) -> dict:
         """Per stage: forward+backward (spans "forward", "backward"; PyTorch's schedules:
         "schedule") per micro-batch, the rest once per step; composed by the pipeline
         formula with one send/recv of a micro-batch's activation per boundary crossing."""
         def terms(c: dict, per_mb: bool) -> dict:
             names = [k for k in c if (k in ("forward", "backward", "schedule")) == per_mb]
-            return {t: sum(c[k][t] for k in names) for t in costmodel.COMPUTE_TERMS}
+            return {t: sum(c[k][t] for k in names) for t in cost.COMPUTE_TERMS}
 
         t_p2p = cal.coll("send_recv", self.mb_bytes()) if self.p > 1 else 0.0
-        return costmodel.predict_pipeline([terms(c, True) for c in compute],
+        return cost.predict_pipeline([terms(c, True) for c in compute],
                                           [terms(c, False) for c in compute], self.m, t_p2p)
 
     def extra(self) -> dict:
@@ -167,7 +167,7 @@ class PipelineBase(Strategy):
                 "expected_max_in_flight": self.expected_in_flight(),
                 "one_micro_batch_saved_bytes": self.first_mb_saved_bytes,
                 "predicted_one_micro_batch_block_bytes":
-                    n_layers * memorymodel.block_activations(
+                    n_layers * memory.block_activations(
                         c.kind, self.local_tokens(), c.hidden, c.heads, self.spec.e)}
 
     def expected_in_flight(self) -> int:

@@ -15,7 +15,7 @@ from __future__ import annotations
 
 import torch
 
-from jobs.lab.runtime import Context
+from jobs.lab.components.context import Context
 
 
 class StageComm:

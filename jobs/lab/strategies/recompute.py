@@ -13,7 +13,7 @@ inputs' gradients. Two policies:
 - selective (Megatron's): the piece is the attention core softmax(QK^T/sqrt(d))V only,
   rebuilt from q, k and v, which the projections' outputs keep anyway. The model's core is
   a fused SDPA kernel that keeps no s^2 matrix (it rebuilds it inside its own backward),
-  so what selective saves here is only the kernel's log-sum-exp (recompute_memory.py).
+  so what selective saves here is only the kernel's log-sum-exp (recompute.py).
 
 The GPT model has no dropout, so no RNG state is kept (``has_dropout``); the mechanism is
 tested on a block with dropout (tests/lab/test_lab_recompute.py). With world_size > 1
@@ -32,9 +32,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jobs.lab import costmodel, recompute_memory
-from jobs.lab.instrument import SavedActivations
-from jobs.lab.model import Batch, loss_fn
+from jobs.lab.components.instrument import SavedActivations
+from jobs.lab.components.model import Batch, loss_fn
+from jobs.lab.predict import cost, recompute
 from jobs.lab.strategies.base import StepOut
 from jobs.lab.strategies.data_parallel import DataParallelNaive
 
@@ -150,11 +150,11 @@ class RecomputeFull(DataParallelNaive):
     def predicted_comm(self):
         if self.ctx.world == 1:
             return {}
-        return costmodel.dp_comm(self.numels(), self.spec.e, "dp_naive", self.spec.cap_elems)
+        return cost.dp_comm(self.numels(), self.spec.e, "dp_naive", self.spec.cap_elems)
 
     def memory_for(self, policy: str, rebuilt_output: bool = False) -> dict:
         c = self.spec.cfg
-        return recompute_memory.step_peak(
+        return recompute.step_peak(
             self.precision, c.kind, policy, P=c.param_count(), layers=c.layers,
             n=self.local_tokens(), h=c.hidden, heads=c.heads, v=c.vocab, e=self.spec.e,
             inputs=self.ctx.is_cuda, largest_update=self.largest_update(),
@@ -166,17 +166,17 @@ class RecomputeFull(DataParallelNaive):
     def extra(self) -> dict:
         c, n = self.spec.cfg, self.local_tokens()
         mine, none = self.predicted_memory(), self.memory_for("none")
-        kept = {p: recompute_memory.kept_per_block(c.kind, p, n, c.hidden, c.heads,
+        kept = {p: recompute.kept_per_block(c.kind, p, n, c.hidden, c.heads,
                                                     self.spec.e) for p in ("none", self.policy)}
         return {"policy": self.policy, "rng_state_kept": self.preserve_rng,
                 "kept_after_forward_bytes": self.kept_after_forward,
                 "predicted_kept_after_forward_bytes": mine["activations"],
                 "kept_per_block_bytes": kept[self.policy],
                 "kept_per_block_without_bytes": kept["none"],
-                "predicted_activations_saved_bytes": recompute_memory.saved(
+                "predicted_activations_saved_bytes": recompute.saved(
                     c.kind, self.policy, c.layers, n, c.hidden, c.heads, self.spec.e),
                 "predicted_peak_saved_bytes": none["total"] - mine["total"],
-                "recomputed": recompute_memory.recompute_forwards(c.kind, self.policy,
+                "recomputed": recompute.recompute_forwards(c.kind, self.policy,
                                                                   c.layers)}
 
 

@@ -38,9 +38,9 @@ from torch.distributed.tensor.parallel import (
     parallelize_module,
 )
 
-from jobs.lab import costmodel, memorymodel, sequence_memory
-from jobs.lab.instrument import Comm
-from jobs.lab.model import Batch, build_model, loss_fn
+from jobs.lab.components.instrument import Comm
+from jobs.lab.components.model import Batch, build_model, loss_fn
+from jobs.lab.predict import cost, memory, sequence
 from jobs.lab.strategies.base import StepOut, Strategy
 from jobs.lab.strategies.dtensor_tp import DTensorTP
 from jobs.lab.strategies.tensor_parallel import (
@@ -196,11 +196,11 @@ def sp_peak_memory(strat: Strategy, buffers: dict[str, float]) -> dict:
     """The step's peak of a sequence-parallel rank: one micro-batch of the whole batch,
     the blocks' matmuls split t ways (sequence_memory's formulas)."""
     c, e, t, n = strat.spec.cfg, strat.spec.e, strat.ctx.world, strat.spec.tokens
-    split, rep = costmodel.tp_split_params(c.layers, c.hidden, c.seq_len, c.vocab)
-    blocks = c.layers * sequence_memory.sp_block_activations(n, c.hidden, c.heads, e, t)
-    return sequence_memory.single_batch_peak(
+    split, rep = cost.tp_split_params(c.layers, c.hidden, c.seq_len, c.vocab)
+    blocks = c.layers * sequence.sp_block_activations(n, c.hidden, c.heads, e, t)
+    return sequence.single_batch_peak(
         strat.precision, c.kind, rep + split // t, n, c.hidden, c.vocab, e, blocks,
-        sequence_memory.sp_backward_working_set(n, c.hidden, e, t), strat.ctx.is_cuda,
+        sequence.sp_backward_working_set(n, c.hidden, e, t), strat.ctx.is_cuda,
         strat.largest_update(), buffers)
 
 
@@ -274,7 +274,7 @@ def torch_sp_comm(L: int, b: int, s: int, h: int, e: int, precision: str) -> dic
     reads = 1 if precision == "fp32_sgd" else 3
     return {"all_gather": {"bytes": (4 * L + 2) * act, "count": 4 * L + 2},
             "reduce_scatter": {"bytes": 2 * L * act, "count": 2 * L},
-            "all_reduce": {"bytes": 4 * L * (act + reads * h * memorymodel.F32),
+            "all_reduce": {"bytes": 4 * L * (act + reads * h * memory.F32),
                            "count": 4 * L * (1 + reads)}}
 
 

@@ -6,7 +6,7 @@ other strategy's speed is compared with (and the gate's reference is the same co
 
 from __future__ import annotations
 
-from jobs.lab.model import Batch, build_model, loss_fn
+from jobs.lab.components.model import Batch, build_model, loss_fn
 from jobs.lab.strategies.base import StepOut, Strategy
 
 

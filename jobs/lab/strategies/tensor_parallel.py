@@ -14,9 +14,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jobs.lab import costmodel
-from jobs.lab.instrument import Comm
-from jobs.lab.model import Attention, Batch, build_model, loss_fn
+from jobs.lab.components.instrument import Comm
+from jobs.lab.components.model import Attention, Batch, build_model, loss_fn
+from jobs.lab.predict import cost
 from jobs.lab.strategies.base import Piece, StepOut, Strategy, pieces_of
 from jobs.lab.strategies.tp_communications import f, g
 
@@ -154,7 +154,7 @@ class MegatronTP(Strategy):
 
     def _split(self) -> tuple[int, int]:
         c = self.spec.cfg
-        return costmodel.tp_split_params(c.layers, c.hidden, c.seq_len, c.vocab)
+        return cost.tp_split_params(c.layers, c.hidden, c.seq_len, c.vocab)
 
     def local_tokens(self) -> int:
         return self.spec.tokens  # every rank runs the whole batch, on its slice of the model
@@ -167,5 +167,5 @@ class MegatronTP(Strategy):
 
     def predicted_comm(self):
         c = self.spec.cfg
-        return costmodel.tp_comm(c.layers, self.spec.batch_size, c.seq_len, c.hidden,
+        return cost.tp_comm(c.layers, self.spec.batch_size, c.seq_len, c.hidden,
                                  self.spec.e, self.all_reduces_per_layer)

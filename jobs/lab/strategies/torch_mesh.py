@@ -29,9 +29,9 @@ from torch.distributed.tensor import DTensor
 from torch.distributed.tensor.parallel import parallelize_module
 from torch.nn.parallel import DistributedDataParallel as DDP
 
-from jobs.lab import costmodel, mesh_model
-from jobs.lab.model import Batch, build_model, loss_fn, make_batch
-from jobs.lab.optim import ADAMW_LR, BETAS, EPS, WEIGHT_DECAY
+from jobs.lab.components.model import Batch, build_model, loss_fn, make_batch
+from jobs.lab.components.optim import ADAMW_LR, BETAS, EPS, WEIGHT_DECAY
+from jobs.lab.predict import cost, mesh
 from jobs.lab.strategies.base import StepOut, Strategy
 from jobs.lab.strategies.dtensor_tp import PLAN
 from jobs.lab.strategies.mesh import DataPipeline, device_backend
@@ -55,8 +55,8 @@ class TorchDataTensor(Strategy):
     def __init__(self, ctx, spec) -> None:
         super().__init__(ctx, spec)
         params = spec.params
-        self.deg = mesh_model.degrees(self.name, ctx.world, params.get("tp", 1), 1)
-        self.at = mesh_model.coords(ctx.rank, self.deg)
+        self.deg = mesh.degrees(self.name, ctx.world, params.get("tp", 1), 1)
+        self.at = mesh.coords(ctx.rank, self.deg)
         self.rpn = params.get("ranks_per_node", ctx.world)
         backend = device_backend(ctx)
         self.mesh = init_device_mesh(
@@ -107,15 +107,15 @@ class TorchDataTensor(Strategy):
     def per_dim(self) -> dict[str, dict]:
         c, d = self.spec.cfg, self.deg["dp"]
         e_param, e_reduce = self._bytes()
-        fsdp = costmodel.fsdp_comm(self.units, d, e_param, e_reduce,
+        fsdp = cost.fsdp_comm(self.units, d, e_param, e_reduce,
                                    regathered=[True] * (len(self.units) - 1) + [False]) \
             if d > 1 else None
-        return mesh_model.dim_bytes(self.name, self.ctx.rank, self.deg, L=c.layers,
+        return mesh.dim_bytes(self.name, self.ctx.rank, self.deg, L=c.layers,
                                     B=self.spec.batch_size, s=c.seq_len, h=c.hidden,
                                     e=self.spec.e, m=1, numels=[], cap_elems=1, fsdp=fsdp)
 
     def predicted_comm(self):
-        return mesh_model.merged(self.per_dim())
+        return mesh.merged(self.per_dim())
 
     def predicted_memory(self) -> dict:
         """fsdp.py's formula over the rank's tensor-parallel share: the sharded state
@@ -126,16 +126,16 @@ class TorchDataTensor(Strategy):
         0.96-0.98 without)."""
         c, d, t = self.spec.cfg, self.deg["dp"], self.deg["tp"]
         e_param, e_reduce = self._bytes()
-        sizes = [costmodel.fsdp_padded(u, d) for u in self.units]
+        sizes = [cost.fsdp_padded(u, d) for u in self.units]
         root = sizes[-1]
-        split, rep = costmodel.tp_split_params(c.layers, c.hidden, c.seq_len, c.vocab)
+        split, rep = cost.tp_split_params(c.layers, c.hidden, c.seq_len, c.vocab)
         return self.peak_memory(
             P=(rep + split // t) / d, t=t,
             start={"root unsharded": root * e_param},
             end={"root unsharded": root * e_param, "root gradients": root * (e_param + e_reduce)})
 
     def extra(self) -> dict[str, Any]:
-        dims = mesh_model.breakdown(self.per_dim(), self.ctx.rank, self.deg, self.rpn)
+        dims = mesh.breakdown(self.per_dim(), self.ctx.rank, self.deg, self.rpn)
         return {"mesh": {**self.deg, "coords": self.at, "ranks_per_node": self.rpn,
                          "order": "init_device_mesh (dp, tp): rank = dp_idx * tp + tp_idx",
                          "dims": dims}}
@@ -149,8 +149,8 @@ class TorchDataPipeline(Torch1F1B):
     def __init__(self, ctx, spec) -> None:
         Strategy.__init__(self, ctx, spec)  # not TorchPipelineBase's: the mesh's groups
         cfg, params = spec.cfg, spec.params
-        self.deg = mesh_model.degrees(self.name, ctx.world, 1, params.get("pp", 1))
-        self.at = mesh_model.coords(ctx.rank, self.deg)
+        self.deg = mesh.degrees(self.name, ctx.world, 1, params.get("pp", 1))
+        self.at = mesh.coords(ctx.rank, self.deg)
         self.rpn = params.get("ranks_per_node", ctx.world)
         backend = device_backend(ctx)
         self.mesh = init_device_mesh(
@@ -204,13 +204,13 @@ class TorchDataPipeline(Torch1F1B):
 
     def per_dim(self) -> dict[str, dict]:
         c = self.spec.cfg
-        return mesh_model.dim_bytes(self.name, self.ctx.rank, self.deg, L=c.layers,
+        return mesh.dim_bytes(self.name, self.ctx.rank, self.deg, L=c.layers,
                                     B=self.spec.batch_size, s=c.seq_len, h=c.hidden,
                                     e=self.spec.e, m=self.m, numels=self.numels(),
                                     cap_elems=self.spec.cap_elems)
 
     def predicted_comm(self):
-        return mesh_model.merged(self.per_dim())
+        return mesh.merged(self.per_dim())
 
     def predicted_memory(self) -> dict:
         """dp_pp's stage formula (DDP's buckets: a second copy of the stage's gradients)
@@ -222,18 +222,18 @@ class TorchDataPipeline(Torch1F1B):
                 if self.last else 0}
         return {**mem, "held": {**mem["held"], **kept}, "total": mem["total"] + sum(kept.values())}
 
-    def predict(self, cal: costmodel.Calibration, compute: list[dict]) -> dict:
+    def predict(self, cal: cost.Calibration, compute: list[dict]) -> dict:
         """The pipeline formula over the stages of dp index 0, then DDP's all-reduce."""
-        ranks = [mesh_model.rank_of(0, s, 0, self.deg) for s in range(self.p)]
+        ranks = [mesh.rank_of(0, s, 0, self.deg) for s in range(self.p)]
         pred = PipelineBase.predict(self, cal, [compute[r] for r in ranks])
         dp = self.per_dim()["dp"]
         rest = {k: v for k, v in pred.items()
                 if k not in ("step_time_s", "terms_s", "dominant", "formula")}
-        return costmodel.prediction({**pred["terms_s"], "dp_comm": cal.comm(dp) if dp else 0.0},
+        return cost.prediction({**pred["terms_s"], "dp_comm": cal.comm(dp) if dp else 0.0},
                                     pred["formula"] + " + dp all-reduce", **rest)
 
     def extra(self) -> dict[str, Any]:
-        dims = mesh_model.breakdown(self.per_dim(), self.ctx.rank, self.deg, self.rpn)
+        dims = mesh.breakdown(self.per_dim(), self.ctx.rank, self.deg, self.rpn)
         return {**super().extra(),
                 "mesh": {**self.deg, "coords": self.at, "ranks_per_node": self.rpn,
                          "order": "init_device_mesh (dp, pp): rank = dp_idx * pp + pp_idx",

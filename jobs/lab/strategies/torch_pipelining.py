@@ -10,7 +10,7 @@ from __future__ import annotations
 import torch
 from torch.distributed.pipelining import PipelineStage, Schedule1F1B, ScheduleGPipe
 
-from jobs.lab.model import Batch, build_model, loss_fn, make_batch
+from jobs.lab.components.model import Batch, build_model, loss_fn, make_batch
 from jobs.lab.strategies.base import StepOut, Strategy
 from jobs.lab.strategies.pipeline_parallel import OneFOneB, PipelineBase, Stage
 

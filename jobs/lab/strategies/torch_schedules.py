@@ -17,8 +17,8 @@ from torch.distributed.pipelining import (
     ScheduleInterleavedZeroBubble,
 )
 
-from jobs.lab import costmodel, memorymodel, schedule_model
-from jobs.lab.model import Batch, build_model, loss_fn, make_batch
+from jobs.lab.components.model import Batch, build_model, loss_fn, make_batch
+from jobs.lab.predict import cost, memory, schedule
 from jobs.lab.strategies.base import StepOut, Strategy
 from jobs.lab.strategies.interleaved import Chunks, Interleaved1F1B
 
@@ -128,7 +128,7 @@ class TorchInterleaved1F1B(Interleaved1F1B):
 
     def expected_order(self) -> list[tuple[str, int, int]]:
         """torch's runtime runs the hand-written order (the events say so, gated)."""
-        return schedule_model.order(self.p, self.m, self.v, self.rank)
+        return schedule.order(self.p, self.m, self.v, self.rank)
 
     def torch_order(self) -> list[tuple[str, int, int]]:
         """The schedule's own order for this rank, as (kind, micro-batch, chunk): F, B
@@ -162,8 +162,8 @@ class TorchInterleaved1F1B(Interleaved1F1B):
         return {"stage": self.rank, "virtual_stages": self.v, "micro_batches": self.m,
                 "torch_order": " ".join(f"{k[0].upper()}{mb}.{c}" for k, mb, c in order),
                 "matches_hand_order": [x for x in order if x[0] != "weight"]
-                == schedule_model.order(self.p, self.m, self.v, self.rank),
-                "bubble_formula": schedule_model.interleaved_bubble(self.p, self.m, self.v)}
+                == schedule.order(self.p, self.m, self.v, self.rank),
+                "bubble_formula": schedule.interleaved_bubble(self.p, self.m, self.v)}
 
 
 class TorchZeroBubble(TorchInterleaved1F1B):
@@ -181,12 +181,12 @@ class TorchZeroBubble(TorchInterleaved1F1B):
         assumed), the messages spread over them: bubble (p-1)/(3*v*m+p-1), the claim."""
         out = super().predict(cal, compute)
         fb = [{t: sum(c[k][t] for k in c if k in ("forward", "backward", "schedule"))
-               for t in costmodel.COMPUTE_TERMS} for c in compute]
+               for t in cost.COMPUTE_TERMS} for c in compute]
         opt = [{t: sum(c[k][t] for k in c if k not in ("forward", "backward", "schedule"))
-                for t in costmodel.COMPUTE_TERMS} for c in compute]
+                for t in cost.COMPUTE_TERMS} for c in compute]
         t_p2p = cal.coll("send_recv", self.mb_bytes()) / 3
-        zb = costmodel.predict_pipeline(fb, opt, 3 * self.v * self.m, t_p2p)
-        claim = schedule_model.zero_bubble_claim(self.p, self.m, self.v)
+        zb = cost.predict_pipeline(fb, opt, 3 * self.v * self.m, t_p2p)
+        claim = schedule.zero_bubble_claim(self.p, self.m, self.v)
         return {**out, **zb, "bubble_fraction": claim, "interleaved_prediction_s":
                 out["step_time_s"], "formula": "T = (3*v*m + p - 1) slots of (t_f+t_b)/(3*v*m) "
                 "+ optimizer (F, B, W a third each); bubble = (p-1)/(3*v*m+p-1)"}
@@ -226,6 +226,6 @@ class TorchZeroBubble(TorchInterleaved1F1B):
     def extra(self) -> dict:
         c = self.spec.cfg
         return {**super().extra(),
-                "bubble_claim": schedule_model.zero_bubble_claim(self.p, self.m, self.v),
-                "weight_grad_block_bytes": memorymodel.block_activations(
+                "bubble_claim": schedule.zero_bubble_claim(self.p, self.m, self.v),
+                "weight_grad_block_bytes": memory.block_activations(
                     c.kind, self.local_tokens(), c.hidden, c.heads, self.spec.e)}

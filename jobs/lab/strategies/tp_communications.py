@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import torch
 
-from jobs.lab.instrument import Comm
+from jobs.lab.components.instrument import Comm
 
 
 class CopyToModelParallelRegion(torch.autograd.Function):

@@ -22,9 +22,9 @@ from __future__ import annotations
 
 import torch
 
-from jobs.lab import costmodel
-from jobs.lab.model import Batch, build_model, loss_fn
-from jobs.lab.optim import STATE_KEYS, update_shard
+from jobs.lab.components.model import Batch, build_model, loss_fn
+from jobs.lab.components.optim import STATE_KEYS, update_shard
+from jobs.lab.predict import cost
 from jobs.lab.strategies.base import Piece, StepOut, Strategy, model_state
 
 
@@ -39,7 +39,7 @@ class Zero1(Strategy):
         self.model = build_model(spec.cfg, dev)
         params = list(self.model.parameters())
         self.names = {id(p): n for n, p in self.model.named_parameters()}
-        self.plan = costmodel.plan_buckets([p.numel() for p in params], spec.cap_elems, d)
+        self.plan = cost.plan_buckets([p.numel() for p in params], spec.cap_elems, d)
         self.buckets = []
         for index, b in enumerate(self.plan):
             members = [params[i] for i in b["params"]]
@@ -186,7 +186,7 @@ class Zero1(Strategy):
 
     def predicted_comm(self):
         numels = [p.numel() for p in self.model.parameters()]
-        return costmodel.zero_comm(numels, self.spec.e, self.ctx.world, self.spec.cap_elems)
+        return cost.zero_comm(numels, self.spec.e, self.ctx.world, self.spec.cap_elems)
 
     def extra(self) -> dict:
         return {"buckets": len(self.buckets)}

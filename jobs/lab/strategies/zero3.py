@@ -1,7 +1,7 @@
 """ZeRO-3 by hand (Rajbhandari et al. 2020, stage P_os+g+p), over data parallelism.
 
 The parameters are sharded too. The model is cut into units in forward order - the
-embedding, each block, the final norm and head (zero3_plan.units) - and each unit's
+embedding, each block, the final norm and head (zero3.units) - and each unit's
 parameters live in one flat buffer, padded to a multiple of d, of which rank r keeps
 slice r for good (the shard: what the optimizer updates), with its gradient shard and
 its optimizer-state shard: 16P/d bytes per rank in bf16_adamw, 12P/d in fp32_sgd, plus
@@ -35,9 +35,9 @@ from __future__ import annotations
 
 import torch
 
-from jobs.lab import costmodel, memorymodel, zero3_plan
-from jobs.lab.model import Batch, build_model, loss_fn
-from jobs.lab.optim import update_shard
+from jobs.lab.components.model import Batch, build_model, loss_fn
+from jobs.lab.components.optim import update_shard
+from jobs.lab.predict import cost, memory, zero3
 from jobs.lab.strategies.base import Piece, StepOut, Strategy
 from jobs.lab.strategies.zero import Zero1
 
@@ -60,7 +60,7 @@ class Zero3(Zero1):
         self.model = build_model(spec.cfg, ctx.device)
         named = list(self.model.named_parameters())
         self.names = {id(p): n for n, p in named}
-        groups = zero3_plan.units([n for n, _ in named])
+        groups = zero3.units([n for n, _ in named])
         self.buckets = [self._unit(index, [named[i][1] for i in members])
                         for index, members in enumerate(groups)]
         self.steps = 0
@@ -193,10 +193,10 @@ class Zero3(Zero1):
         return max(u["padded"] for u in self.buckets) // self.ctx.world  # a shard
 
     def predicted_comm(self):
-        return zero3_plan.comm([u["numel"] for u in self.buckets], self.spec.e,
+        return zero3.comm([u["numel"] for u in self.buckets], self.spec.e,
                                     self.ctx.world)
 
-    def overlap_s(self, cal: costmodel.Calibration, compute: list[dict]) -> float:
+    def overlap_s(self, cal: cost.Calibration, compute: list[dict]) -> float:
         """On a GPU the prefetched all-gathers and the reduce-scatter in flight run beside
         the units' compute: all but the first gather and the last reduce-scatter (the
         embedding's, both) can hide. On CPU gloo's threads compete with the compute for
@@ -223,19 +223,19 @@ class Zero3(Zero1):
         n, h, L, cuda = self.local_tokens(), c.hidden, c.layers, self.ctx.is_cuda
         sizes = [u["padded"] for u in self.buckets]
         E, B, F = sizes[0], max(sizes[1:-1]), sizes[-1]
-        state = memorymodel.model_state(self.precision, sum(sizes), stage=3, d=d)
+        state = memory.model_state(self.precision, sum(sizes), stage=3, d=d)
         held = {k: state[k] for k in ("params", "grads", "optimizer")}
-        one = memorymodel.activations(c.kind, L, n, h, c.heads, c.vocab, e, inputs=cuda)
-        head = memorymodel.finish_activations(c.kind, n, h, c.vocab, e, cuda)
-        blk = memorymodel.block_activations(c.kind, n, h, c.heads, e)
-        work = memorymodel.backward_working_set(n, h, e)
+        one = memory.activations(c.kind, L, n, h, c.heads, c.vocab, e, inputs=cuda)
+        head = memory.finish_activations(c.kind, n, h, c.vocab, e, cuda)
+        blk = memory.block_activations(c.kind, n, h, c.heads, e)
+        work = memory.backward_working_set(n, h, e)
         out_grad = n * (c.vocab if c.kind == "gpt" else h) * e
         copy = 0 if "nccl" in self.ctx.backend else 1  # gloo's reduced copy (zero.py)
         proj = (4 * h * h + h) * e
         before = B if L > 1 else E  # the unit prefetched during the last block's backward
         moments = {
             "loss backward": {"activations": one, "loss gradient":
-                              memorymodel.loss_gradient(c.kind, n, h, c.vocab, e)},
+                              memory.loss_gradient(c.kind, n, h, c.vocab, e)},
             "head backward": {"activations": one, "output gradient": out_grad,
                               "finish unit whole": F * e, "last block whole": B * e,
                               "head gradients": F * e, "head input gradient": n * h * e},
@@ -251,7 +251,7 @@ class Zero3(Zero1):
                                          "MLP projection gradients": proj}
         if self.precision == "bf16_adamw":
             moments["optimizer step"] = {"AdamW temporaries": 8 * self.largest_update()}
-        return {**memorymodel.peak(held, moments), "model_state": state,
+        return {**memory.peak(held, moments), "model_state": state,
                 "activations": one, "one_micro_batch_activations": one}
 
     def extra(self) -> dict:

@@ -3,7 +3,7 @@
 instead of the warm-up's bound, and not the order its schedule promises."""
 
 from jobs.lab import strategies
-from jobs.lab.schedule_model import backward_op, forward_op
+from jobs.lab.predict.schedule import backward_op, forward_op
 from jobs.lab.strategies.interleaved import Interleaved1F1B
 
 

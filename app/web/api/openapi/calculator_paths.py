@@ -5,7 +5,7 @@ from __future__ import annotations
 
 from app.web.api.calculator_endpoint import MAX_BODY
 from app.web.api.openapi.schema import ERRORS, body, json_response, query
-from jobs.lab import memorymodel, whatif
+from jobs.lab.predict import memory, whatif
 
 OBJ = {"type": "object"}
 TYPES = {"int": "integer", "float": "number", "bool": "boolean", "str": "string"}
@@ -16,7 +16,7 @@ DESCRIPTIONS = {
     "batch_size": "global batch in sequences per optimizer step; divisible by dp x "
                   "micro_batches",
     "micro_batches": "micro-batches per step (gradient accumulation, pipeline slots)",
-    "precision": "training recipe: " + ", ".join(memorymodel.RECIPES),
+    "precision": "training recipe: " + ", ".join(memory.RECIPES),
     "gpu": ", ".join(whatif.GPUS) + ", or run:<id>: that run's calibration "
            "(GET /api/v1/calculator/gpus lists them)",
     "dp": "data-parallel degree", "tp": "tensor-parallel degree; divides heads",

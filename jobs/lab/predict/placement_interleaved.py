@@ -7,8 +7,8 @@ from __future__ import annotations
 
 import math
 
-from jobs.lab import costmodel
-from jobs.lab.placement import Ctx, Piece, nbytes
+from jobs.lab.predict import cost
+from jobs.lab.predict.placement import Ctx, Piece, nbytes
 
 SCHEDULES = {
     "interleaved_1f1b": "interleaved 1F1B by hand",
@@ -23,7 +23,7 @@ def interleaved(ctx: Ctx, strategy: str):
     chunks = p * v
     if m.layers < chunks:
         raise ValueError(f"{m.layers} layers cannot fill {p} stages x {v} chunks")
-    spans = [costmodel.stage_layers(m.layers, chunks, c) for c in range(chunks)]
+    spans = [cost.stage_layers(m.layers, chunks, c) for c in range(chunks)]
     chunk_of = {i: c for c, span in enumerate(spans) for i in span}
     owner = {"embed": 0, "finish": (chunks - 1) % p}
     msg = nbytes(ctx.batch_size // ctx.micro_batches * m.seq_len * m.hidden * m.e)

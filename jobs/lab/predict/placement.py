@@ -14,7 +14,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass, field
 
-from jobs.lab import costmodel
+from jobs.lab.predict import cost
 
 FLAT = -1  # Piece.dim of a flat range of the flattened tensor (ZeRO's buckets)
 COLUMN = ("attn.q", "attn.k", "attn.v", "mlp.fc")  # TP: split by output rows
@@ -55,7 +55,7 @@ class Model:
         return 2 if self.dtype == "bfloat16" else 4
 
     def param_count(self) -> int:
-        return costmodel.param_count(self.kind, self.layers, self.hidden, self.seq_len,
+        return cost.param_count(self.kind, self.layers, self.hidden, self.seq_len,
                                      self.vocab, tied=self.tie_head)
 
     def tensors(self) -> list[tuple[str, int | None, str, tuple[int, ...]]]:
@@ -152,7 +152,7 @@ def single(ctx: Ctx, _strategy: str):
 
 def data_parallel(ctx: Ctx, strategy: str):
     d, e = ctx.d, ctx.m.e
-    buckets = costmodel.plan_buckets(ctx.numels, ctx.cap_elems)
+    buckets = cost.plan_buckets(ctx.numels, ctx.cap_elems)
     where = {i: k for k, b in enumerate(buckets) for i in b["params"]}
     last = "the last micro-batch's backward" if ctx.micro_batches > 1 else "backward"
 
@@ -185,7 +185,7 @@ def data_parallel(ctx: Ctx, strategy: str):
 
 def zero(ctx: Ctx, strategy: str):
     d, e = ctx.d, ctx.m.e
-    buckets = costmodel.plan_buckets(ctx.numels, ctx.cap_elems, pad_to=d)
+    buckets = cost.plan_buckets(ctx.numels, ctx.cap_elems, pad_to=d)
     offset: dict[int, tuple[int, int]] = {}  # tensor -> (bucket, offset in its flat buffer)
     for k, b in enumerate(buckets):
         at = 0
@@ -227,7 +227,7 @@ def fsdp2(ctx: Ctx, _strategy: str):
     units: dict[int | None, list[tuple]] = {}
     for key, layer, _, shape in m.tensors():
         units.setdefault(layer if key == "block" else None, []).append(shape)
-    size = {u: costmodel.fsdp_padded(shapes, d) for u, shapes in units.items()}
+    size = {u: cost.fsdp_padded(shapes, d) for u, shapes in units.items()}
 
     def rule(_i, _key, layer, _name, shape):
         rows, rest, c = shape[0], shape[1:], math.ceil(shape[0] / d)
@@ -264,7 +264,7 @@ def pipeline(ctx: Ctx, strategy: str):
     if m.layers < p:
         raise ValueError(f"{m.layers} layers cannot fill {p} stages")
     mb = 1 if strategy == "naive_mp" else ctx.micro_batches
-    spans = [costmodel.stage_layers(m.layers, p, r) for r in range(p)]
+    spans = [cost.stage_layers(m.layers, p, r) for r in range(p)]
     stage = {i: r for r, span in enumerate(spans) for i in span}
     owner = {"embed": 0, "finish": p - 1}
     msg = nbytes(ctx.batch_size // mb * m.seq_len * m.hidden * m.e)
@@ -335,7 +335,7 @@ def tensor_parallel(ctx: Ctx, strategy: str):
             if module in ROW else "Replicated: every rank computes it on the whole batch "
             "and gets the same gradient, so nothing is communicated.",)
 
-    split, rep = costmodel.tp_split_params(m.layers, m.hidden, m.seq_len, m.vocab)
+    split, rep = cost.tp_split_params(m.layers, m.hidden, m.seq_len, m.vocab)
     per = 6 if dtensor else 4
     how = "2 in forward (g), 4 in backward (q, k, v, fc)" if dtensor else \
         "2 in forward (g), 2 in backward (f)"

@@ -27,7 +27,7 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jobs.lab import moecost
+from jobs.lab.predict import experts
 
 
 class Expert(nn.Module):
@@ -54,7 +54,7 @@ class MoE(nn.Module):
     def __init__(self, cfg: Any) -> None:
         super().__init__()
         h, self.E, self.k = cfg.hidden, cfg.experts, cfg.top_k
-        self.C = moecost.capacity(cfg.experts, cfg.top_k, cfg.capacity_factor, cfg.seq_len)
+        self.C = experts.capacity(cfg.experts, cfg.top_k, cfg.capacity_factor, cfg.seq_len)
         self.router = nn.Linear(h, self.E, bias=False)
         # keyed by global index: a rank that keeps some experts keeps their names
         self.experts = nn.ModuleDict({str(j): Expert(h, 4 * h) for j in range(self.E)})

@@ -1,14 +1,14 @@
 """The what-if calculator's answer: per-rank memory, step time, communication and MFU of a
 configuration (resolved by jobs/lab/whatif.py), composed from the lab's own formulas.
 
-    parameters per rank   costmodel.rank_params (pipeline stage, tensor-parallel split)
+    parameters per rank   cost.rank_params (pipeline stage, tensor-parallel split)
     model state           memorymodel.model_state (ZeRO stage over the DP degree)
     activations           memorymodel.activations x micro-batches in flight (1F1B)
-    communication         costmodel.dp_comm / zero_comm / fsdp_comm / tp_comm / pp_comm
-    step time             costmodel.predict_pipeline (one stage: no bubble), priced with
+    communication         cost.dp_comm / zero_comm / fsdp_comm / tp_comm / pp_comm
+    step time             cost.predict_pipeline (one stage: no bubble), priced with
                           the GPU's (or the runner's calibrated) links, plus the DP/ZeRO
                           collectives that backward cannot hide
-    MFU                   costmodel.flops_per_token x tokens / (step time x GPUs x peak)
+    MFU                   cost.flops_per_token x tokens / (step time x GPUs x peak)
 
 Torch-free: the web app's /api/v1/calculator calls ``estimate``.
 """
@@ -18,8 +18,10 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from jobs.lab import costmodel, memorymodel, registry
-from jobs.lab.whatif import PRESETS, Hardware
+from jobs.lab.catalogue import registry
+from jobs.lab.predict import cost
+from jobs.lab.predict import memory as memorymodel
+from jobs.lab.predict.whatif import PRESETS, Hardware
 
 BUCKET_BYTES = 25 * 2**20  # DDP's default bucket_cap_mb=25
 # Operators the lab's census counts on its GPT (tensor_parallel's "single", 4 blocks):
@@ -43,7 +45,7 @@ def rank_units(c: dict, rank: int) -> tuple[list, list[list]]:
     root = [(v, h), (s, h)] if rank == 0 else []
     if rank == p - 1:
         root += [(h,), (h,)] + ([] if c["tied"] and p == 1 else [(v, h)])
-    return root, [block_shapes(h, t) for _ in costmodel.stage_layers(L, p, rank)]
+    return root, [block_shapes(h, t) for _ in cost.stage_layers(L, p, rank)]
 
 
 def numel(shapes: list[tuple[int, ...]]) -> int:
@@ -56,10 +58,10 @@ def memory(c: dict, hw: Hardware, rank: int) -> dict[str, Any]:
                                           "pp", "dp"))
     e, m, stage = memorymodel.element_bytes(c["precision"]), c["micro_batches"], c["zero"]
     n = c["batch_size"] // (d * m) * s  # tokens per micro-batch
-    P = costmodel.rank_params(L, h, s, v, t=t, p=p, rank=rank, tied=c["tied"])
+    P = cost.rank_params(L, h, s, v, t=t, p=p, rank=rank, tied=c["tied"])
     state = memorymodel.model_state(c["precision"], P, stage=stage, d=d)
     first, last = rank == 0, rank == p - 1
-    blocks = len(costmodel.stage_layers(L, p, rank))
+    blocks = len(cost.stage_layers(L, p, rank))
     one = memorymodel.activations("gpt", blocks, n, h, c["heads"], v, e, t=t,
                                   first=first, last=last)
     in_flight = min(p - rank, m)
@@ -95,11 +97,11 @@ def communication(c: dict, rank: int) -> dict[str, dict]:
     b = c["batch_size"] // (d * m)
     out: dict[str, dict] = {}
     if t > 1:
-        tp = costmodel.tp_comm(len(costmodel.stage_layers(L, p, rank)), b, s, h, e)
+        tp = cost.tp_comm(len(cost.stage_layers(L, p, rank)), b, s, h, e)
         out["TP all_reduce"] = {"op": "all_reduce", "bytes": m * tp["all_reduce"]["bytes"],
                                 "count": m * tp["all_reduce"]["count"], "n": t, "span": t}
     if p > 1:
-        for kind, x in costmodel.pp_comm(rank, p, m, b * s * h * e).items():
+        for kind, x in cost.pp_comm(rank, p, m, b * s * h * e).items():
             out[f"PP {kind}"] = {"op": "send_recv", **x, "n": 2, "span": t * d * p}
     if d > 1:
         root, blocks = rank_units(c, rank)
@@ -108,12 +110,12 @@ def communication(c: dict, rank: int) -> dict[str, dict]:
         numels = [math.prod(x) for x in ordered]
         cap = BUCKET_BYTES // e
         if c["zero"] == 0:
-            kinds = costmodel.dp_comm(numels, e, "ddp", cap)
+            kinds = cost.dp_comm(numels, e, "ddp", cap)
         elif c["zero"] < 3:
-            kinds = costmodel.zero_comm(numels, e, d, cap)
+            kinds = cost.zero_comm(numels, e, d, cap)
         else:
             units = ([root] if root else []) + blocks  # the root is not gathered again
-            kinds = costmodel.fsdp_comm(units, d, e, e, [False] * bool(root)
+            kinds = cost.fsdp_comm(units, d, e, e, [False] * bool(root)
                                         + [True] * len(blocks))
             kinds = {k: {"bytes": m * x["bytes"], "count": m * x["count"]}
                      for k, x in kinds.items()}
@@ -134,12 +136,12 @@ def stage_terms(c: dict, hw: Hardware, rank: int, comm: dict) -> tuple[dict, dic
     L, h, s, v, t, p, d = (c[k] for k in ("layers", "hidden", "seq_len", "vocab", "tp",
                                           "pp", "dp"))
     m, tokens = c["micro_batches"], c["batch_size"] // d * s
-    f = costmodel.rank_flops_per_token(L, h, s, v, t=t, p=p, rank=rank, tied=c["tied"])
-    blocks = len(costmodel.stage_layers(L, p, rank))
+    f = cost.rank_flops_per_token(L, h, s, v, t=t, p=p, rank=rank, tied=c["tied"])
+    blocks = len(cost.stage_layers(L, p, rank))
     ops = m * (1 + OPS_BACKWARD) * OPS_PER_BLOCK * blocks
     fb = {"gemm": f["gemm"] * tokens / hw.flops, "attention": f["attention"] * tokens / hw.flops,
           "op_overhead": ops * hw.op_s, "memory_traffic": 0.0}
-    state = memorymodel.model_state(c["precision"], costmodel.rank_params(
+    state = memorymodel.model_state(c["precision"], cost.rank_params(
         L, h, s, v, t=t, p=p, rank=rank, tied=c["tied"]), stage=c["zero"], d=d)
     root, blocks = rank_units(c, rank)
     tensors = len(root) + sum(len(b) for b in blocks)
@@ -180,18 +182,18 @@ def estimate(c: dict, hw: Hardware) -> dict[str, Any]:
     terms = [stage_terms(c, hw, r, comms[r]) for r in range(p)]
     t_p2p = hw.link("send_recv", t * d * p)[0].time("send_recv", b * s * h * e, 2) \
         if p > 1 else 0.0
-    pipe = costmodel.predict_pipeline([x[0] for x in terms], [x[1] for x in terms], m,
+    pipe = cost.predict_pipeline([x[0] for x in terms], [x[1] for x in terms], m,
                                       t_p2p, [x[2] for x in terms])
     worst = pipe["critical_rank"]
     step_terms = {k: v_ for k, v_ in pipe["terms_s"].items() if k != "comm"}
     if p > 1:
         step_terms["PP send/recv"] = pipe["terms_s"]["comm"]
     step_terms.update(exposed_dp(c, hw, comms[worst], terms[worst][0]))
-    step = costmodel.prediction(step_terms, "T = pipeline (m + p - 1 slots of compute + "
+    step = cost.prediction(step_terms, "T = pipeline (m + p - 1 slots of compute + "
                                 "TP all-reduces + 2 sends) + optimizer + exposed DP/ZeRO "
                                 "collectives", critical_rank=worst)
     tokens = c["batch_size"] * s
-    model_flops = costmodel.flops_per_token("gpt", L, h, s, v, c["tied"]) * tokens
+    model_flops = cost.flops_per_token("gpt", L, h, s, v, c["tied"]) * tokens
     T = step["step_time_s"]
     heaviest = max(range(p), key=lambda r: ranks[r]["total_bytes"])
     comm_out = {}
@@ -203,8 +205,8 @@ def estimate(c: dict, hw: Hardware) -> dict[str, Any]:
         "model": {"preset": c["model"], "label": PRESETS.get(c["model"], {}).get(
                       "label", "custom"), **{k: c[k] for k in ("layers", "hidden", "heads",
                                                                "seq_len", "vocab", "tied")},
-                  "params": costmodel.param_count("gpt", L, h, s, v, c["tied"]),
-                  "flops_per_token": costmodel.flops_per_token("gpt", L, h, s, v,
+                  "params": cost.param_count("gpt", L, h, s, v, c["tied"]),
+                  "flops_per_token": cost.flops_per_token("gpt", L, h, s, v,
                                                                c["tied"])},
         "parallel": {"dp": d, "tp": t, "pp": p, "zero": c["zero"], "world_size": world,
                      "micro_batch_size": b, "micro_batches": m, "tokens_per_step": tokens},
@@ -212,7 +214,7 @@ def estimate(c: dict, hw: Hardware) -> dict[str, Any]:
                 "memory_bytes": hw.hbm_bytes, "memory_Bps": hw.hbm_Bps},
         "memory": {**ranks[heaviest], "per_stage": ranks},
         "time": {**step, "tokens_per_s": tokens / T},
-        "bubble_fraction": costmodel.bubble_fraction(p, m),
+        "bubble_fraction": cost.bubble_fraction(p, m),
         "communication": comm_out,
         "mfu": model_flops / (T * world * hw.peak_flops),
         "assumptions": assumptions(c, hw),

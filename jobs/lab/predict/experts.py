@@ -25,7 +25,7 @@ from __future__ import annotations
 
 import math
 
-from jobs.lab import costmodel
+from jobs.lab.predict import cost
 
 
 def expert_params(h: int) -> int:
@@ -39,7 +39,7 @@ def capacity(E: int, k: int, factor: float, s: int) -> int:
 
 
 def param_count(L: int, h: int, s: int, v: int, E: int, tied: bool = False) -> int:
-    dense = costmodel.param_count("gpt", L, h, s, v, tied)
+    dense = cost.param_count("gpt", L, h, s, v, tied)
     return dense + L * ((E - 1) * expert_params(h) + h * E)
 
 
@@ -50,7 +50,7 @@ def expert_param_count(L: int, h: int, E: int) -> int:
 
 def matmul_params(L: int, h: int, s: int, v: int, E: int, k: int, tied: bool = False) -> int:
     """Active matmul parameters per token: the dense model's, the router, k experts."""
-    dense = costmodel.matmul_params("gpt", L, h, s, v, tied)
+    dense = cost.matmul_params("gpt", L, h, s, v, tied)
     return dense + L * ((k - 1) * expert_params(h) + h * E)
 
 

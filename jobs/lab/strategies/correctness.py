@@ -26,9 +26,9 @@ from typing import Any
 import torch
 import torch.distributed as dist
 
-from jobs.lab.model import Batch, ModelConfig, build_model, loss_fn, make_batch
-from jobs.lab.optim import make_optimizer, state_of
-from jobs.lab.runtime import Context
+from jobs.lab.components.context import Context
+from jobs.lab.components.model import Batch, ModelConfig, build_model, loss_fn, make_batch
+from jobs.lab.components.optim import make_optimizer, state_of
 from jobs.lab.strategies.base import Piece, Strategy
 
 GATE_STEPS = 3  # >= 3: a wrong momentum shows from the second step on, and compounds

@@ -20,8 +20,9 @@ import torch
 import torch.nn.functional as F
 from torch import nn
 
-from jobs.lab import costmodel, moecost
-from jobs.lab.moe import MoE
+from jobs.lab.components.moe import MoE
+from jobs.lab.predict import cost
+from jobs.lab.predict import experts as moecost
 
 
 @dataclass(frozen=True)
@@ -54,17 +55,17 @@ class ModelConfig:
     def param_count(self) -> int:
         if self.experts:  # every expert's (moecost.py)
             return moecost.param_count(*self._moe(), tied=self.tie_head)
-        return costmodel.param_count(*self._dims(), tied=self.tie_head)
+        return cost.param_count(*self._dims(), tied=self.tie_head)
 
     def matmul_params(self) -> int:
         if self.experts:  # active: the router and k experts
             return moecost.matmul_params(*self._moe(), self.top_k, tied=self.tie_head)
-        return costmodel.matmul_params(*self._dims(), tied=self.tie_head)
+        return cost.matmul_params(*self._dims(), tied=self.tie_head)
 
     def flops_per_token(self) -> int:
         if self.experts:  # active: the router and k experts
             return moecost.flops_per_token(*self._moe(), self.top_k, tied=self.tie_head)
-        return costmodel.flops_per_token(*self._dims(), tied=self.tie_head)
+        return cost.flops_per_token(*self._dims(), tied=self.tie_head)
 
     def as_dict(self) -> dict:
         return asdict(self)

@@ -29,7 +29,7 @@ node, node = rank // ranks_per_node; otherwise inter-node.
 
 from __future__ import annotations
 
-from jobs.lab import costmodel
+from jobs.lab.predict import cost
 
 DIMS = ("dp", "pp", "tp")
 
@@ -78,21 +78,21 @@ def dim_bytes(strategy: str, rank: int, deg: dict[str, int], *, L: int, B: int, 
               fsdp: dict | None = None) -> dict[str, dict[str, int]]:
     """{dim: {kind: {bytes, count}}} one rank moves per step. numels: the parameters this
     rank holds (its stage, its tensor-parallel slices), in model order; fsdp: the
-    costmodel.fsdp_comm table of torch_dp_tp's data-parallel dimension."""
+    cost.fsdp_comm table of torch_dp_tp's data-parallel dimension."""
     c = coords(rank, deg)
     out: dict[str, dict] = {d: {} for d in DIMS}
     local_b = B // deg["dp"]
     if deg["tp"] > 1:
-        layers = len(costmodel.stage_layers(L, deg["pp"], c["pp"]))
+        layers = len(cost.stage_layers(L, deg["pp"], c["pp"]))
         per = 6 if strategy == "torch_dp_tp" else 4
-        tp = costmodel.tp_comm(layers, local_b, s, h, e, per)
+        tp = cost.tp_comm(layers, local_b, s, h, e, per)
         tp["all_reduce"]["count"] *= m
         out["tp"] = tp
     if deg["pp"] > 1:
-        out["pp"] = costmodel.pp_comm(c["pp"], deg["pp"], m, local_b // m * s * h * e)
+        out["pp"] = cost.pp_comm(c["pp"], deg["pp"], m, local_b // m * s * h * e)
     if deg["dp"] > 1:
         out["dp"] = fsdp if fsdp is not None else \
-            costmodel.dp_comm(numels, e, "dp_bucket", cap_elems)
+            cost.dp_comm(numels, e, "dp_bucket", cap_elems)
     return out
 
 

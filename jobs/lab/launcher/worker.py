@@ -2,7 +2,7 @@
 or this module as a script under plain torchrun:
 
     python -m torch.distributed.run --standalone --nproc-per-node=N \
-        -m jobs.lab.worker <experiment> --params '<json>' --out DIR
+        -m jobs.lab.launcher.worker <experiment> --params '<json>' --out DIR
 
 Rank 0 writes DIR/result.json; every rank writes DIR/events.rank<r>.jsonl. A
 correctness failure is a *result* (status "failed", reason code "correctness"),
@@ -25,7 +25,7 @@ from typing import Any
 
 from base import contract
 from base.durable import write_json
-from jobs.lab import runtime
+from jobs.lab.components import context
 
 IMPLEMENTATIONS = {
     "collectives": "jobs.lab.experiments.collectives",
@@ -114,7 +114,7 @@ def main(argv: list[str] | None = None) -> None:
 def rank(*argv: str) -> None:
     """One rank, to its end (a process forked by the agent ends without a teardown)."""
     die_with_parent()
-    ap = argparse.ArgumentParser(prog="jobs.lab.worker")
+    ap = argparse.ArgumentParser(prog="jobs.lab.launcher.worker")
     ap.add_argument("experiment")
     ap.add_argument("--params", default="{}")
     ap.add_argument("--out", required=True)
@@ -129,19 +129,19 @@ def rank(*argv: str) -> None:
     try:
         # (the GPUs this host needs: its own ranks, when the run spans hosts)
         local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
-        device = runtime.resolve_device(params.get("device", "auto"), local)
-    except runtime.Unsupported as exc:
+        device = context.resolve_device(params.get("device", "auto"), local)
+    except context.Unsupported as exc:
         if rank == 0:
             write_json(result_path, envelope(
                 args.experiment, params, started, "failed",
                 {"code": "unsupported", "message": str(exc)},
-                runtime.environment(None, "cpu", world), {}), default=_jsonable)
+                context.environment(None, "cpu", world), {}), default=_jsonable)
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return
     load_plugin()
-    ctx = runtime.init(device)
+    ctx = context.init(device)
     ctx.out_dir = args.out
-    runtime.say(f"worker rank={ctx.rank} pid={os.getpid()} backend={ctx.backend}")
+    context.say(f"worker rank={ctx.rank} pid={os.getpid()} backend={ctx.backend}")
     ctx.log(f"experiment {args.experiment} on {world} rank(s), {ctx.backend}, device {device}")
     module = importlib.import_module(IMPLEMENTATIONS[args.experiment])
     if module.__name__.endswith(".training"):
@@ -159,7 +159,7 @@ def rank(*argv: str) -> None:
                                  f"{first['correctness']['reason']}"}
         status = "failed" if reason else "succeeded"
         write_json(result_path, envelope(args.experiment, params, started, status, reason,
-                                         runtime.environment(ctx, device, world), body),
+                                         context.environment(ctx, device, world), body),
                    default=_jsonable)
         ctx.log(f"wrote {result_path} (status {status})")
     ctx.barrier()

@@ -29,7 +29,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
 from base.contract import progress_line
-from jobs.lab.instrument import Comm, Timeline
+from jobs.lab.components.instrument import Comm, Timeline
 
 
 class Unsupported(RuntimeError):

@@ -3,7 +3,7 @@
 The web app and the CLI import this module to build forms and to refuse bad
 parameters before anything is launched, so it must stay importable without
 torch: plain data and plain functions only. The schemas themselves are in
-jobs/lab/schemas.py (one strategy at a time) and schemas_combined.py (strategies combined).
+jobs/lab/schemas.py (one strategy at a time) and combined.py (strategies combined).
 
 A schema is JSON-serialisable. Each parameter is a dict with
 ``type`` (``int``, ``float``, ``str``, ``bool`` or ``str_list``), ``default``,
@@ -19,7 +19,7 @@ from __future__ import annotations
 import copy
 from typing import Any
 
-from jobs.lab import schemas, schemas_combined
+from jobs.lab.catalogue import combined, schemas
 
 SCHEMA_VERSION = 1
 
@@ -37,7 +37,7 @@ class UnknownExperiment(KeyError):
     """No experiment of that name is in the catalogue."""
 
 
-EXPERIMENTS: dict[str, dict[str, Any]] = {**schemas.EXPERIMENTS, **schemas_combined.EXPERIMENTS}
+EXPERIMENTS: dict[str, dict[str, Any]] = {**schemas.EXPERIMENTS, **combined.EXPERIMENTS}
 
 
 def catalogue() -> list[dict[str, Any]]:
@@ -187,7 +187,7 @@ def _divides(param: str, value: int, by: int, what: str) -> None:
 
 
 def _check_combined(name: str, p: dict[str, Any]) -> None:
-    """The rules of schemas_combined.py's experiments."""
+    """The rules of combined.py's experiments."""
     w, chosen = p["world_size"], p.get("strategies", [])
     if name == "mesh":
         tp, pp = p["tp"], p["pp"]

@@ -3,7 +3,7 @@
 A block keeps, between its forward and its backward (memorymodel's terms, n = b*s tokens
 of one rank, e bytes an element):
 
-    none        every activation backward needs: memorymodel.block_activations
+    none        every activation backward needs: memory.block_activations
                 (16*n*h*e + 4*n*4 + a*n*4 for the GPT block, 9*n*h*e for the MLP block)
     full        its input only: n*h*e (Korthikanti's 2*s*b*h at e = 2)
     selective   all but the attention core's own: the core (softmax(QK^T)V) is rebuilt
@@ -28,8 +28,8 @@ Also the sharding view's rule for the four strategies (placement_rule).
 
 from __future__ import annotations
 
-from jobs.lab import memorymodel, placement
-from jobs.lab.memorymodel import F32
+from jobs.lab.predict import memory, placement
+from jobs.lab.predict.memory import F32
 
 POLICIES = ("none", "full", "selective")
 
@@ -42,7 +42,7 @@ def core_activations(kind: str, n: int, heads: int) -> float:
 
 def kept_per_block(kind: str, policy: str, n: int, h: int, heads: int, e: int) -> float:
     """Bytes one block keeps from its forward to its backward, n tokens."""
-    whole = memorymodel.block_activations(kind, n, h, heads, e)
+    whole = memory.block_activations(kind, n, h, heads, e)
     if policy == "full":
         return n * h * e
     if policy == "selective":
@@ -91,25 +91,25 @@ def step_peak(precision: str, kind: str, policy: str, *, P: int, layers: int, n:
     block is where the step peaks once the gradients outweigh the kept inputs. policy
     "none" is Strategy.peak_memory's formula for the same rank, plus those two moments
     (they never decide its peak)."""
-    g = memorymodel.RECIPES[precision]["grad"]
-    state = memorymodel.model_state(precision, P)
+    g = memory.RECIPES[precision]["grad"]
+    state = memory.model_state(precision, P)
     held = {"params": state["params"], "optimizer": state["optimizer"]}
     grads = {"grads": state["grads"]}
     block = kept_per_block(kind, policy, n, h, heads, e)
-    edge = memorymodel.activations(kind, 0, n, h, heads, v, e, inputs=inputs)
+    edge = memory.activations(kind, 0, n, h, heads, v, e, inputs=inputs)
     one = layers * block + edge
-    head = memorymodel.finish_activations(kind, n, h, v, e, inputs)
-    rerun = {"working set": memorymodel.backward_working_set(n, h, e),
+    head = memory.finish_activations(kind, n, h, v, e, inputs)
+    rerun = {"working set": memory.backward_working_set(n, h, e),
              "block's MLP gradients": mlp_params(h) * g}
     if policy == "full":
         # all the block's activations but its input, which is the kept one
-        rerun["rebuilt block"] = memorymodel.block_activations(kind, n, h, heads, e) - n * h * e
+        rerun["rebuilt block"] = memory.block_activations(kind, n, h, heads, e) - n * h * e
         if rebuilt_output:
             rerun["rebuilt output"] = n * h * e
-    finish = memorymodel.finish_params(kind, h, v)
+    finish = memory.finish_params(kind, h, v)
     embed = P - layers * block_params(kind, h) - finish
     moments = {"loss backward": {"activations": one,
-                                 "loss gradient": memorymodel.loss_gradient(kind, n, h, v, e)},
+                                 "loss gradient": memory.loss_gradient(kind, n, h, v, e)},
                "first block backward": {"activations": one - head, **rerun,
                                         "head gradients": finish * g},
                "last block backward": {"activations": edge - head + block, **rerun,
@@ -119,7 +119,7 @@ def step_peak(precision: str, kind: str, policy: str, *, P: int, layers: int, n:
                "backward end": grads}
     if precision == "bf16_adamw":
         moments["optimizer step"] = {**grads, "AdamW temporaries": 8 * largest_update}
-    return {**memorymodel.peak(held, moments), "model_state": state, "activations": one,
+    return {**memory.peak(held, moments), "model_state": state, "activations": one,
             "one_micro_batch_activations": one, "kept_per_block": block}
 
 

@@ -8,8 +8,8 @@ every parameter whole on every rank, as data parallelism does."""
 
 from __future__ import annotations
 
-from jobs.lab import costmodel
-from jobs.lab.placement import Ctx, nbytes, tensor_parallel
+from jobs.lab.predict import cost
+from jobs.lab.predict.placement import Ctx, nbytes, tensor_parallel
 
 
 def sequence_parallel(ctx: Ctx, strategy: str):
@@ -43,7 +43,7 @@ def sequence_parallel(ctx: Ctx, strategy: str):
                     "same gradient, so nothing is communicated.")
         return split, pieces, held, (comm,)
 
-    split, rep = costmodel.tp_split_params(m.layers, m.hidden, m.seq_len, m.vocab)
+    split, rep = cost.tp_split_params(m.layers, m.hidden, m.seq_len, m.vocab)
     if torch_own:
         per = (f"2 all-gathers and 2 reduce-scatters of its activation ({act}) in forward; "
                "in backward 2 all-gathers and 4 all-reduces (q, k, v, fc)")

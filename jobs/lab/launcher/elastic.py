@@ -1,6 +1,7 @@
 """torchrun, with every rank forked from its agent: the launcher's command is
 
-    python -m jobs.lab.elastic <torchrun's own flags> -m jobs.lab.worker <experiment> …
+    python -m jobs.lab.launcher.elastic <torchrun's own flags> \
+        -m jobs.lab.launcher.worker <experiment> …
 
 Plain torchrun starts each rank as a new Python, which imports torch (about 1.8 s of CPU)
 and, at its optimizer's first step, torch._dynamo (1.4 s more). Here the agent imports
@@ -34,16 +35,16 @@ from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E40
 from torch.distributed.launcher.api import elastic_launch  # noqa: E402
 from torch.distributed.run import config_from_args, parse_args  # noqa: E402
 
-from jobs.lab import worker  # noqa: E402
+from jobs.lab.launcher import worker  # noqa: E402
 
-WORKER = "jobs.lab.worker"
+WORKER = "jobs.lab.launcher.worker"
 
 
 @record
 def main(argv: list[str] | None = None) -> None:
     args = parse_args(sys.argv[1:] if argv is None else argv)
     if not (args.module and args.training_script == WORKER):
-        raise SystemExit(f"jobs.lab.elastic runs only -m {WORKER}")
+        raise SystemExit(f"jobs.lab.launcher.elastic runs only -m {WORKER}")
     experiment = args.training_script_args[0] if args.training_script_args else ""
     if experiment in worker.IMPLEMENTATIONS:
         importlib.import_module(worker.IMPLEMENTATIONS[experiment])

@@ -15,7 +15,7 @@ communicated for it and when. The rules (jobs/lab/placement.py) follow the strat
                 with its optimizer state, and the bucket is all-gathered back
     FSDP2       each tensor cut into d chunks of ceil(rows/d) rows (dim 0); one unit per
                 block and the root; all-gathered around use, gradients reduce-scattered
-    ZeRO-3      rank r keeps slice r of each flat, padded unit (zero3_plan.units:
+    ZeRO-3      rank r keeps slice r of each flat, padded unit (zero3.units:
                 embedding, blocks, head) and nothing else between uses (zero3_plan)
     pipelines   blocks of costmodel.stage_layers on each stage, the embedding on the
                 first, the head on the last; activations sent between stages
@@ -33,14 +33,8 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from jobs.lab import (
-    interleaved_placement,
-    placement,
-    recompute_memory,
-    sequence_placement,
-    zero3_plan,
-)
-from jobs.lab.placement import FLAT, Ctx, Model, Piece, nbytes
+from jobs.lab.predict import placement, placement_interleaved, placement_sequence, recompute, zero3
+from jobs.lab.predict.placement import FLAT, Ctx, Model, Piece, nbytes
 
 __all__ = ["FLAT", "LABELS", "Block", "Layout", "Model", "Piece", "Tensor", "layout", "nbytes"]
 
@@ -77,18 +71,18 @@ LABELS = {
     "torch_tp_sequence": "torch DTensor SequenceParallel + Colwise/RowwiseParallel (Shard(1))",
     "cp_ring": "context parallel by hand (ring attention, load-balanced causal chunks)",
 }
-RULES = {"single": placement.single, "fsdp2": placement.fsdp2, "zero3": zero3_plan.zero3,
+RULES = {"single": placement.single, "fsdp2": placement.fsdp2, "zero3": zero3.zero3,
          **dict.fromkeys(("dp_naive", "dp_bucket", "ddp"), placement.data_parallel),
          **dict.fromkeys(("zero1", "zero2"), placement.zero),
          **dict.fromkeys(("naive_mp", "gpipe", "1f1b", "torch_gpipe", "torch_1f1b"),
                          placement.pipeline),
          **dict.fromkeys(("tp_megatron", "tp_dtensor"), placement.tensor_parallel),
          **dict.fromkeys(("recompute_full", "recompute_selective", "torch_checkpoint_full",
-                          "torch_checkpoint_selective"), recompute_memory.placement_rule),
+                          "torch_checkpoint_selective"), recompute.placement_rule),
          **dict.fromkeys(("tp_sequence", "torch_tp_sequence"),
-                         sequence_placement.sequence_parallel),
-         "cp_ring": sequence_placement.context_parallel,
-         **dict.fromkeys(interleaved_placement.SCHEDULES, interleaved_placement.interleaved)}
+                         placement_sequence.sequence_parallel),
+         "cp_ring": placement_sequence.context_parallel,
+         **dict.fromkeys(placement_interleaved.SCHEDULES, placement_interleaved.interleaved)}
 
 
 @dataclass(frozen=True)

@@ -19,9 +19,9 @@ combination each block's output (b*k*h), its log-sum-exp copy and its weight.
 
 from __future__ import annotations
 
-from jobs.lab import memorymodel
+from jobs.lab.predict import memory
 
-F32 = memorymodel.F32
+F32 = memory.F32
 
 
 def sp_block_activations(n: int, h: int, heads: int, e: int, t: int) -> float:
@@ -54,16 +54,16 @@ def single_batch_peak(precision: str, kind: str, P: float, n: int, h: int, v: in
     """The step's peak of a rank running one micro-batch of n tokens through the whole
     stack (its blocks saving `blocks` bytes; `work` a block's backward working set):
     parameters and optimizer state held, plus the largest moment of backward
-    (memorymodel.peak's moments, as base.Strategy.peak_memory names them)."""
-    state = memorymodel.model_state(precision, P)
-    head = memorymodel.finish_activations(kind, n, h, v, e, inputs)
-    acts = blocks + head + (memorymodel.embed_activations(kind, n, h, e) if inputs else 0)
-    grad_e = memorymodel.RECIPES[precision]["grad"]
+    (memory.peak's moments, as base.Strategy.peak_memory names them)."""
+    state = memory.model_state(precision, P)
+    head = memory.finish_activations(kind, n, h, v, e, inputs)
+    acts = blocks + head + (memory.embed_activations(kind, n, h, e) if inputs else 0)
+    grad_e = memory.RECIPES[precision]["grad"]
     moments = {
         "loss backward": {"activations": acts,
-                          "loss gradient": memorymodel.loss_gradient(kind, n, h, v, e)},
+                          "loss gradient": memory.loss_gradient(kind, n, h, v, e)},
         "first block backward": {"activations": acts - head, "working set": work,
-                                 "head gradients": memorymodel.finish_params(kind, h, v)
+                                 "head gradients": memory.finish_params(kind, h, v)
                                  * grad_e},
         "backward end": {"grads": state["grads"], **(buffers or {})},
     }
@@ -71,5 +71,5 @@ def single_batch_peak(precision: str, kind: str, P: float, n: int, h: int, v: in
         moments["optimizer step"] = {"grads": state["grads"],
                                      "AdamW temporaries": 8 * largest_update}
     held = {"params": state["params"], "optimizer": state["optimizer"]}
-    return {**memorymodel.peak(held, moments), "model_state": state, "activations": acts,
+    return {**memory.peak(held, moments), "model_state": state, "activations": acts,
             "one_micro_batch_activations": acts}

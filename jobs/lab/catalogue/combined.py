@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from jobs.lab.schemas import RESULT_TRAINING, p, params
+from jobs.lab.catalogue.schemas import RESULT_TRAINING, p, params
 
 _TRAINING = ("steps", "warmup", "batch_size", "seq_len", "hidden", "layers", "heads", "vocab",
              "device", "seed", "gate_tolerance", "precision")

@@ -16,9 +16,9 @@ import re
 from dataclasses import dataclass, field
 from typing import Any
 
-from jobs.lab import memorymodel
-from jobs.lab.costmodel import LinkFit
-from jobs.lab.registry import ParamError
+from jobs.lab.catalogue.registry import ParamError
+from jobs.lab.predict import memory as memorymodel
+from jobs.lab.predict.cost import LinkFit
 
 # GPT-style blocks, exactly as the lab's model (jobs/lab/model.py: LayerNorm, separate
 # q/k/v, a 4h GeLU MLP, learned positions): a "7B" here is what the lab's formula gives

@@ -34,9 +34,10 @@ from typing import Any, TextIO
 
 from base import contract
 from base.durable import write_atomic, write_json
-from jobs.lab import registry
+from jobs.lab.catalogue import registry
 
-REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))
+REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
+    os.path.abspath(__file__)))))
 DEFAULT_TIMEOUT_S = 900.0
 KILL_GRACE_S = 5.0
 OUT_OF_MEMORY_RE = re.compile(r"out of memory|OutOfMemoryError", re.I)
@@ -76,8 +77,9 @@ def command(experiment: str, params: dict, out: str, gang: dict | None = None) -
                  f"--rdzv-id={gang['rdzv_id']}",
                  f"--nproc-per-node={params['world_size'] // gang['nodes']}",
                  "--tee=3", f"--log-dir={os.path.join(out, 'torchrun')}"]
-    return [sys.executable, "-m", "jobs.lab.elastic", *where, "--monitor-interval=0.2",
-            "-m", "jobs.lab.worker", experiment, "--params", json.dumps(params), "--out", out]
+    return [sys.executable, "-m", "jobs.lab.launcher.elastic", *where, "--monitor-interval=0.2",
+            "-m", "jobs.lab.launcher.worker", experiment, "--params", json.dumps(params),
+            "--out", out]
 
 
 def environment(params: dict, gang: dict | None = None) -> dict[str, str]:

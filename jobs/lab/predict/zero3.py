@@ -12,7 +12,7 @@ from __future__ import annotations
 
 import math
 
-from jobs.lab.placement import FLAT, Ctx, Piece, nbytes
+from jobs.lab.predict.placement import FLAT, Ctx, Piece, nbytes
 
 
 def units(names: list[str]) -> list[list[int]]:
