@@ -5,7 +5,6 @@ to hold one idea, and names that say one thing within their package."""
 import shutil
 import subprocess
 import sys
-from collections import Counter
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
