@@ -29,7 +29,7 @@ def create_app(config: dict | None = None) -> Flask:
     # the scheduler and `commonplace` commands load only what their process needs.
     from app import db
     from app.config import from_environment
-    from app.journal import cards
+    from app.journal.views import cards
     from app.notebook import embeds
     from app.web import WebApp
     from app.web import init_app as init_web

@@ -14,7 +14,8 @@ from html import escape
 import feedparser
 import pytest
 
-from app.journal import card_training, cards, charts, lessons, posting, results
+from app.journal import posting, results
+from app.journal.views import card_training, cards, charts, lessons
 from app.models import Run
 from app.notebook import atom
 from tests.helpers import OWNER, TAILNET_PEER, add_token, load

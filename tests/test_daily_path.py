@@ -11,7 +11,8 @@ import re
 
 import pytest
 
-from app.journal import cards, runs
+from app.journal import runs
+from app.journal.views import cards
 from app.models import Run
 from app.notebook import search
 from tests.helpers import (

@@ -3,7 +3,8 @@
 
 import datetime as dt
 
-from app.journal import cards, runs
+from app.journal import runs
+from app.journal.views import cards
 from app.models import Run
 from tests.helpers import SMALL, load
 

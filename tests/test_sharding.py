@@ -11,7 +11,8 @@ from html import unescape
 
 import pytest
 
-from app.journal import runs, sharding
+from app.journal import runs
+from app.journal.views import sharding
 from app.models import Run
 from jobs.lab.catalogue import registry
 from jobs.lab.predict.layout import layout, nbytes

@@ -16,9 +16,9 @@ import re
 
 import pytest
 
-from app.journal import rank_events, timeline, traffic
-from app.journal.ideal_schedule import simulate
 from app.journal.run_files import artifact_path
+from app.journal.views import rank_events, timeline, traffic
+from app.journal.views.ideal_schedule import simulate
 from base.contract import EVENTS_FILE
 from jobs.lab.predict.cost import bubble_fraction, busbw_factor
 from tests.real_runs import lab_output, store_run

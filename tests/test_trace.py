@@ -13,8 +13,9 @@ from collections import defaultdict
 
 import pytest
 
-from app.journal import rank_events, runs
-from app.journal.trace import assign_tracks
+from app.journal import runs
+from app.journal.views import rank_events
+from app.journal.views.trace import assign_tracks
 from tests.real_runs import lab_output, store_run
 
 EPS = 1e-6  # µs: ts and dur are whole nanoseconds divided by 1000

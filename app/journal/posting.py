@@ -16,7 +16,8 @@ from zoneinfo import ZoneInfo
 import sqlalchemy as sa
 
 from app.errors import Conflict
-from app.journal import cards, runs
+from app.journal import runs
+from app.journal.views import cards
 from app.models import Entry, Run
 from app.notebook import entries, letters
 from app.notebook.isoweeks import iso_week

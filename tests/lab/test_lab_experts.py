@@ -94,7 +94,7 @@ def test_a_dispatch_to_the_wrong_rank_is_caught_by_the_gate(tmp_path):
 
 
 def test_the_card_shows_the_load_per_expert_and_the_dense_baseline():
-    from app.journal.card_experts import experts
+    from app.journal.views.card_experts import experts
     extra = {"rank": 0, "load_per_expert": [[3, 5], [8, 0]], "kept_per_expert": [[3, 4], [4, 0]],
              "drop_fraction": 5 / 16, "dense_baseline": {"what": "the dense GPT",
                                                          "step_time_s": 0.01,

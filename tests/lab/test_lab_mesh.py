@@ -100,7 +100,7 @@ def test_three_dimensions_at_world_eight_pass_the_gate_with_bytes_exact_per_dime
 
 
 def test_the_card_names_the_dimension_whose_traffic_dominates():
-    from app.journal import card_training
+    from app.journal.views import card_training
     dims = [{"rank": r, "mesh": {"dims": {"tp": {"bytes": 100, "link": "intra"},
                                           "dp": {"bytes": 300, "link": "inter"}}}}
             for r in range(2)]

@@ -10,17 +10,8 @@ from flask import current_app, jsonify, request, send_file
 
 from app.db import get_session
 from app.errors import Invalid, NotFound, refuse_unknown
-from app.journal import (
-    cron_phrases,
-    gangs,
-    rank_events,
-    run_files,
-    run_query,
-    runners,
-    runs,
-    schedules,
-    trace,
-)
+from app.journal import cron_phrases, gangs, run_files, run_query, runners, runs, schedules
+from app.journal.views import rank_events, trace
 from app.models import Metric, Run, RunArtifact, RunEvent, Schedule
 from app.web.access import author
 from app.web.api.blueprint import bp

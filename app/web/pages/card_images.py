@@ -11,7 +11,7 @@ import sqlalchemy as sa
 from flask import Response, abort, g, request
 
 from app.db import get_session
-from app.journal import cards
+from app.journal.views import cards
 from app.models import Entry, Run
 from app.web.pages.blueprints import experiments as bp
 

@@ -14,7 +14,8 @@ from flask import abort, current_app, redirect, render_template, request, url_fo
 
 from app.db import get_session
 from app.errors import Invalid
-from app.journal import cards, run_files, run_metrics, run_query, runners, runs
+from app.journal import run_files, run_metrics, run_query, runners, runs
+from app.journal.views import cards
 from app.models import Run, Schedule
 from app.web.access import author, require_owner
 from app.web.pages import learning

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from app.journal import cards
+from app.journal.views import cards
 from app.models import Run, utcnow
 
 

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 from markupsafe import Markup
 
-from app.journal import sharding
+from app.journal.views import sharding
 from app.models import Run
 from app.web.pages.blueprints import experiments as bp
 from app.web.pages.param_forms import ParamForm

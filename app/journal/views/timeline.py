@@ -22,9 +22,9 @@ from __future__ import annotations
 import statistics
 from dataclasses import dataclass, field
 
-from app.journal.ideal_schedule import ORDERS, Ideal, simulate
-from app.journal.rank_events import COLLECTIVES, Event, RunEvents, match_messages
-from app.journal.trace import assign_tracks
+from app.journal.views.ideal_schedule import ORDERS, Ideal, simulate
+from app.journal.views.rank_events import COLLECTIVES, Event, RunEvents, match_messages
+from app.journal.views.trace import assign_tracks
 
 MAX_COMM_LANES = 8
 

@@ -22,7 +22,7 @@ import json
 from html import escape
 from typing import Any
 
-from app.journal.shard_tiles import rows, swatch
+from app.journal.views.shard_tiles import rows, swatch
 from jobs.lab.catalogue import registry
 from jobs.lab.predict.layout import Layout, Model, layout, nbytes
 

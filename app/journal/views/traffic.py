@@ -22,8 +22,8 @@ import math
 from dataclasses import dataclass
 from html import escape
 
-from app.journal.cards import si
-from app.journal.rank_events import COLLECTIVES, RunEvents
+from app.journal.views.cards import si
+from app.journal.views.rank_events import COLLECTIVES, RunEvents
 from jobs.lab.predict.cost import busbw_factor
 
 MAX_RANKS = 64  # drawn as a grid up to this many

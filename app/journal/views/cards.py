@@ -26,9 +26,9 @@ from html import escape
 
 from sqlalchemy.orm import Session
 
-from app.journal import card_training, charts, lessons
-from app.journal.card_training import Body
-from app.journal.charts import percent, ratio, seconds, si
+from app.journal.views import card_training, charts, lessons
+from app.journal.views.card_training import Body
+from app.journal.views.charts import percent, ratio, seconds, si
 from app.models import Run
 from app.notebook.atom import feed_alternative
 from app.notebook.isoweeks import local

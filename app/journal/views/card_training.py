@@ -3,7 +3,7 @@ key numbers first, one compact row per strategy; step time measured against pred
 memory per rank as charts; per-step curves, the pipeline's stages and bubble, throughput
 against a baseline and every strategy's full numbers behind <details>.
 
-Every value is read defensively (app.journal.lessons.num): a result is what a runner
+Every value is read defensively (app.journal.views.lessons.num): a result is what a runner
 sent, and a card must render whatever that was.
 """
 
@@ -12,10 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
-from app.journal import charts
-from app.journal.card_experts import experts
-from app.journal.charts import Chart, percent, ratio, seconds, si
-from app.journal.lessons import MAX_STRATEGIES, num
+from app.journal.views import charts
+from app.journal.views.card_experts import experts
+from app.journal.views.charts import Chart, percent, ratio, seconds, si
+from app.journal.views.lessons import MAX_STRATEGIES, num
 
 MEMORY_KEYS = ("params", "grads", "optimizer", "activations", "buffers & other")
 MAX_RANKS_SHOWN = 2  # per strategy in the memory chart: rank 0 and the fullest one

@@ -18,7 +18,7 @@ never overlap through rounding.
 
 from __future__ import annotations
 
-from app.journal.rank_events import Event, RunEvents, match_messages
+from app.journal.views.rank_events import Event, RunEvents, match_messages
 
 GROUP_BASE = {"step": 0, "compute": 100, "comm": 200}  # tid = base + track number
 GROUP_NAME = {"step": "steps", "compute": "compute", "comm": "comm"}

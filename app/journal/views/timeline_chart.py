@@ -19,8 +19,8 @@ from __future__ import annotations
 import math
 from html import escape
 
-from app.journal.cards import si
-from app.journal.timeline import Piece, StepView
+from app.journal.views.cards import si
+from app.journal.views.timeline import Piece, StepView
 
 AXIS, HEAD, IDEAL, COMPUTE, COMM, GAP = 22, 18, 7, 24, 11, 12
 LABEL_MIN = 5.0  # % of the width a block needs for its label (12 px text at 343 px)
