@@ -14,8 +14,8 @@ from html import escape
 import feedparser
 import pytest
 
-from app.journal import posting, results
-from app.journal.views import card_training, cards, charts, lessons
+from app.journal import numbers, posting, results
+from app.journal.views import card_training, cards, lessons
 from app.models import Run
 from app.notebook import atom
 from tests.helpers import OWNER, TAILNET_PEER, add_token, load
@@ -85,7 +85,7 @@ def test_per_step_curves_and_numbers_are_in_the_card(tmp_path_factory):
     html = card_training.per_step(result["strategies"])
     assert html.count('<svg class="card-chart"') == 2
     first = result["strategies"][0]
-    assert charts.seconds(first["per_step"][0]["time_s"]) in html
+    assert numbers.seconds(first["per_step"][0]["time_s"]) in html
     assert f"{first['per_step'][-1]['loss']:.4g}" in html
 
 
@@ -95,8 +95,8 @@ def test_memory_per_rank_is_measured_beside_predicted_for_every_strategy(tmp_pat
     for s in result["strategies"]:
         for m in s["memory"]:
             assert f"{s['strategy']} · rank {m['rank']}" in chart.body
-            assert charts.si(m["peak"]["measured"], "B") in chart.body or \
-                charts.si(sum(m["measured"][k] for k in ("params", "grads", "optimizer"))
+            assert numbers.si(m["peak"]["measured"], "B") in chart.body or \
+                numbers.si(sum(m["measured"][k] for k in ("params", "grads", "optimizer"))
                           + m["saved_activation_peak_bytes"], "B") in chart.body
     assert all(escape(k) in chart.body for k in card_training.MEMORY_KEYS)
 
@@ -106,8 +106,8 @@ def test_the_zero_lesson_quotes_the_model_state_it_saved(tmp_path_factory):
     totals = {s["strategy"]: s["memory"][0]["measured"]["total"] for s in result["strategies"]}
     small, big = min(totals, key=totals.get), max(totals, key=totals.get)
     text = " ".join(lessons.training(result))
-    assert f"{small} holds {charts.si(totals[small], 'B')}" in text
-    assert f"{big}'s {charts.si(totals[big], 'B')}" in text
+    assert f"{small} holds {numbers.si(totals[small], 'B')}" in text
+    assert f"{big}'s {numbers.si(totals[big], 'B')}" in text
 
 
 def test_the_pipeline_lesson_weighs_micro_batch_overhead_against_the_bubble(tmp_path_factory):
@@ -124,36 +124,36 @@ def test_the_pipeline_lesson_weighs_micro_batch_overhead_against_the_bubble(tmp_
         naive["prediction"]["terms_s"]["op_overhead"]
     sentence = lessons.training(result)[0]
     assert sentence.startswith("gpipe is slower than naive model parallel here (90 ms vs 10 ms")
-    assert f"into {m} micro-batches adds {charts.seconds(extra)}" in sentence
-    assert f"{charts.seconds(extra / m)} per micro-batch × {m}" in sentence
+    assert f"into {m} micro-batches adds {numbers.seconds(extra)}" in sentence
+    assert f"{numbers.seconds(extra / m)} per micro-batch × {m}" in sentence
 
 
 def test_the_pipeline_card_shows_bubble_layers_and_activations_per_stage(tmp_path_factory):
     result = result_of(tmp_path_factory, "pipeline")
     html = card_training.pipeline(result["strategies"])
     gpipe = next(s for s in result["strategies"] if s["strategy"] == "gpipe")
-    assert charts.percent(gpipe["bubble"]["measured_idle_fraction"]) in html
-    assert charts.percent(gpipe["bubble"]["predicted"]) in html
+    assert numbers.percent(gpipe["bubble"]["measured_idle_fraction"]) in html
+    assert numbers.percent(gpipe["bubble"]["predicted"]) in html
     stage = gpipe["extra"][0]
     layers = stage["layers"]
     assert f"{layers[0]}–{layers[-1]} ({len(layers)})" in html
     held = gpipe["memory"][0]
-    assert (f"{charts.si(held['saved_activation_peak_bytes'], 'B')} / "
-            f"{charts.si(held['predicted_activation_bytes'], 'B')}") in html
+    assert (f"{numbers.si(held['saved_activation_peak_bytes'], 'B')} / "
+            f"{numbers.si(held['predicted_activation_bytes'], 'B')}") in html
 
 
 def test_collective_and_roofline_lessons_quote_their_fits(tmp_path_factory):
     coll = result_of(tmp_path_factory, "collectives")
     fit = coll["fits"]["all_reduce"]
     text = " ".join(lessons.collectives(coll))
-    assert f"α = {charts.seconds(fit['alpha_s'])}" in text
-    assert f"W = {charts.si(fit['busbw_Bps'], 'B/s')}" in text
+    assert f"α = {numbers.seconds(fit['alpha_s'])}" in text
+    assert f"W = {numbers.si(fit['busbw_Bps'], 'B/s')}" in text
     roof = result_of(tmp_path_factory, "gemm_roofline")
     text = " ".join(lessons.roofline(roof))
     assert f"{roof['peak_flops'] / roof['copy_bandwidth_Bps']:.3g} FLOP/B" in text
     mfu = result_of(tmp_path_factory, "gpt_mfu")
     text = " ".join(lessons.mfu(mfu))
-    assert charts.percent(mfu["mfu"]) in text and mfu["peak_name"] in text
+    assert numbers.percent(mfu["mfu"]) in text and mfu["peak_name"] in text
 
 
 def test_the_feed_shows_the_card_as_an_image_and_a_summary(app, client, tmp_path_factory):

@@ -31,7 +31,7 @@ import re
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from app.journal.views.charts import percent, seconds, si
+from app.journal.numbers import percent, seconds, si
 from app.models import Run, RunMetric, RunParam
 
 # The scalar results, and which way is better (the headline takes the best).

@@ -7,7 +7,7 @@ from __future__ import annotations
 
 from html import escape
 
-from app.journal.views.charts import percent, seconds
+from app.journal.numbers import percent, seconds
 from app.journal.views.lessons import num
 
 MAX_EXPERTS, MAX_LAYERS = 64, 128

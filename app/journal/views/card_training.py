@@ -12,9 +12,10 @@ from __future__ import annotations
 from dataclasses import dataclass
 from html import escape
 
+from app.journal.numbers import percent, ratio, seconds, si
 from app.journal.views import charts
 from app.journal.views.card_experts import experts
-from app.journal.views.charts import Chart, percent, ratio, seconds, si
+from app.journal.views.charts import Chart
 from app.journal.views.lessons import MAX_STRATEGIES, num
 
 MEMORY_KEYS = ("params", "grads", "optimizer", "activations", "buffers & other")

@@ -26,17 +26,15 @@ from html import escape
 
 from sqlalchemy.orm import Session
 
+from app.journal.numbers import finite, percent, ratio, seconds, si
 from app.journal.views import card_training, charts, lessons
 from app.journal.views.card_training import Body
-from app.journal.views.charts import percent, ratio, seconds, si
 from app.models import Run
 from app.notebook.atom import feed_alternative
 from app.notebook.isoweeks import local
 from base import statuses
 from jobs.lab.catalogue import registry
 
-__all__ = ["block", "card", "embedded_runs", "image", "percent", "ratio", "run_card",
-           "seconds", "si", "title_of"]
 log = logging.getLogger(__name__)
 
 # Linear on any text: [ \t]* where \s* would let every line start rescan the newlines
@@ -183,14 +181,14 @@ def _collectives(result: dict) -> Body:
     ops = list(dict.fromkeys([*fits, *(str(r.get("op"))[:40] for r in rows)]))[:16]
     points = [(op, [(r.get("bytes"), r.get("busbw_Bps")) for r in rows
                     if str(r.get("op"))[:40] == op]) for op in ops]
-    fitted = [(i, _fitted_busbw(fits[op], charts.finite(factors.get(op)) or 1.0,
-                                [x for x, _ in pts if (charts.finite(x) or 0) > 0]))
+    fitted = [(i, _fitted_busbw(fits[op], finite(factors.get(op)) or 1.0,
+                                [x for x, _ in pts if (finite(x) or 0) > 0]))
               for i, (op, pts) in enumerate(points) if op in fits]
     chart = charts.loglog("Bus bandwidth against message size, per collective (points), "
                           "with the fitted α–β line (dashed)", points, fitted,
                           lambda v: si(v, "B", 2), lambda v: si(v, "B/s", 2),
                           x_name="message size")
-    best = {op: max((charts.finite(r.get("busbw_Bps")) or 0 for r in rows
+    best = {op: max((finite(r.get("busbw_Bps")) or 0 for r in rows
                      if str(r.get("op"))[:40] == op), default=0) for op in ops}
     keys = "".join(
         f"<tr><td>{escape(op).replace('_', '_<wbr>')}</td><td class=\"num\">"

@@ -17,6 +17,8 @@ from collections.abc import Callable, Sequence
 from dataclasses import dataclass
 from html import escape
 
+from app.journal.numbers import finite
+
 WIDTH, FONT = 320, 12
 CHAR = FONT * 0.6  # a label's width per character, roughly, for truncating
 # Okabe-Ito: told apart with the common colour-vision deficiencies
@@ -53,49 +55,6 @@ def standalone(charts: Sequence[Chart], title: str) -> str:
             f'width="{WIDTH * 2}" height="{height * 2:.0f}" role="img" '
             f'aria-label="{escape(title)}" font-family="system-ui, sans-serif">'
             f"<title>{escape(title)}</title>{_background(height)}{''.join(parts)}</svg>")
-
-
-def finite(value) -> float | None:
-    """A real, finite number, or None (booleans, strings and NaN are not numbers here)."""
-    if isinstance(value, bool) or not isinstance(value, (int, float)):
-        return None
-    return float(value) if math.isfinite(value) else None
-
-
-def si(value, unit: str = "", digits: int = 3) -> str:
-    """1234567 → "1.23 M" (+unit); "–" for what is not a finite number."""
-    value = finite(value)
-    if value is None:
-        return "–"
-    prefix = ""
-    for factor, name in ((1e12, "T"), (1e9, "G"), (1e6, "M"), (1e3, "k")):
-        if abs(value) >= factor:
-            value, prefix = value / factor, name
-            break
-    # never 1e+02: a number that needs more digits than asked gets them
-    shown = f"{value:.0f}" if abs(value) >= 10 ** digits else f"{value:.{digits}g}"
-    return f"{shown} {prefix}{unit}".strip()
-
-
-def seconds(value) -> str:
-    value = finite(value)
-    if value is None:
-        return "–"
-    if abs(value) >= 1:
-        return f"{value:.3g} s"
-    if abs(value) >= 1e-3:
-        return f"{value * 1e3:.3g} ms"
-    return f"{value * 1e6:.3g} µs"
-
-
-def ratio(value) -> str:
-    value = finite(value)
-    return "–" if value is None else f"{value:.2f}×"
-
-
-def percent(value) -> str:
-    value = finite(value)
-    return "–" if value is None else f"{value:.0%}"
 
 
 def _background(height: float) -> str:

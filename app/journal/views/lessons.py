@@ -12,7 +12,7 @@ from __future__ import annotations
 import math
 from dataclasses import dataclass
 
-from app.journal.views.charts import finite, percent, ratio, seconds, si
+from app.journal.numbers import finite, percent, ratio, seconds, si
 
 TERMS = {"gemm": "matrix multiplies", "attention": "attention", "op_overhead":
          "per-operator overhead", "memory_traffic": "memory traffic", "comm":

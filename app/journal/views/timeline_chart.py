@@ -19,7 +19,7 @@ from __future__ import annotations
 import math
 from html import escape
 
-from app.journal.views.cards import si
+from app.journal.numbers import si
 from app.journal.views.timeline import Piece, StepView
 
 AXIS, HEAD, IDEAL, COMPUTE, COMM, GAP = 22, 18, 7, 24, 11, 12

@@ -22,7 +22,7 @@ import math
 from dataclasses import dataclass
 from html import escape
 
-from app.journal.views.cards import si
+from app.journal.numbers import si
 from app.journal.views.rank_events import COLLECTIVES, RunEvents
 from jobs.lab.predict.cost import busbw_factor
 

@@ -9,7 +9,7 @@ from __future__ import annotations
 import datetime as dt
 from dataclasses import dataclass
 
-from app.journal.views import cards
+from app.journal import numbers
 from app.models import Run, utcnow
 
 
@@ -46,7 +46,7 @@ def progress_extras(run: Run) -> list[tuple[str, str]]:
     out = []
     for key, value in (run.progress or {}).items():
         if isinstance(value, float):
-            value = cards.si(value) if abs(value) >= 1000 else f"{value:.4g}"
+            value = numbers.si(value) if abs(value) >= 1000 else f"{value:.4g}"
         out.append((key.replace("_", " "), str(value)))
     return out
 
@@ -85,16 +85,16 @@ def headline(run: Run) -> dict[str, list[Metric]]:
             residual = _num(pred.get("residual_s"))
             groups[str(s.get("label") or s.get("strategy"))] = [
                 Metric("step time (median)", _num(step.get("median")),
-                       cards.seconds(_num(step.get("median"))), "lower"),
+                       numbers.seconds(_num(step.get("median"))), "lower"),
                 Metric("predicted", _num(pred.get("step_time_s")),
-                       cards.seconds(_num(pred.get("step_time_s")))),
-                Metric("measured / predicted", ratio, cards.ratio(ratio)),
-                Metric("unexplained", residual, cards.seconds(residual) if residual is None
-                       or residual >= 0 else "−" + cards.seconds(-residual)),
-                Metric("memory / predicted", memory, cards.ratio(memory)),
+                       numbers.seconds(_num(pred.get("step_time_s")))),
+                Metric("measured / predicted", ratio, numbers.ratio(ratio)),
+                Metric("unexplained", residual, numbers.seconds(residual) if residual is None
+                       or residual >= 0 else "−" + numbers.seconds(-residual)),
+                Metric("memory / predicted", memory, numbers.ratio(memory)),
                 Metric("tokens/s", _num(s.get("tokens_per_s")),
-                       cards.si(_num(s.get("tokens_per_s"))), "higher"),
-                Metric("MFU", mfu, cards.percent(mfu), "higher"),
+                       numbers.si(_num(s.get("tokens_per_s"))), "higher"),
+                Metric("MFU", mfu, numbers.percent(mfu), "higher"),
                 Metric("correct", None, "✓" if check.get("passed") else
                        ("✗" if check else "–")),
             ]
@@ -103,17 +103,17 @@ def headline(run: Run) -> dict[str, list[Metric]]:
             if isinstance(fit, dict):
                 alpha, busbw = _num(fit.get("alpha_s")), _num(fit.get("busbw_Bps"))
                 groups[str(op)] = [
-                    Metric("latency α", alpha, cards.seconds(alpha), "lower"),
-                    Metric("bus bandwidth", busbw, cards.si(busbw, "B/s"), "higher"),
+                    Metric("latency α", alpha, numbers.seconds(alpha), "lower"),
+                    Metric("bus bandwidth", busbw, numbers.si(busbw, "B/s"), "higher"),
                 ]
     else:
         items = []
         for key, label, fmt, better in (
-                ("tokens_per_s", "tokens/s", cards.si, "higher"),
-                ("achieved_flops", "achieved", lambda v: cards.si(v, "FLOP/s"), "higher"),
-                ("mfu", "MFU", cards.percent, "higher"),
-                ("peak_flops", "peak", lambda v: cards.si(v, "FLOP/s"), "higher"),
-                ("copy_bandwidth_Bps", "copy bandwidth", lambda v: cards.si(v, "B/s"),
+                ("tokens_per_s", "tokens/s", numbers.si, "higher"),
+                ("achieved_flops", "achieved", lambda v: numbers.si(v, "FLOP/s"), "higher"),
+                ("mfu", "MFU", numbers.percent, "higher"),
+                ("peak_flops", "peak", lambda v: numbers.si(v, "FLOP/s"), "higher"),
+                ("copy_bandwidth_Bps", "copy bandwidth", lambda v: numbers.si(v, "B/s"),
                  "higher")):
             value = _num(result.get(key))
             if value is not None:

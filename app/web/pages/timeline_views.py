@@ -15,8 +15,8 @@ from flask import current_app, request, url_for
 from markupsafe import Markup
 
 from app.db import get_session
+from app.journal.numbers import si
 from app.journal.views import rank_events, timeline, timeline_chart, traffic
-from app.journal.views.cards import si
 from app.models import Run
 from app.web.pages.blueprints import experiments as bp
 
