@@ -21,7 +21,7 @@ from app import db as dbmod
 from app import upgrades
 from app.journal import run_metrics, runs
 from app.models import Run, RunMetric, Runner, RunParam
-from app.web.pages.run_pages import PAGE
+from app.web.pages.runs import PAGE
 from tests.helpers import count, parse
 from tests.strict_pages import assert_strict_page
 

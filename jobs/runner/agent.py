@@ -27,7 +27,7 @@ from base.contract import (
     torchrun_pgid,
 )
 from base.statuses import CANCELLED, FAILED, RUNNING, SUCCEEDED
-from jobs.runner import gang as gangs
+from jobs.runner import node as gangs
 from jobs.runner.client import VERSION, Busy, Client, Refused, Stale, Unreachable
 from jobs.runner.host import die_with_parent, host_labels, signal_group
 

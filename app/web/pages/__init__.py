@@ -9,30 +9,30 @@
     ticking.py         task boxes ticked from a rendered page
     diffing.py         line and word diffs for history and the merge view
     served.py          /feed.atom, /attachments/…, /healthz
-    run_pages.py       experiment catalogue, new-run form, run list, run page, compare
+    runs.py            experiment catalogue, new-run form, run list, run page, compare
     learning.py        what each experiment shows, its diagram, a first run, the path through
-    schedule_pages.py  schedules: list and create, one schedule, delete
+    schedules.py       schedules: list and create, one schedule, delete
     param_forms.py     forms generated from the lab's parameter schemas
     run_summary.py     what a run page says beyond its card (durations, checks, headlines)
-    sharding_views.py  the sharding view on the run page and the new-run form
-    timeline_views.py  the run page's measured step, traffic heat-map and trace link
+    sharding.py        the sharding view on the run page and the new-run form
+    timeline.py        the run page's measured step, traffic heat-map and trace link
     calculator.py      /calculator: the what-if calculator
-    card_images.py     /runs/<id>/card.svg: a card's charts as an image, for the feed
+    cards.py           /runs/<id>/card.svg: a card's charts as an image, for the feed
 
 Views parse the request, call the notebook or the journal, and render.
 """
 
 from app.web.pages import (  # noqa: F401
     calculator,
-    card_images,
+    cards,
     editing,
     reading,
-    run_pages,
-    schedule_pages,
+    runs,
+    schedules,
     served,
-    sharding_views,
+    sharding,
     ticking,
-    timeline_views,
+    timeline,
 )
 from app.web.pages.blueprints import experiments, notes
 

@@ -4,7 +4,7 @@ it names every /api/v1 route."""
 
 from __future__ import annotations
 
-from app.web.api.openapi import calculator_paths, journal_paths, notebook_paths
+from app.web.api.openapi import calculator, journal, notebook
 from app.web.api.openapi.schema import COMPONENTS
 
 
@@ -18,7 +18,6 @@ def document() -> dict:
                                 "status."},
         "servers": [{"url": "/"}],
         "security": [{"bearer": []}, {"tailnet": []}],
-        "paths": {**notebook_paths.paths(), **journal_paths.paths(),
-                  **calculator_paths.paths()},
+        "paths": {**notebook.paths(), **journal.paths(), **calculator.paths()},
         "components": COMPONENTS,
     }

@@ -3,7 +3,7 @@ from jobs/lab/whatif.py, the module that checks them."""
 
 from __future__ import annotations
 
-from app.web.api.calculator_endpoint import MAX_BODY
+from app.web.api.calculator import MAX_BODY
 from app.web.api.openapi.schema import ERRORS, body, json_response, query
 from jobs.lab.predict import memory, whatif
 
