@@ -27,7 +27,7 @@ from base.contract import (
     torchrun_pgid,
 )
 from base.statuses import CANCELLED, FAILED, RUNNING, SUCCEEDED
-from jobs.runner import node as gangs
+from jobs.runner import node
 from jobs.runner.client import VERSION, Busy, Client, Refused, Stale, Unreachable
 from jobs.runner.host import die_with_parent, host_labels, signal_group
 
@@ -89,7 +89,7 @@ class Agent:
             try:
                 answer = self.client.call("POST", "/api/v1/runner/lease", {
                     "wait": self.poll_wait,
-                    "node": gangs.offer(self.advertise, self.rdzv_port)})
+                    "node": node.offer(self.advertise, self.rdzv_port)})
             except Busy as exc:  # enough runners are polling right now: ask again later
                 log.info("the server is busy; polling again in %.0fs", exc.retry_after)
                 self.stopping.wait(exc.retry_after)
@@ -139,7 +139,7 @@ class Agent:
         log.info("run %s: %s %s", job.run_id, job.experiment, json.dumps(job.params))
         argv = [sys.executable, "-m", "jobs.lab", "run", job.experiment,
                 "--params", json.dumps(job.params), "--out", str(job.lab_dir),
-                *gangs.lab_args(job.gang)]
+                *node.lab_args(job.gang)]
         try:
             job.proc = subprocess.Popen(
                 argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
@@ -272,7 +272,7 @@ class Agent:
                 fh.seek(sent)
                 pending = fh.read(64 * CHUNK)  # a few MB at a time, however long the outage
         while pending:
-            chunk = gangs.whole_lines(pending[:CHUNK], job.gang, job.proc.poll() is None, CHUNK)
+            chunk = node.whole_lines(pending[:CHUNK], job.gang, job.proc.poll() is None, CHUNK)
             while chunk:
                 try:
                     text = chunk.decode("utf-8")
@@ -305,7 +305,7 @@ class Agent:
                     self._until_sent(lambda b=batch: self.client.call(
                         "POST", f"/api/v1/runner/runs/{job.run_id}/metrics",
                         {"epoch": job.epoch, "points": b}))
-            if result is not None and gangs.node_rank(job.gang) == 0:
+            if result is not None and node.node_rank(job.gang) == 0:
                 self._until_sent(lambda: self.client.call(
                     "POST", f"/api/v1/runner/runs/{job.run_id}/result",
                     {"epoch": job.epoch, "result": result}))
@@ -313,10 +313,10 @@ class Agent:
             if events.exists() and events.stat().st_size <= 8 * 1024 * 1024:
                 self._until_sent(lambda: self.client.call(
                     "PUT", f"/api/v1/runner/runs/{job.run_id}/artifacts/"
-                           f"{gangs.events_name(job.gang)}?epoch={job.epoch}",
+                           f"{node.events_name(job.gang)}?epoch={job.epoch}",
                     raw=events.read_bytes(),
                     content_type="application/x-ndjson"))
-            if status == SUCCEEDED and result is None and not gangs.node_rank(job.gang):
+            if status == SUCCEEDED and result is None and not node.node_rank(job.gang):
                 status, reason, code = FAILED, "the lab wrote no result.json", "exit_code"
             self.report(job, status, reason, code, rc)
         except Stale:
