@@ -1,7 +1,7 @@
 """What a lab run promises whoever started it: its exit codes and the reasons they
 mean, the files it leaves in its output directory, and the progress lines it prints.
 
-The launcher (jobs/lab/launch.py) is the one place a failure is classified; it writes
+The launcher (jobs/lab/launcher/launch.py) is the one place a failure is classified; it writes
 the reason into result.json and exits with the reason's code:
 
     0  succeeded

@@ -1,12 +1,12 @@
 """What starting a run's ranks costs: the lab's agent, which forks every rank with torch
-and the experiment loaded (jobs/lab/elastic.py), against plain torchrun, which starts
+and the experiment loaded (jobs/lab/launcher/elastic.py), against plain torchrun, which starts
 each rank as a new Python, in the same run.
 
     .venv/bin/python bench/launch.py [--experiment zero] [--world-size 4] [--rounds 3]
 
 Each round runs the same small experiment (tests/lab's sizes: one timed step, every
 strategy of the experiment, the correctness gate first) once each way, in alternating
-order, with the launcher's own environment (jobs/lab/launch.py), and times it end to end
+order, with the launcher's own environment (jobs/lab/launcher/launch.py), and times it end to end
 and by the CPU of every process it started (getrusage of the children: torchrun or the
 agent, and the ranks they waited for). It prints each round, the medians and their
 ratio forked / plain. Both must succeed (result.json), or the round is refused.

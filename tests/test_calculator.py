@@ -1,4 +1,4 @@
-"""The what-if calculator: its numbers are the lab's cost model's (jobs/lab/costmodel.py,
+"""The what-if calculator: its numbers are the lab's cost model's (jobs/lab/predict/cost.py,
 memory.py called directly here), the published reference points hold, every bad
 input is a 4xx naming its field, the page works without JavaScript, a runner's own
 calibration can price a configuration, and "Run this here" opens the lab's form prefilled.
@@ -64,7 +64,7 @@ def test_tensor_and_pipeline_ranks_hold_the_cost_models_share(client):
 
 
 def test_step_time_is_the_cost_models_pipeline(client):
-    """Compute from costmodel's FLOPs per rank at the achieved FLOP/s, the optimizer's
+    """Compute from the cost model's FLOPs per rank at the achieved FLOP/s, the optimizer's
     memory traffic, TP all-reduces and sends through LinkFit: cost.predict_pipeline."""
     L, h, s, v, t, p, m, b = 12, 768, 1024, 50257, 2, 3, 6, 2
     a = ask(client, model="124m", dp=1, tp=t, pp=p, zero=0, batch_size=b * m,

@@ -1,4 +1,4 @@
-"""The ```run block has one owner (app/journal/cards.py): how one is written, and which
+"""The ```run block has one owner (app/journal/views/cards.py): how one is written, and which
 runs a text embeds. The scheduler's card posting and the refresh of hand-written embeds
 both ask it, so they agree on what counts as "already there"."""
 

@@ -1,4 +1,4 @@
-/* The sharding view (app/journal/sharding.py): a tile tapped, clicked or focused shows
+/* The sharding view (app/journal/views/sharding.py): a tile tapped, clicked or focused shows
    its details in its panel's <output>, which moves to just below the tile's row so that
    it never covers a tile. The strategy switch is radio buttons and CSS, so it needs
    nothing from here; without this script (and on hover) every tile still says its owners

@@ -9,7 +9,7 @@
 
 ``run`` prints ``progress step=<i> total=<n> key=value ...`` lines and free-form
 log lines to stdout, writes DIR/result.json and DIR/events.jsonl, and exits with
-the codes of jobs/lab/contract.py. Nothing here imports torch: ``run`` starts it in
+the codes of base/contract.py. Nothing here imports torch: ``run`` starts it in
 the ranks.
 """
 

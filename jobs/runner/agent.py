@@ -1,7 +1,7 @@
 """The agent: register, long-poll for a lease, run the leased experiment with the lab,
 and report it - heartbeats, the log in sequenced chunks, metrics, the result, the end.
 
-The lab's launcher has already classified how a run ended (jobs/lab/contract.py);
+The lab's launcher has already classified how a run ended (base/contract.py);
 `outcome` only forwards that to the journal, in the journal's words.
 """
 

@@ -1,4 +1,4 @@
-"""The lab's contract with whoever starts it (jobs/lab/contract.py), and the layers:
+"""The lab's contract with whoever starts it (base/contract.py), and the layers:
 the lab imports neither the runner nor the app; the runner is stdlib plus the contract;
 the modules the app and the runner import never pull in torch."""
 

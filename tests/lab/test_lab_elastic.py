@@ -1,4 +1,4 @@
-"""The ranks are forked from torchrun's agent (jobs/lab/elastic.py), with torch, its
+"""The ranks are forked from torchrun's agent (jobs/lab/launcher/elastic.py), with torch, its
 compiler and the experiment's code already loaded; the worker still runs as a process of
 its own under plain torchrun."""
 

@@ -1,4 +1,4 @@
-"""The sharding view's layout (jobs/lab/layout.py, torch-free) against the real thing: the
+"""The sharding view's layout (jobs/lab/predict/layout.py, torch-free) against the real thing: the
 model's own named parameters, the strategies built in process (no ranks: their
 constructors communicate nothing) and the parameter bytes real runs measured."""
 

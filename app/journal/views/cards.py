@@ -1,10 +1,10 @@
 """Result cards: how a run shows inside an entry (```run blocks), on its page, and in the
-Atom feed. Plain HTML, inline SVG charts (app/journal/charts.py) and <details> for what is
+Atom feed. Plain HTML, inline SVG charts (app/journal/views/charts.py) and <details> for what is
 not a key number: no JavaScript, no style attributes, so the same card works under the
 page's strict CSP and is stored inside entries as it is.
 
 A card reads: the caption (run, experiment, status, when, where); what the run teaches in
-two or three sentences (app/journal/lessons.py); then its body, marked for the feed
+two or three sentences (app/journal/views/lessons.py); then its body, marked for the feed
 (app.notebook.atom.feed_alternative): a reader gets the body's charts as one standalone
 SVG, served at /runs/<id>/card.svg (`image`), with the lesson beside it.
 

@@ -16,7 +16,7 @@ receiver messages arrive in the order they were posted (MPI's non-overtaking rul
 gloo and nccl keep), so the k-th send from r to p in a step is the k-th receive on p from r.
 
 The ranks' clocks agree only up to how far apart they left the barrier that set their
-origin (jobs/lab/runtime.py): a few milliseconds on a busy CPU host, enough for a message
+origin (jobs/lab/components/context.py): a few milliseconds on a busy CPU host, enough for a message
 to seem to arrive before it was sent. `clock_offsets` estimates each rank's offset from
 the messages themselves, as NTP does: a receive cannot end before its send began, in
 either direction, which bounds the difference between two ranks' clocks from both sides;

@@ -6,7 +6,7 @@ Server-rendered HTML that works without JavaScript: the switch is radio buttons 
 :checked rules in app/static/sharding.css, repeated blocks collapse into one row
 ("blocks 0–3 ×4") that a <details> expands, and every tile says its owners in its title;
 app/static/sharding.js adds the tap (or Enter) that shows a tile's details in the panel.
-The data is jobs/lab/layout.py's (torch-free), which follows what the strategies do.
+The data is jobs/lab/predict/layout.py's (torch-free), which follows what the strategies do.
 
     for_run(experiment, params, result)   a run page's view ("" when there is no model)
     for_params(experiment, params)        the form's: every strategy the experiment offers

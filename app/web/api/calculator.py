@@ -1,7 +1,7 @@
 """/api/v1/calculator: the what-if calculator's answer as JSON (docs/EXPERIMENTS.md,
 "What-if calculator"). GET takes the inputs as query arguments, so viewers (who may only
 read) and the calculator page's script can ask; POST takes the same inputs as a JSON
-object. The numbers come from the lab's cost model (jobs/lab/whatif_estimate.py)."""
+object. The numbers come from the lab's cost model (jobs/lab/predict/estimate.py)."""
 
 from __future__ import annotations
 

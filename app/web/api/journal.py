@@ -194,7 +194,7 @@ def run_artifact(run_id: int, name: str):
 
 @bp.get("/runs/<int:run_id>/trace.json")
 def run_trace(run_id: int):
-    """The run's events as a Chrome Trace Event file (app/journal/trace.py)."""
+    """The run's events as a Chrome Trace Event file (app/journal/views/trace.py)."""
     session = get_session()
     run = runs.get(session, run_id)
     found = rank_events.run_events(Path(current_app.config["DATA_DIR"]), session, run.id)

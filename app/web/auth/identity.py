@@ -41,7 +41,7 @@ log = logging.getLogger(__name__)
 
 READ_ROLES = {"owner", "viewer"}
 # What a feed token opens: the feed, and the run card images it shows (a feed reader fetches
-# them as it fetched the feed, the token in the URL; app/web/pages/card_images.py).
+# them as it fetched the feed, the token in the URL; app/web/pages/cards.py).
 FEED_ENDPOINTS = frozenset({"notes.feed", "experiments.card_image"})
 # A token's last-used time is for the owner's eyes ("is this token still in use?"), not an
 # audit log: touching it at most once a minute keeps reads from taking the write lock.

@@ -97,7 +97,7 @@ def nav_section(app: Flask, req: Request, week: str) -> str:
     so a page shown after a form error (a POST's endpoint) still marks its own item."""
     endpoint = req.endpoint or ""
     view = app.view_functions.get(endpoint)
-    if getattr(view, "__module__", "").endswith(".schedule_pages"):
+    if getattr(view, "__module__", "") == "app.web.pages.schedules":
         return "schedules"
     if endpoint in ("experiments.catalogue", "experiments.new_run", "experiments.create_run"):
         return "experiments"

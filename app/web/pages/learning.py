@@ -3,7 +3,7 @@ will see, a small diagram (templates/experiments/_diagrams.html, same name), and
 run small enough to finish in seconds on a CPU; and a path through them in an order that
 builds understanding.
 
-The catalogue itself (names, parameters, bounds) is the lab's (jobs/lab/registry.py);
+The catalogue itself (names, parameters, bounds) is the lab's (jobs/lab/catalogue/registry.py);
 this is the page's way of teaching it. tests/test_learning.py checks that every
 experiment in the catalogue has a guide, a diagram, and a first run the registry accepts.
 """

@@ -1,6 +1,6 @@
 """Forms generated from the lab's parameter schemas, and the schedule form around them.
 
-The registry (jobs/lab/registry.py) is the one place that knows what a parameter may be;
+The registry (jobs/lab/catalogue/registry.py) is the one place that knows what a parameter may be;
 these forms only turn what a browser sends (strings) into the JSON types the registry
 checks, so a mistyped number is reported next to its field instead of as a type error.
 Parameter inputs are named "param.<name>" so they can never collide with a schedule's own

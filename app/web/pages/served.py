@@ -23,7 +23,7 @@ BACKGROUND, THEME = "#fbfaf7", "#ffffff"
 @bp.get("/feed.atom")
 def feed():
     # Read with a feed token, the feed carries it to its images (/runs/<id>/card.svg): a
-    # reader fetches them as it fetched the feed (app/web/pages/card_images.py).
+    # reader fetches them as it fetched the feed (app/web/pages/cards.py).
     identity = getattr(g, "identity", None)
     token = request.args.get("token") if identity and identity.role == "feed" else None
     body = atom.build(get_session(), request.host_url, token=token)

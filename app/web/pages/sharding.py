@@ -1,6 +1,6 @@
 """The sharding view's template globals: a run page's view of its run, and the new-run
 form's view of the parameters it shows (every strategy the experiment offers, to compare).
-The HTML is app/journal/sharding.py's; templates/experiments/_sharding.html places it."""
+The HTML is app/journal/views/sharding.py's; templates/experiments/_sharding.html places it."""
 
 from __future__ import annotations
 

@@ -1,5 +1,5 @@
 """The run page's measured views, from the run's events.jsonl: where each rank's time
-went in one step (app/journal/timeline.py, drawn by timeline_chart.py), the traffic
+went in one step (app/journal/views/timeline.py, drawn by timeline_chart.py), the traffic
 between ranks (traffic.py), and the link to the Chrome trace.
 
 templates/experiments/_run_views.html calls `rank_views(run)`; it renders nothing when

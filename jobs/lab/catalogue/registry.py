@@ -3,7 +3,7 @@
 The web app and the CLI import this module to build forms and to refuse bad
 parameters before anything is launched, so it must stay importable without
 torch: plain data and plain functions only. The schemas themselves are in
-jobs/lab/schemas.py (one strategy at a time) and combined.py (strategies combined).
+jobs/lab/catalogue/schemas.py (one strategy at a time) and combined.py (strategies combined).
 
 A schema is JSON-serialisable. Each parameter is a dict with
 ``type`` (``int``, ``float``, ``str``, ``bool`` or ``str_list``), ``default``,

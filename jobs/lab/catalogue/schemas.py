@@ -1,7 +1,7 @@
 """The experiment catalogue's data: names, descriptions and parameter schemas of the
-experiments that teach one strategy at a time (schemas_combined.py: the ones that combine
+experiments that teach one strategy at a time (combined.py: the ones that combine
 them). Plain, JSON-serialisable data and no imports from the rest of the lab: the web app
-reads it without torch. jobs/lab/registry.py validates against it.
+reads it without torch. jobs/lab/catalogue/registry.py validates against it.
 """
 
 from __future__ import annotations

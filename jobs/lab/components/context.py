@@ -82,7 +82,7 @@ class Context:
             say(msg, self.stdout)
 
     def progress(self, step: int, total: int, **fields: Any) -> None:
-        """The machine-readable line callers parse (jobs/lab/contract.py owns its format)."""
+        """The machine-readable line callers parse (base/contract.py owns its format)."""
         if self.rank == 0:
             shown = {k: _fmt(v) for k, v in fields.items() if v is not None}
             say(progress_line(step, total, shown), self.stdout)

@@ -37,7 +37,7 @@ class ModelConfig:
     seed: int = 0
     tie_head: bool = False  # GPT: the head's weight is wte's
     # GPT: every block's MLP a mixture of `experts` experts (0: the dense MLP, unchanged),
-    # each token routed to its top_k, capacity_factor x its share (jobs/lab/moe.py)
+    # each token routed to its top_k, capacity_factor x its share (jobs/lab/components/moe.py)
     experts: int = 0
     top_k: int = 1
     capacity_factor: float = 1.0
@@ -53,7 +53,7 @@ class ModelConfig:
         return self.layers, self.hidden, self.seq_len, self.vocab, self.experts
 
     def param_count(self) -> int:
-        if self.experts:  # every expert's (moecost.py)
+        if self.experts:  # every expert's (predict/experts.py)
             return moecost.param_count(*self._moe(), tied=self.tie_head)
         return cost.param_count(*self._dims(), tied=self.tie_head)
 

@@ -1,7 +1,7 @@
 """A mixture-of-experts MLP (Shazeer et al. 2017; GShard, Lepikhin et al. 2020; Switch,
 Fedus et al. 2021) for the lab's GPT: a linear router, softmax, top-k, a capacity per
 expert and per sequence with drops, each expert an MLP of the dense MLP's shape
-(jobs/lab/moecost.py has the arithmetic).
+(jobs/lab/predict/experts.py has the arithmetic).
 
 The layer runs in three parts so that expert parallelism can put an all-to-all between
 them (jobs/lab/strategies/experts.py): ``route`` and ``dispatch`` fill a static capacity

@@ -2,7 +2,7 @@
 tensor_parallel, zero), for every strategy:
 
 1. the gate against the single-device reference; only a strategy that passed goes on;
-2. one untimed step under the census (jobs/lab/census.py): the operators and shapes it
+2. one untimed step under the census (jobs/lab/components/census.py): the operators and shapes it
    runs, the collectives it issues - PyTorch's own strategies' too;
 3. the calibration, for exactly those shapes and messages (probes.calibrate);
 4. timed steps, round-robin over the strategies (all resident at once);

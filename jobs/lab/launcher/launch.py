@@ -4,7 +4,7 @@ This is the one place a run's failure is classified: the ranks report what they 
 (a correctness failure, an unsupported machine) in result.json, and everything else -
 a crash, running out of memory, a collective that timed out, the watchdog, a cancel -
 is read here from how torchrun ended and the tail of its output. The reason goes into
-result.json and the exit code says it too (the table is jobs/lab/contract.py); the
+result.json and the exit code says it too (the table is base/contract.py); the
 runner agent only forwards it.
 
 torchrun runs in its own session (process group): the watchdog, a cancel and a

@@ -1,4 +1,4 @@
-"""One rank of an experiment: `rank()`, forked by jobs/lab/elastic.py (torchrun's agent),
+"""One rank of an experiment: `rank()`, forked by jobs/lab/launcher/elastic.py (torchrun's agent),
 or this module as a script under plain torchrun:
 
     python -m torch.distributed.run --standalone --nproc-per-node=N \

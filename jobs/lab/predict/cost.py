@@ -1,14 +1,14 @@
 """Analytical cost model: bytes, FLOPs, bubble and step time - plain arithmetic.
 
 No torch here: the formulas are checked against what the instrumentation counted and
-printed beside every measurement (memory is jobs/lab/memorymodel.py). Notation
+printed beside every measurement (memory is jobs/lab/predict/memory.py). Notation
 (docs/EXPERIMENTS.md): P parameters, h hidden, L layers, s sequence, b micro-batch
 sequences, m micro-batches, p stages, t tensor-parallel degree, d data-parallel degree,
 e bytes per element, n ranks in a collective. Collective sizes S follow nccl-tests: the
 whole buffer (for all_gather the gathered output, for reduce_scatter the unscattered
 input).
 
-A step's time is priced from what it runs (jobs/lab/census.py counts it once, untimed)
+A step's time is priced from what it runs (jobs/lab/components/census.py counts it once, untimed)
 with what the calibration measured on this host, in the same run:
 
     compute = sum over matrix multiplies of the probed time of that shape

@@ -1,5 +1,5 @@
 """The what-if calculator's answer: per-rank memory, step time, communication and MFU of a
-configuration (resolved by jobs/lab/whatif.py), composed from the lab's own formulas.
+configuration (resolved by jobs/lab/predict/whatif.py), composed from the lab's own formulas.
 
     parameters per rank   cost.rank_params (pipeline stage, tensor-parallel split)
     model state           memorymodel.model_state (ZeRO stage over the DP degree)
@@ -223,7 +223,7 @@ def estimate(c: dict, hw: Hardware) -> dict[str, Any]:
 
 
 def assumptions(c: dict, hw: Hardware) -> list[str]:
-    out = ["GPT blocks as the lab's model (jobs/lab/model.py): LayerNorm, 4h GeLU MLP, "
+    out = ["GPT blocks as the lab's model (jobs/lab/components/model.py): LayerNorm, 4h GeLU MLP, "
            "separate q/k/v, no dropout; FlashAttention-style attention (no s x s scores)",
            f"matmuls run at {hw.flops / hw.peak_flops:.0%} of the peak"
            + ("" if hw.op_s == 0 else " (measured), plus the measured per-operator "

@@ -1,4 +1,4 @@
-"""A mixture-of-experts GPT's arithmetic - plain numbers, no torch (jobs/lab/moe.py is
+"""A mixture-of-experts GPT's arithmetic - plain numbers, no torch (jobs/lab/components/moe.py is
 the layer; docs/EXPERIMENTS.md, *Expert parallelism*).
 
 Every block's MLP becomes E experts, each an MLP of the dense MLP's own shape (h -> 4h

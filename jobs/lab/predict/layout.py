@@ -3,26 +3,26 @@
 Plain arithmetic, no torch (the web app draws it). From a model description (the
 ``model`` of a result, or the registry's parameters), a strategy and a world size it
 gives the model's blocks - the embedding, each transformer (or MLP) block, the final
-norm and head - and for each parameter tensor, named and shaped as jobs/lab/model.py
+norm and head - and for each parameter tensor, named and shaped as jobs/lab/components/model.py
 makes it: the piece each rank owns, the elements each rank keeps in memory, and what is
-communicated for it and when. The rules (jobs/lab/placement.py) follow the strategies:
+communicated for it and when. The rules (jobs/lab/predict/placement.py) follow the strategies:
 
     single      rank 0 holds everything (the others wait)
     DP, DDP     every rank a full copy; gradients all-reduced (per tensor, or in the
-                buckets of costmodel.plan_buckets)
+                buckets of cost.plan_buckets)
     ZeRO-1/2    full parameters everywhere; rank r owns slice r of every flat, padded
                 bucket (plan_buckets with pad_to=d): it reduce-scatters into it, updates it
                 with its optimizer state, and the bucket is all-gathered back
     FSDP2       each tensor cut into d chunks of ceil(rows/d) rows (dim 0); one unit per
                 block and the root; all-gathered around use, gradients reduce-scattered
     ZeRO-3      rank r keeps slice r of each flat, padded unit (zero3.units:
-                embedding, blocks, head) and nothing else between uses (zero3_plan)
-    pipelines   blocks of costmodel.stage_layers on each stage, the embedding on the
+                embedding, blocks, head) and nothing else between uses (zero3.py)
+    pipelines   blocks of cost.stage_layers on each stage, the embedding on the
                 first, the head on the last; activations sent between stages
-    interleaved the blocks in p*v chunks, chunk c on rank c % p (interleaved_placement)
+    interleaved the blocks in p*v chunks, chunk c on rank c % p (placement_interleaved.py)
     TP          q, k, v, fc split by output rows (column-parallel), both projections by
                 input columns (row-parallel); the rest replicated (tp_split_params)
-    SP, CP      TP's split, plus the sequence sharded (sequence_placement); ring attention
+    SP, CP      TP's split, plus the sequence sharded (placement_sequence.py); ring attention
                 replicates the weights and splits the tokens
     recompute   the single device's (or DP's) placement: recomputation moves no weights
 The meshes (dp x pp x tp) and the experts have no view yet: a layout knows one degree.

@@ -1,11 +1,11 @@
-"""How each strategy places one parameter tensor on the ranks: jobs/lab/layout.py's rules.
+"""How each strategy places one parameter tensor on the ranks: jobs/lab/predict/layout.py's rules.
 
 Plain arithmetic, no torch. A strategy's rule takes a tensor (its index in
 model.named_parameters() order, its block, its shape) and says the piece each rank owns,
 the elements each rank keeps in memory and what is communicated for it; the rule also
 says what the whole strategy does in a sentence or two, and what a block's activations
 cost (pipeline stage boundaries, tensor parallelism's f and g). Each rule uses the
-strategy's own helpers from costmodel (plan_buckets, fsdp_padded, stage_layers,
+strategy's own helpers from cost.py (plan_buckets, fsdp_padded, stage_layers,
 tp_split_params), so the picture cannot drift from what runs.
 """
 

@@ -1,4 +1,4 @@
-"""The sharding view (jobs/lab/layout.py's rules) of sequence and context parallelism:
+"""The sharding view (jobs/lab/predict/layout.py's rules) of sequence and context parallelism:
 plain arithmetic, no torch, the same helpers the strategies use.
 
 Sequence parallelism places the parameters exactly as tensor parallelism does (its

@@ -1,6 +1,6 @@
 """Activation recomputation's memory, predicted - plain arithmetic, no torch.
 
-A block keeps, between its forward and its backward (memorymodel's terms, n = b*s tokens
+A block keeps, between its forward and its backward (memory.py's terms, n = b*s tokens
 of one rank, e bytes an element):
 
     none        every activation backward needs: memory.block_activations
@@ -124,7 +124,7 @@ def step_peak(precision: str, kind: str, policy: str, *, P: int, layers: int, n:
 
 
 def placement_rule(ctx: placement.Ctx, strategy: str):
-    """The sharding view (jobs/lab/layout.py): recomputation moves no parameter - every
+    """The sharding view (jobs/lab/predict/layout.py): recomputation moves no parameter - every
     rank a full copy, gradients all-reduced one tensor at a time, as dp_naive."""
     rule, summary, block_comm = placement.data_parallel(ctx, "dp_naive")
     how = ("only each block's input is kept; the block runs again in backward"

@@ -1,5 +1,5 @@
 """Memory of sequence and context parallelism, predicted - plain arithmetic, no torch
-(the terms as jobs/lab/memorymodel.py names them: n tokens, h hidden, e bytes an element,
+(the terms as jobs/lab/predict/memory.py names them: n tokens, h hidden, e bytes an element,
 t or c ranks, a heads).
 
 Megatron sequence parallelism (strategies/sequence_parallel.py) saves per block, on n

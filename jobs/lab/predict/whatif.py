@@ -1,8 +1,8 @@
 """The what-if calculator's inputs: model presets, GPUs, and the checks every input passes.
 
 A configuration - a model, a batch, a precision, a GPU and the DP / TP / PP / ZeRO
-degrees - is priced by jobs/lab/whatif_estimate.py with the lab's own formulas
-(costmodel.py, memorymodel.py), so the calculator and a run's prediction agree. This
+degrees - is priced by jobs/lab/predict/estimate.py with the lab's own formulas
+(cost.py, memory.py), so the calculator and a run's prediction agree. This
 module is plain data and validation, torch-free: the web app imports it.
 
 ``parse(raw)`` takes what a JSON body or a query string sent (numbers or their text) and
@@ -20,7 +20,7 @@ from jobs.lab.catalogue.registry import ParamError
 from jobs.lab.predict import memory as memorymodel
 from jobs.lab.predict.cost import LinkFit
 
-# GPT-style blocks, exactly as the lab's model (jobs/lab/model.py: LayerNorm, separate
+# GPT-style blocks, exactly as the lab's model (jobs/lab/components/model.py: LayerNorm, separate
 # q/k/v, a 4h GeLU MLP, learned positions): a "7B" here is what the lab's formula gives
 # for Llama-2-7B's shape (6.7B; Llama's SwiGLU MLP and untied head make it 6.7B too, by
 # coincidence of the 3 x 11008 vs 2 x 16384 widths), and "70B" is 65B (Llama-2-70B's

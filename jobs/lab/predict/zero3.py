@@ -1,6 +1,6 @@
 """ZeRO-3 by hand's plan, plain arithmetic, no torch (the strategy is
 jobs/lab/strategies/zero3.py; the web draws the sharding view from here): its units, the
-bytes it moves, and the sharding view's rule (jobs/lab/layout.py).
+bytes it moves, and the sharding view's rule (jobs/lab/predict/layout.py).
 
 The units are the embedding, each block, the final norm and head, each one flat buffer
 padded to a multiple of d, of which rank r keeps slice r: a flat range of each tensor the

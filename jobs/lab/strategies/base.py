@@ -31,7 +31,7 @@ class TrainSpec:
     batch_size: int  # global sequences per optimizer step
     micro_batches: int = 1
     bucket_cap_mb: float = 0.25
-    precision: str = "fp32_sgd"  # jobs/lab/optim.py
+    precision: str = "fp32_sgd"  # jobs/lab/components/optim.py
     # the run's resolved parameters, for what a strategy of a combined experiment reads
     # beyond these (the mesh's tp, pp, ranks_per_node ...); not part of equality
     params: dict[str, Any] = field(default_factory=dict, compare=False, hash=False)
@@ -225,7 +225,7 @@ class Strategy:
                     grads_held: bool = False) -> dict[str, Any]:
         """The step's peak on this rank, holding P parameters (the whole model unless
         given; ZeRO `stage` sharding over the ranks) and its blocks split t ways: the
-        state held throughout, plus the largest moment of backward (memorymodel's doc) -
+        state held throughout, plus the largest moment of backward (predict/memory.py's doc) -
         the first micro-batch's, with `in_flight` micro-batches of local_tokens() held
         (first/last: with the embedding's, the head's and the loss's activations) and
         `start`'s buffers; a later micro-batch's (m > 1), with the gradients and the

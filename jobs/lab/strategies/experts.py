@@ -1,5 +1,5 @@
 """Expert parallelism by hand (GShard; Megatron-LM's and DeepSpeed-MoE's "EP"): every
-block's mixture-of-experts MLP (jobs/lab/moe.py) has its E experts split over the d
+block's mixture-of-experts MLP (jobs/lab/components/moe.py) has its E experts split over the d
 ranks, E/d each; everything else is data parallel - each rank a replica of the
 attention, embeddings, norms and routers, 1/d of the batch, those gradients
 all-reduced (one call per tensor, as dp_naive).

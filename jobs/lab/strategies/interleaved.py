@@ -4,7 +4,7 @@ forward_backward_pipelining_with_interleaving, PyTorch's ScheduleInterleaved1F1B
 The blocks are cut into p*v chunks (virtual stages); rank r holds chunks r, r+p, ...,
 r+(v-1)p, so a micro-batch goes round the ranks v times (rank p-1 hands chunk c's output
 to rank 0's chunk c+1). The order - warm-up forwards, one forward and one backward,
-cool-down backwards over the v*m virtual micro-batches - is jobs/lab/schedule_model.py's,
+cool-down backwards over the v*m virtual micro-batches - is jobs/lab/predict/schedule.py's,
 which is torch's: expected_order() gives it with the chunk, and the gate checks it from
 the events. The fill and drain still take p-1 slots, but of one chunk, 1/v of a stage:
 the bubble is (p-1)/(v*m+p-1), for v times 1F1B's point-to-point messages.

@@ -1,6 +1,6 @@
 """Meshes by hand: data parallelism combined with tensor and pipeline parallelism.
 
-The world is a grid dp x pp x tp, tp innermost (jobs/lab/mesh_model.py: rank =
+The world is a grid dp x pp x tp, tp innermost (jobs/lab/predict/mesh.py: rank =
 ((dp_idx * pp) + pp_idx) * tp + tp_idx). Each dimension has its own process groups,
 created by every rank in the same order (all tp groups, then all dp groups, then the
 stage groups the gate compares replicas over):

@@ -194,7 +194,7 @@ def sequence_params(model: nn.Module) -> list[nn.Parameter]:
 
 def sp_peak_memory(strat: Strategy, buffers: dict[str, float]) -> dict:
     """The step's peak of a sequence-parallel rank: one micro-batch of the whole batch,
-    the blocks' matmuls split t ways (sequence_memory's formulas)."""
+    the blocks' matmuls split t ways (predict/sequence.py's formulas)."""
     c, e, t, n = strat.spec.cfg, strat.spec.e, strat.ctx.world, strat.spec.tokens
     split, rep = cost.tp_split_params(c.layers, c.hidden, c.seq_len, c.vocab)
     blocks = c.layers * sequence.sp_block_activations(n, c.hidden, c.heads, e, t)

@@ -1,5 +1,5 @@
 """OpenAPI paths of the what-if calculator. Its inputs, their ranges and defaults come
-from jobs/lab/whatif.py, the module that checks them."""
+from jobs/lab/predict/whatif.py, the module that checks them."""
 
 from __future__ import annotations
 
