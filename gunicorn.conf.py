@@ -38,7 +38,7 @@ workers, threads = web_size()
 def _limit_malloc_arenas(arenas: int = 2) -> None:
     """glibc gives threads that allocate at once arenas of their own (up to 8 per core), each
     keeping its freed memory apart. A gthread worker's threads mostly take turns on the GIL,
-    so two arenas are enough, and a worker holds about 1 MB less (bench/idle.py). Set in
+    so two arenas are enough, and a worker holds less (bench/idle.py). Set in
     the master, so the forked workers have it; a no-op off glibc."""
     try:
         ctypes.CDLL(None).mallopt(-8, arenas)  # -8: M_ARENA_MAX in glibc's malloc.h
@@ -87,8 +87,8 @@ def _redact(value):
 
 
 # Only what the line prints is redacted: gunicorn's atoms hold every request and response
-# header and every environ value (about 70), and a regex over each of them was ~5% of a
-# page's CPU in the worker (py-spy --gil, bench/web.py's entry page).
+# header and every environ value, and a regex over each of them was a visible share of a
+# page's CPU in the worker (docs/PERFORMANCE.md, *Rendering a page*).
 LOGGED_ATOMS = frozenset(re.findall(r"%\(([^)]+)\)s", access_log_format))
 
 

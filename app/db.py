@@ -6,8 +6,9 @@ transactions that take the write lock up front (BEGIN IMMEDIATE) so a read-then-
 fails half way with "database is locked". And a small page cache per connection: the
 operating system keeps the file's pages for every connection and process, so SQLite's own
 cache only saves a copy, and each of a web worker's connections (one per thread at once)
-kept 2 MiB of it, mostly the same pages. For the same reason a process keeps a few idle
-connections in all, for its sessions and its readers alike (IdlePool).
+kept its own, mostly the same pages (docs/PERFORMANCE.md, *Connections*). For the same
+reason a process keeps a few idle connections in all, for its sessions and its readers
+alike (IdlePool).
 """
 
 from __future__ import annotations
@@ -29,16 +30,14 @@ from sqlalchemy.pool import ConnectionPoolEntry, NullPool
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
-# KiB of pages each SQLite connection keeps (SQLite's default is 2,000 KiB). At 100k entries,
-# 16 clients reading random entries left the two web workers at 72-84 MB with SQLite's
-# default and 70-75 MB with this, at the same server CPU per request (2.85-3.89 against
-# 2.90-3.08 ms, alternated); 512 KiB saved 2 MB more but cost ~5% on each entry page.
+# KiB of pages each SQLite connection keeps (SQLite's default is 2,000 KiB): half the default
+# left the web workers smaller at the same CPU per request; a quarter saved a little more
+# memory but slowed every entry page (docs/PERFORMANCE.md, *Connections*).
 CACHE_KIB = 1024
 # Idle connections a process keeps, its sessions' and its readers' together: SQLAlchemy's
-# pool_size default. Each holds up to CACHE_KIB of pages and its statements (~1.2 MB at
-# 100k entries after a busy minute); a reader's own five beside the pool's five left a
-# worker up to 9 MB bigger (bench/idle.py, session 33), and two of them kept in all cost
-# the entry page 13% under 16 clients (more threads at once than idle connections).
+# pool_size default. Each holds up to CACHE_KIB of pages and its statements; a reader's own
+# five beside the pool's five made a worker bigger, and two in all slowed the entry page
+# under many clients (more threads at once than idle connections): docs/PERFORMANCE.md.
 CONNECTIONS_KEPT = 5
 
 
@@ -257,8 +256,8 @@ class Prepared:
     session's sqlite3 connection: the same transaction, so one page still reads one
     snapshot, but none of SQLAlchemy's per-execution work (the statement's cache key, an
     execution context, the result's metadata), which on the entry page cost more than
-    SQLite's answers (issue 14: one entry by id 40 us through Core, 14 us here; the
-    neighbours' UNION ALL mostly its cache key). Values still go through the column types'
+    SQLite's answers (the neighbours' UNION ALL mostly its cache key; docs/PERFORMANCE.md,
+    *Reading an entry*). Values still go through the column types'
     own bind and result processors, so a row reads exactly as through Core. A list bound
     with `expanding=True` travels as JSON through json_each. On another database the
     statement runs through SQLAlchemy as usual."""
@@ -275,8 +274,8 @@ class Prepared:
         # The query's own constants (kind = 'week', status = 'published', LIMIT 1) go in
         # as SQL literals. Bound, a value compared with a column that a partial index is
         # conditioned on (ix_entry_one_letter_per_week, ix_entry_draft_week) marks the
-        # statement to be compiled again whenever it is bound, so on every execution: at
-        # 1k entries, a viewer's neighbours 82 -> 17 us, their backlinks 50 -> 15 us.
+        # statement to be compiled again whenever it is bound, so on every execution
+        # (docs/PERFORMANCE.md, *Reading an entry*).
         constants = {name: _literal(value) for name, value in self.defaults.items()
                      if type(value) in (str, int)}
         self.sql = re.sub(r":(\w+)", lambda m: constants.get(m[1], m[0]), self.sql)
@@ -357,9 +356,10 @@ def insert_many(session: Session, table: sa.Table, rows: list[dict]) -> None:
 
 
 # -- migrations: app/upgrades.py -----------------------------------------------------------
-# Alembic (with Mako and much of SQLAlchemy's DDL) is ~11 MB of a web worker that never
-# migrates, so the migrations live in app/upgrades.py, which only the processes that
-# migrate import (the CLI's `up` and `db upgrade`, tests, benches).
+# Alembic (with Mako and much of SQLAlchemy's DDL) is megabytes of a web worker that never
+# migrates (docs/PERFORMANCE.md, *Imports a worker never needs*), so the migrations live in
+# app/upgrades.py, which only the processes that migrate import (the CLI's `up` and
+# `db upgrade`, tests, benches).
 
 
 def backup(db: Database, backup_dir: Path, reason: str = "backup") -> Path:

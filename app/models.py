@@ -33,8 +33,8 @@ class Entry(Base):
     __table_args__ = (
         # One letter per ISO week; ordinary entries may share a week freely. On PostgreSQL
         # the same partial index comes from the migration (0001): naming a postgresql_*
-        # option here would load SQLAlchemy's whole PostgreSQL dialect (~2 MB) into every
-        # process, a SQLite web worker included.
+        # option here would load SQLAlchemy's whole PostgreSQL dialect into every process,
+        # a SQLite web worker included (docs/PERFORMANCE.md, *Imports a worker never needs*).
         sa.Index("ix_entry_one_letter_per_week", "iso_week", unique=True,
                  sqlite_where=sa.text("kind = 'week'")),
         sa.Index("ix_entry_date", "date", "id"),

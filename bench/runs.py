@@ -1,4 +1,4 @@
-"""The run list, its filters and sorts, and compare, at 10,000 finished runs (issue 14).
+"""The run list, its filters and sorts, and compare, at 10,000 finished runs.
 
     .venv/bin/python bench/runs.py                    # 10,000 runs
     .venv/bin/python bench/runs.py --runs 2000 --requests 100 --shapes /tmp/runs

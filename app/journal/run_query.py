@@ -13,9 +13,9 @@ the runs that have that result, ties broken by run id.
 Paging is by keyset: `cursor` is what the previous page's `next_cursor` said (a run id
 newest first — `before` is its older name — or `<value>,<run id>` when sorted). Every
 bad argument is Invalid naming it. The list reads only the columns it shows, never a
-run's result JSON (that made the newest 100 slow: issue 14), as rows, not Run objects:
-building 100 ORM objects and reading them through instrumented attributes (and each
-one's runner) was over half of the newest 100's time in-process (cProfile). A row has a
+run's result JSON (that made the newest 100 slow), as rows, not Run objects: building
+100 ORM objects and reading them through instrumented attributes (and each one's runner)
+was most of the newest 100's time in-process (docs/PERFORMANCE.md, *The run list*). A row has a
 Run's attribute names for these columns, and `runner_name` as Run has.
 """
 

@@ -22,8 +22,8 @@ from app.web import api, auth, hardening, pages, resting, runner_api
 class PageEnvironment(Environment):
     """Flask's Jinja environment, with each template's globals a plain dict. Jinja's own is
     a ChainMap over the environment's globals, which every render copies twice, key by key
-    in Python (the context's parent and its set of global names): ~200 of the entry page's
-    ~2,400 calls (sys.setprofile, bench/web.py's 10k notebook). The copy is taken when a
+    in Python (the context's parent and its set of global names): a tenth of the entry
+    page's calls (docs/PERFORMANCE.md, *Rendering a page*). The copy is taken when a
     template is first loaded, and every global is registered before that, in create_app
     (Jinja's docs: "avoid modifying any globals after a template is loaded")."""
 

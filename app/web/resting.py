@@ -5,9 +5,9 @@ its page cache and statements; the requests' garbage leaves the C heap (malloc) 
 freed pages it keeps for later. A personal notebook is idle most of the day, and the
 machine it shares with experiments wants that memory back. So REST_AFTER seconds after
 its last request a worker closes its idle connections (IdlePool.shed) and asks malloc to
-return its free pages to the system (glibc's malloc_trim; a no-op elsewhere). At 100k
-entries, after 16 clients read every page kind, the two workers held 76.4 and 80.5 MB
-resident, and 67.6 and 72.2 MB at rest (bench/idle.py, which prints both).
+return its free pages to the system (glibc's malloc_trim; a no-op elsewhere): a worker
+at rest is smaller than one just served (bench/idle.py prints both; docs/PERFORMANCE.md,
+*At rest*).
 
 The first request after a rest opens a connection again (bench/idle.py prints what that
 costs). The runner's long poll ends every poll interval and counts as a request, so a

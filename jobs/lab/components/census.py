@@ -104,7 +104,7 @@ class _Mode(TorchDispatchMode):
     def _should_skip_dynamo(cls) -> bool:
         """No: nothing the lab runs is compiled. Yes (PyTorch's default) wraps the mode's
         __torch_dispatch__ in torch._disable_dynamo, whose first call imports torch._dynamo
-        - about 2 s of CPU, with sympy and inductor, on every rank."""
+        - seconds of CPU, with sympy and inductor, on every rank (docs/PERFORMANCE.md)."""
         return False
 
 
@@ -169,10 +169,10 @@ _FROZEN_STORAGE: dict[int, Any] = {}
 
 def freeze_startup() -> None:
     """Move every object alive now into the collector's permanent generation
-    (``gc.freeze``): torch and the strategies' modules are some 100,000-280,000 objects
-    that live as long as the process, and the memory measurement walks the collector's
-    objects (LiveStorage) and collects garbage (training.release) before each strategy,
-    up to 0.15 s of CPU a time on every rank while they are there (training.run imports
+    (``gc.freeze``): torch and the strategies' modules are hundreds of thousands of
+    objects that live as long as the process, and the memory measurement walks the
+    collector's objects (LiveStorage) and collects garbage (training.release) before each
+    strategy, a noticeable CPU cost on every rank while they are there (training.run imports
     its strategies' modules before this runs). The tensors among the frozen objects are
     recorded, since ``gc.get_objects()`` no longer lists them."""
     _FROZEN_STORAGE.update(_tensor_storages())

@@ -15,7 +15,8 @@ gradient during its step).
 ``adamw_`` matches torch.optim.AdamW's single-tensor update and ``SGD`` torch.optim.SGD's
 (tests check both, bit for bit). The lab uses no torch.optim class of its own accord:
 constructing one imports torch._dynamo (``torch._disable_dynamo`` on add_param_group),
-about 2 s of CPU, and with it sympy and inductor, in every rank of every run.
+seconds of CPU, and with it sympy and inductor, in every rank of every run
+(docs/PERFORMANCE.md, *Starting a run's ranks*).
 """
 
 from __future__ import annotations

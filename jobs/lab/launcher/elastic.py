@@ -3,15 +3,15 @@
     python -m jobs.lab.launcher.elastic <torchrun's own flags> \
         -m jobs.lab.launcher.worker <experiment> …
 
-Plain torchrun starts each rank as a new Python, which imports torch (about 1.8 s of CPU)
-and, at its optimizer's first step, torch._dynamo (1.4 s more). Here the agent imports
+Plain torchrun starts each rank as a new Python, which imports torch and, at its
+optimizer's first step, torch._dynamo: seconds of CPU each, on every rank. Here the agent imports
 both once, with the experiment's own code, and starts the ranks the way torchrun starts a
 function entry point with `--start-method fork`: each rank begins with all of it loaded
 and runs worker.rank. Everything else is torchrun's: its flags, rendezvous (one host or a
 gang), log tee and prefixes, and tearing the ranks down when one fails.
 
-bench/launch.py measures both ways in one run (2 CPU cores: about 0.6x the CPU and
-0.75-0.8x the time of plain torchrun).
+bench/launch.py measures both ways in one run (docs/PERFORMANCE.md, *Starting a run's
+ranks*).
 
 Forking is safe for CUDA while the agent has not initialised it. The imports here touch
 no device; torchrun's LaunchConfig asks torch.cuda.is_available(), which calls cuInit

@@ -24,7 +24,7 @@ STRATEGIES: dict[str, str] = {
     "zero1": "jobs.lab.strategies.zero:Zero1",
     "zero2": "jobs.lab.strategies.zero:Zero2",
     "fsdp2": "jobs.lab.strategies.fsdp:TorchFSDP2",
-    # combined and newer strategies (issue 16): each helper owns its own lines below
+    # the combined and newer strategies: each helper owns its own lines below
     "zero3": "jobs.lab.strategies.zero3:Zero3",
     "interleaved_1f1b": "jobs.lab.strategies.interleaved:Interleaved1F1B",
     "torch_interleaved_1f1b": "jobs.lab.strategies.torch_schedules:TorchInterleaved1F1B",
