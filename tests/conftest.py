@@ -28,7 +28,7 @@ def pytest_configure(config):
     process then reads them as it reads the installed packages'. Once, in the controller
     (an xdist worker has `workerinput`)."""
     if not hasattr(config, "workerinput"):
-        for package in ("app", "jobs", "migrations"):
+        for package in ("app", "base", "cpl", "jobs", "migrations"):
             compileall.compile_dir(ROOT / package, quiet=1)
 
 
