@@ -71,7 +71,7 @@ def _sources_query(published_only: bool) -> sa.Select:
     """A page of the sources, each once, as a row (app/notebook/entry_rows.py) with the
     context of its first link here. Paged in SQL, ordered by what begins an entry's row
     (its date): only the page's rows are read to their end, where the listed columns
-    after the bodies cost a read of overflow pages each (a hub of 300: 1.9 -> 0.9 ms)."""
+    after the bodies cost a read of overflow pages each (docs/PERFORMANCE.md, *Browsing*)."""
     first = (sa.select(Link.source_id, sa.func.min(Link.id).label("link_id"))
              .where(*_LINKED_TO).group_by(Link.source_id).cte("first"))
     page = (sa.select(first.c.source_id, first.c.link_id, Entry.date)
@@ -211,7 +211,7 @@ def _recent_query(kind: str | None, published_only: bool) -> sa.Select:
 
 
 # Built once, as the home page asks on every view (building a select and its cache key
-# cost more than SQLite's answer: ~10 us through ix_entry_kind_date at 20k entries).
+# cost more than SQLite's answer through ix_entry_kind_date: docs/PERFORMANCE.md).
 RECENT = {(k, p): Prepared(_recent_query(k, p))
           for k in ("entry", "week", None) for p in (False, True)}
 
@@ -245,8 +245,8 @@ def version(session: Session | ConnectionPoolEntry) -> int | None:
 
 
 # Published counts are every entry's counts less the drafts': counted directly, the
-# status filter read every entry's row (180 ms for the years at 100k entries) or looked
-# up each tagged entry (690 ms for the tags). Every entry's come from covering indexes,
+# status filter read every entry's row (for the years) or looked up each tagged entry (for
+# the tags): docs/PERFORMANCE.md, *Browsing*. Every entry's come from covering indexes,
 # the drafts' (few) from ix_entry_draft_week; the status is a literal, not a bound
 # parameter, or SQLite cannot tell that the partial index applies.
 _YEAR = sa.func.substr(Entry.iso_week, 1, 4)
@@ -309,10 +309,9 @@ def _tagged_query(walk: bool, published_only: bool) -> sa.Select:
 
 
 TAGGED = {(w, p): Prepared(_tagged_query(w, p)) for w in (False, True) for p in (False, True)}
-# A tagged row found through ix_entry_tag_tag and sorted costs what ~10 rows walked do: at
-# 100k entries, 6.3 us against 0.53 (a tag on 503 entries: sorted 3.2 ms, walked 5.3; on
-# 2,011: sorted 9.7 ms, walked 1.4). Counted as equal, the tags between ~700 and ~2,240
-# entries took the sorted plan at up to 3x the walk's cost.
+# A tagged row found through ix_entry_tag_tag and sorted costs what ~10 rows walked do
+# (docs/PERFORMANCE.md, *Browsing*); counted as equal, the tags of middling size took the
+# sorted plan at several times the walk's cost.
 SORTED_ROW = 10
 
 

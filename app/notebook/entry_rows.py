@@ -1,10 +1,9 @@
 """Entries as the reading pages and the API show them: plain rows, not ORM objects.
 
 Reading is almost all of what the notebook serves, and through the ORM every entry read
-builds an identity-mapped, instrumented object that the page only looks at. A profile of
-the entry page (issue 14: cProfile of 200 requests through the WSGI app, 1,000 entries)
-put 38% of the request in SQLAlchemy's ORM against 2% in SQLite itself; 50 listed entries
-cost 640 us as ORM objects and 150 us as rows, one entry by id 180 us against 40 us.
+builds an identity-mapped, instrumented object that the page only looks at: a profile of
+the entry page found the request spending far more in SQLAlchemy's ORM than in SQLite
+itself (docs/PERFORMANCE.md, *Reading an entry*).
 
 So the reads here select the columns a page shows with SQLAlchemy Core, on the request
 session's own connection (the same transaction: one page sees one snapshot); the ones a

@@ -24,7 +24,7 @@ WEIGHTS = (10.0, 5.0, 1.0, 0.0)  # title, tags, body; kind (search.kind_token) s
 def run(session: Session, sql: str, params: dict) -> list[tuple]:
     """One of search's statements, straight on the session's sqlite3 connection (its
     transaction: the page reads one snapshot): SQLAlchemy's work per execution of a text
-    statement, ~0.25 ms, was a tenth of a rare word's search at 100k entries."""
+    statement was a tenth of a rare word's search (docs/PERFORMANCE.md, *Search*)."""
     dbapi = session.connection().connection.dbapi_connection
     try:
         return dbapi.execute(sql, params).fetchall()
@@ -33,12 +33,12 @@ def run(session: Session, sql: str, params: dict) -> list[tuple]:
         raise BadQuery(f"cannot search for that: {exc}") from None
 
 
-# Ranking. bm25 over every match costs O(matches): ~85 ms for a word in every one of 100k
-# entries, however small the page. So bm25 runs over a bounded window, inside FTS5: the
-# doclists are walked newest first (ORDER BY rowid DESC stops early), and the window's rows
-# are scored by a second statement, in entry_fts_recent when the window lies among the
-# newest entries it holds (bm25 first counts each word's rows in the whole table: 5 ms per
-# common word at 100k entries in entry_fts, ~1 ms there; search_index.py):
+# Ranking. bm25 over every match costs O(matches), however small the page
+# (docs/PERFORMANCE.md, *Search*, has the figures of this comment). So bm25 runs over a
+# bounded window, inside FTS5: the doclists are walked newest first (ORDER BY rowid DESC
+# stops early), and the window's rows are scored by a second statement, in
+# entry_fts_recent when the window lies among the newest entries it holds (bm25 first
+# counts each word's rows in the whole table, a fraction of that there; search_index.py):
 #
 #   * up to WINDOW matches (that the filters allow): all of them, in bm25's own order
 #     (weights title 10, tags 5, body 1), ties to the newer entry;
@@ -49,8 +49,8 @@ def run(session: Session, sql: str, params: dict) -> list[tuple]:
 #     week or kind range, that window stops at the recent entries' index floor: it is the
 #     newest WINDOW matches among the newest 10-20k entries, scored there. (A phrase of two
 #     common words, "memory bandwidth", has its newest 400 matches spread over half of a
-#     100k notebook; scored in entry_fts, bm25 counted both words over all 100k entries,
-#     12 of the query's 18 ms.) With a range, the window is the range's own, wherever it
+#     100k notebook; scored in entry_fts, bm25 counted both words over all of them, most of
+#     the query's time.) With a range, the window is the range's own, wherever it
 #     lies: the user asked for that time.
 #
 # So a word in the title or tags always beats a mention in the body, as bm25's weights
@@ -62,7 +62,7 @@ def run(session: Session, sql: str, params: dict) -> list[tuple]:
 # score.
 #
 # Why ranges and not id lists: FTS5 runs `MATCH ... AND rowid IN (...)` once per id, and
-# bm25 there counts every match again per id (~3 ms each for a common word); an id list
+# bm25 there counts every match again per id (milliseconds for a common word); an id list
 # is fine only without bm25 (snippets, checking a few ids), and not for a prefix longer
 # than the index keeps, which merges its terms again per id (then one walk instead).
 HEAD_WINDOW = 100
@@ -126,8 +126,7 @@ def _window_spans(keep: Keep | None, spans: list) -> tuple[list, int | None]:
     (None: they don't). With a small filter set (the letters, a date range) larger than
     the window, the window is its newest WINDOW entries: a word common in the notebook but
     in few of them would otherwise walk its matches through everything the set skips
-    ("kind:week shard": 28k matches walked for 400 letters, 14 of the query's 20 ms at
-    100k entries)."""
+    ("kind:week shard" walked 28k matches for 400 letters; docs/PERFORMANCE.md, *Search*)."""
     if keep is None or keep.newest is None or len(keep.newest) <= WINDOW:
         return spans, None
     edge = keep.newest[WINDOW - 1]
@@ -139,8 +138,8 @@ def scoring(terms: list[str]) -> str:
     """What bm25 scores a window by: the query's words, each phrase as its words, excluded
     words left out (they score nothing in a row that matches). bm25 first counts, over
     the whole index, the rows each phrase of the query matches: for a phrase that means
-    checking the positions in every row holding its words, 42 ms for '"gradient shard"'
-    at 100k entries, against 4-7 ms for its two words (sqlite3, best of 3)."""
+    checking the positions in every row holding its words, several times the cost of
+    counting its words alone (docs/PERFORMANCE.md, *Search*)."""
     parts = []
     for term in terms:
         if term.startswith("NOT "):
@@ -157,12 +156,12 @@ def _scores(session: Session, fts: str, ids: list[int],
     """(rowid, bm25 of fts) for ids, in their order: a walk through the matches of fts
     between the lowest and the highest id, in entry_fts_recent when it holds them all (the
     ids from `recent` on: search_index.recent_floor). Its bm25 counts a word's rows among
-    the recent entries (1 ms for a word in most of them) where entry_fts counted all (5 ms
-    at 100k entries): the same scores in a notebook the recent index holds whole, and in
-    a larger one the recent entries' word statistics. Ids in two clusters far apart (a
+    the recent entries where entry_fts counted all (a fraction of the cost;
+    docs/PERFORMANCE.md, *Search*): the same scores in a notebook the recent index holds
+    whole, and in a larger one the recent entries' word statistics. Ids in two clusters far apart (a
     date range's old entries and the letters the notebook got later) are two walks, each
     over its own cluster: one walk through the gap between them checked every match of
-    "rank" in 95,000 ids, 10 of "to:2016-06-30 rank"'s 15 ms for scores."""
+    "rank" in 95,000 ids, most of "to:2016-06-30 rank"'s time."""
     if not ids:
         return []
     table = "entry_fts_recent" if recent is not None and min(ids) >= recent else "entry_fts"
@@ -216,8 +215,8 @@ def matches(session: Session, terms: list[str], fts: str, ids: list[int],
     the lowest and the highest id, each checked against the list: for many ids (the
     heads), a few close together, and where a prefix is longer than the index keeps (each
     seek would merge its terms again). A seek into a common word's doclist is not cheap:
-    the heads' 200 seeks for "pipeline bubble" took 44 ms at 20k entries, the walk
-    through the same span 0.8 ms (sqlite3, best of 3)."""
+    the heads' 200 seeks for "pipeline bubble" cost fifty times the walk through the same
+    span (docs/PERFORMANCE.md, *Search*)."""
     if not ids:
         return {}
     listed = ",".join(str(int(i)) for i in ids)
@@ -239,12 +238,11 @@ class Keep:
     when there are at most FILTER_SET of them (None: no ranges, or a broad one).
 
     They were applied in Python to batches of 200 matches: "kind:week shard" walked every
-    match of a common word to keep the letters' (26 ms at 20k entries), "tag:travel
-    gradient" spent 22 ms of its 50 at 100k in the batches' queries. A small set's ids
-    then went in as a json_each list, whose index SQLite built again in every statement:
-    4 ms for the 4,931 entries of "to:2016-06-30" at 100k, where the entry row's EXISTS
-    checks the same walk in 0.5 ms. (A tag checked through the entry row, as SQLAlchemy's
-    nested EXISTS had it, cost the heads' walk 2.5 ms against 1.5.)"""
+    match of a common word to keep the letters', "tag:travel gradient" spent almost half
+    its time in the batches' queries. A small set's ids then went in as a json_each list,
+    whose index SQLite built again in every statement, several times what the entry row's
+    EXISTS costs the same walk. (A tag checked through the entry row, as SQLAlchemy's
+    nested EXISTS had it, made the heads' walk slower too; docs/PERFORMANCE.md, *Search*.)"""
 
     def __init__(self, checks: Checks, where: str = "", params: dict | None = None,
                  newest: list[int] | None = None):
@@ -280,7 +278,7 @@ def _filter(session: Session, ranges: list, checks: Checks):
     """(keep, spans): keep holds the filters as SQL (None: no filters); spans are
     (lowest, highest) id ranges worth walking, newest first; [] when nothing is. The ids
     a range allows come back as one string: fetched as rows through the ORM, the 5,001 of
-    "from:2025-06-01" took 7 of the query's 24 ms at 100k."""
+    "from:2025-06-01" were a third of the query (docs/PERFORMANCE.md, *Search*)."""
     if not ranges:
         return (None if checks == Checks() else Keep(checks)), [(None, None)]
     where, params = _compiled(ranges)
@@ -300,8 +298,8 @@ def _spans(ids: list[int], wider_than: int) -> list[tuple[int, int]]:
     """Ids (descending) as (lowest, highest) ranges, newest first: two, split at the
     widest gap, when that gap is wider than `wider_than`; else one. Each range is a
     statement of its own, and bm25 counts a common word over the whole index once per
-    statement (4-5 ms at 100k entries): so at most two ("kind:week shard" took 37 ms over
-    four)."""
+    statement: so at most two ("kind:week shard" over four was slow;
+    docs/PERFORMANCE.md, *Search*)."""
     gaps = list(map(operator.sub, ids, ids[1:]))
     widest = max(gaps, default=0)
     if widest <= wider_than:
@@ -316,8 +314,8 @@ def _window(session: Session, table: str, fts: str, keep: Keep | None, spans, n:
     (rowid, bm25 or 0.0); and the lowest rowid walked when it stopped before the end.
     Unscored, the part of a span from `recent` up is walked in entry_fts_recent, which holds
     every entry there (search_index.py): a prefix longer than the index keeps ("check*")
-    merges its terms over all of the table it names, 4.8 ms in entry_fts at 100k entries,
-    0.7 ms there."""
+    merges its terms over all of the table it names, a fraction of entry_fts's cost
+    there (docs/PERFORMANCE.md, *Search*)."""
     weights = WEIGHTS if table == "entry_fts" else WEIGHTS[:2]  # entry_fts_heads: title, tags
     params = {"q": fts, **(keep.params if keep else {})}
     walks = []

@@ -189,7 +189,7 @@ def _filtered(session: Session, ranges: list, checks: ranking.Checks, limit: int
     """The entries filters alone pick (no words), newest first: entries walked by date,
     each checked; or, where a tag: is rare enough that the walk would pass many entries
     for each it keeps, that tag's own rows, sorted (browse.tagged's two plans). A tag: on
-    no entry, a misspelt one, walked all of a 100k notebook: 82 ms."""
+    no entry, a misspelt one, walked all of the notebook (docs/PERFORMANCE.md, *Search*)."""
     tags = list(checks.tags)
     stmt = sa.select(*HIT).where(*ranges)
     if tags:
@@ -240,9 +240,10 @@ def _page(session: Session, query: Query, top: list) -> list:
 
 # A word prefix longer than the index keeps ("check*"): FTS5 merges the doclists of every
 # term it starts, over the whole index, in each statement that names it; for a page's
-# snippets that was 6 of "check*"'s 20 ms at 100k entries. The page's rows are matches
-# already, so their snippets are found by the prefix the index keeps ("chec*", read from
-# one doclist), and a word it marked that the whole prefix does not start is unmarked.
+# snippets that was a third of "check*"'s time (docs/PERFORMANCE.md, *Search*). The page's
+# rows are matches already, so their snippets are found by the prefix the index keeps
+# ("chec*", read from one doclist), and a word it marked that the whole prefix does not
+# start is unmarked.
 LONG_PREFIX_RE = re.compile(r'"([A-Za-z0-9]+)"\*')
 MARK_RE = re.compile(f"{MARK_OPEN}([^{MARK_CLOSE}]*){MARK_CLOSE}")
 
