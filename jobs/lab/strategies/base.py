@@ -20,7 +20,7 @@ from torch import nn
 
 from jobs.lab.components.census import is_dtensor
 from jobs.lab.components.context import Context
-from jobs.lab.components.model import Batch, ModelConfig
+from jobs.lab.components.model import Batch, ModelConfig, loss_fn
 from jobs.lab.components.optim import make_optimizer, state_of
 from jobs.lab.predict import cost, experts, memory
 
@@ -147,6 +147,25 @@ class Strategy:
     # -- training
     def train_step(self, batch: Batch) -> StepOut:
         raise NotImplementedError
+
+    def one_step(self, local: Batch, forward: Callable | None = None,
+                 after_backward: Callable[[], None] | None = None) -> torch.Tensor:
+        """The step of a strategy that takes its batch as one micro-batch: zero the
+        gradients, forward (the model's, or `forward`), backward, the strategy's own
+        exchange of gradients (`after_backward`), the optimizer; each phase a span of the
+        timeline. The loss, detached."""
+        tl = self.ctx.timeline
+        self.opt.zero_grad(set_to_none=True)
+        with tl.span("forward", mb=0):
+            loss = loss_fn(self.spec.cfg.kind)((forward or self.model)(local.inputs),
+                                               local.targets)
+        with tl.span("backward", mb=0):
+            loss.backward()
+        if after_backward is not None:
+            after_backward()
+        with tl.span("optimizer"):
+            self.opt.step()
+        return loss.detach()
 
     # -- correctness gate
     def grad_pieces(self) -> list[Piece]:

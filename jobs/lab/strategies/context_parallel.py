@@ -33,7 +33,7 @@ import torch
 from torch import nn
 
 from jobs.lab.components.instrument import Comm
-from jobs.lab.components.model import Attention, Batch, loss_fn
+from jobs.lab.components.model import Attention, Batch
 from jobs.lab.predict import cost, memory, sequence
 from jobs.lab.strategies.base import StepOut
 from jobs.lab.strategies.data_parallel import DataParallelNaive
@@ -151,19 +151,16 @@ class RingAttention(DataParallelNaive):
         return Batch(batch.inputs[:, pos], batch.targets[:, pos]).to(self.ctx.device)
 
     def train_step(self, batch: Batch) -> StepOut:
-        b, tl, model = self.local(batch), self.ctx.timeline, self.model
-        self.opt.zero_grad(set_to_none=True)
-        with tl.span("forward", mb=0):
-            x = model.wte(b.inputs) + model.wpe(self.positions)
-            for blk in model.blocks.values():
-                x = blk(x)
-            loss = loss_fn(self.spec.cfg.kind)(model.finish(x), b.targets)
-        with tl.span("backward", mb=0):
-            loss.backward()
-        self.sync_gradients()
-        with tl.span("optimizer"):
-            self.opt.step()
-        return StepOut(loss.detach(), 1.0 / self.ctx.world)  # equal token counts
+        loss = self.one_step(self.local(batch), self.forward, self.sync_gradients)
+        return StepOut(loss, 1.0 / self.ctx.world)  # equal token counts
+
+    def forward(self, inputs):
+        """The model on this rank's positions of the sequence."""
+        model = self.model
+        x = model.wte(inputs) + model.wpe(self.positions)
+        for blk in model.blocks.values():
+            x = blk(x)
+        return model.finish(x)
 
     def micro_batches(self) -> int:
         return 1

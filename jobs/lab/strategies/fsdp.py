@@ -13,7 +13,7 @@ from __future__ import annotations
 import torch
 from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
-from jobs.lab.components.model import Batch, build_model, loss_fn
+from jobs.lab.components.model import Batch, build_model
 from jobs.lab.components.optim import ADAMW_LR, BETAS, EPS, WEIGHT_DECAY
 from jobs.lab.predict import cost
 from jobs.lab.strategies.base import StepOut, Strategy
@@ -43,16 +43,9 @@ class TorchFSDP2(Strategy):
             self.optimizer(params)
 
     def train_step(self, batch: Batch) -> StepOut:
-        ctx, tl = self.ctx, self.ctx.timeline
-        local = batch.split(ctx.world)[ctx.rank].to(ctx.device)
-        self.opt.zero_grad(set_to_none=True)
-        with tl.span("forward", mb=0):
-            loss = loss_fn(self.spec.cfg.kind)(self.model(local.inputs), local.targets)
-        with tl.span("backward", mb=0):
-            loss.backward()
-        with tl.span("optimizer"):
-            self.opt.step()
-        return StepOut(loss.detach(), 1.0 / ctx.world)
+        ctx = self.ctx
+        return StepOut(self.one_step(batch.split(ctx.world)[ctx.rank].to(ctx.device)),
+                       1.0 / ctx.world)
 
     def _units(self) -> tuple[list[list[tuple[int, ...]]], list[int]]:
         """Parameter shapes of each unit (the blocks, then the root), and their sizes."""

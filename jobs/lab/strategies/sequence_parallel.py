@@ -39,7 +39,7 @@ from torch.distributed.tensor.parallel import (
 )
 
 from jobs.lab.components.instrument import Comm
-from jobs.lab.components.model import Batch, build_model, loss_fn
+from jobs.lab.components.model import Batch, build_model
 from jobs.lab.predict import cost, memory, sequence
 from jobs.lab.strategies.base import StepOut, Strategy
 from jobs.lab.strategies.dtensor_tp import DTensorTP
@@ -226,16 +226,9 @@ class MegatronSP(MegatronTP):
             offset += p.numel()
 
     def train_step(self, batch: Batch) -> StepOut:
-        b, tl = batch.to(self.ctx.device), self.ctx.timeline
-        self.opt.zero_grad(set_to_none=True)
-        with tl.span("forward", mb=0):
-            loss = loss_fn(self.spec.cfg.kind)(self.model(b.inputs), b.targets)
-        with tl.span("backward", mb=0):
-            loss.backward()
-        self.sync_sequence_grads()
-        with tl.span("optimizer"):
-            self.opt.step()
-        return StepOut(loss.detach(), 1.0 / self.ctx.world)  # every rank has the full loss
+        # every rank has the full loss
+        loss = self.one_step(batch.to(self.ctx.device), after_backward=self.sync_sequence_grads)
+        return StepOut(loss, 1.0 / self.ctx.world)
 
     def predicted_memory(self) -> dict:
         c = self.spec.cfg

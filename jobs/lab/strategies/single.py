@@ -6,7 +6,7 @@ other strategy's speed is compared with (and the gate's reference is the same co
 
 from __future__ import annotations
 
-from jobs.lab.components.model import Batch, build_model, loss_fn
+from jobs.lab.components.model import Batch, build_model
 from jobs.lab.strategies.base import StepOut, Strategy
 
 
@@ -21,16 +21,7 @@ class SingleDevice(Strategy):
         self.opt = self.optimizer(list(self.model.parameters()))
 
     def train_step(self, batch: Batch) -> StepOut:
-        b = batch.to(self.ctx.device)
-        tl = self.ctx.timeline
-        self.opt.zero_grad(set_to_none=True)
-        with tl.span("forward", mb=0):
-            loss = loss_fn(self.spec.cfg.kind)(self.model(b.inputs), b.targets)
-        with tl.span("backward", mb=0):
-            loss.backward()
-        with tl.span("optimizer"):
-            self.opt.step()
-        return StepOut(loss.detach(), 1.0)
+        return StepOut(self.one_step(batch.to(self.ctx.device)), 1.0)
 
     def micro_batches(self) -> int:
         return 1  # the whole batch at once

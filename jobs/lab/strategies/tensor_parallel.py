@@ -15,7 +15,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from jobs.lab.components.instrument import Comm
-from jobs.lab.components.model import Attention, Batch, build_model, loss_fn
+from jobs.lab.components.model import Attention, Batch, build_model
 from jobs.lab.predict import cost
 from jobs.lab.strategies.base import Piece, StepOut, Strategy, pieces_of
 from jobs.lab.strategies.tp_communications import f, g
@@ -123,15 +123,8 @@ class MegatronTP(Strategy):
         self.opt = self.optimizer(list(self.model.parameters()))
 
     def train_step(self, batch: Batch) -> StepOut:
-        b, tl = batch.to(self.ctx.device), self.ctx.timeline
-        self.opt.zero_grad(set_to_none=True)
-        with tl.span("forward", mb=0):
-            loss = loss_fn(self.spec.cfg.kind)(self.model(b.inputs), b.targets)
-        with tl.span("backward", mb=0):
-            loss.backward()
-        with tl.span("optimizer"):
-            self.opt.step()
-        return StepOut(loss.detach(), 1.0 / self.ctx.world)  # every rank has the full loss
+        # every rank has the full loss
+        return StepOut(self.one_step(batch.to(self.ctx.device)), 1.0 / self.ctx.world)
 
     def _pieces(self, what: str) -> list[Piece]:
         return tp_pieces(self, what)

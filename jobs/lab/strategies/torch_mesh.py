@@ -82,16 +82,8 @@ class TorchDataTensor(Strategy):
                                      weight_decay=WEIGHT_DECAY) if mixed else self.optimizer(ps)
 
     def train_step(self, batch: Batch) -> StepOut:
-        tl = self.ctx.timeline
         local = batch.split(self.deg["dp"])[self.at["dp"]].to(self.ctx.device)
-        self.opt.zero_grad(set_to_none=True)
-        with tl.span("forward", mb=0):
-            loss = loss_fn(self.spec.cfg.kind)(self.model(local.inputs), local.targets)
-        with tl.span("backward", mb=0):
-            loss.backward()
-        with tl.span("optimizer"):
-            self.opt.step()
-        return StepOut(loss.detach(), 1.0 / self.ctx.world)
+        return StepOut(self.one_step(local), 1.0 / self.ctx.world)
 
     # -- gate: Strategy's pieces, every parameter gathered whole (DTensor.full_tensor, over
     # both dimensions)
