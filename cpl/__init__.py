@@ -3,10 +3,10 @@ HTTP, so it works from any tailnet device or over SSH; nothing of the server is 
 here (an import-linter contract in pyproject.toml says so).
 
     main.py             the `cpl` click group: global options, the exit codes in --help
-    capture_commands.py note, queue (the offline queue), drafts
-    reading_commands.py week, show, edit, search
-    run_commands.py     experiments, run, runs (list, watch, logs, cancel, rerun, compare, show)
-    setup_commands.py   login, logout, whoami, completion, help (json, exit-codes, config)
+    commands/           the subcommands: capture.py (note, queue, drafts), reading.py
+                        (week, show, edit, search), runs.py (experiments, run, runs: list,
+                        watch, logs, cancel, rerun, compare, show), setup.py (login,
+                        logout, whoami, completion, help: json, exit-codes, config)
     context.py          what every command shares: the profile, the API, the terminal
     profile.py          server and token (flags, env, keyring, config file), XDG paths
     api_client.py       HTTP: every call, every way it fails (failures.py: exit codes)

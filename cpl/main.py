@@ -5,12 +5,12 @@ from __future__ import annotations
 import click
 
 from cpl.api_client import VERSION
-from cpl.capture_commands import drafts_command, note, queue
+from cpl.commands.capture import drafts_command, note, queue
+from cpl.commands.reading import edit, search, show, week
+from cpl.commands.runs import experiments, run, runs
+from cpl.commands.setup import completion, help_command, login, logout, whoami
 from cpl.context import Ctx
 from cpl.failures import EXIT_CODES
-from cpl.reading_commands import edit, search, show, week
-from cpl.run_commands import experiments, run, runs
-from cpl.setup_commands import completion, help_command, login, logout, whoami
 
 EPILOG = """\b
 Examples:

@@ -8,10 +8,10 @@ import click
 import pytest
 
 from cpl import profile
-from cpl.capture_commands import title_from
+from cpl.commands.capture import title_from
+from cpl.commands.runs import coerce
 from cpl.editor_loop import has_markers, with_markers
 from cpl.main import cli
-from cpl.run_commands import coerce
 from cpl.run_views import bar, headline, sparkline
 from cpl.terminal import colour_system, for_terminal
 from tests.client_helpers import Terminal

@@ -10,7 +10,7 @@ from rich.text import Text
 
 from cpl import outbox, shapes
 from cpl.api_client import Api
-from cpl.capture_commands import report_drain
+from cpl.commands.capture import report_drain
 from cpl.context import Ctx, json_option, pass_ctx, print_json
 from cpl.failures import AUTH, EXIT_CODES, ApiError, CplError
 from cpl.profile import (
