@@ -270,9 +270,12 @@ def test_hostile_input_renders_safe(body):
 def test_hostile_input_with_hostile_callbacks(body):
     # Even a careless caller (resolver and tag URLs echoing the text) stays safe.
     assert_safe(
-        body + "\n\n[[javascript:alert(1)]] #tag",
+        body + "\n\n[[javascript:alert(1)]] #tag ![[javascript:alert(1).png]] "
+        '![[x.png|100"onerror=alert(1)]] ![[Note#h]] [[x.pdf]]',
         resolve_link=lambda target: (target, False),
         tag_url=lambda tag: "javascript:" + tag,
+        resolve_attachment=lambda name: name,  # echoes "javascript:..." back
+        embed_note=lambda target, fragment: body,  # "another note" as hostile as this one
     )
 
 

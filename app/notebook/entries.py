@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from app.errors import Conflict, Invalid, NotFound, refuse_unknown
 from app.models import Entry, EntryTag, Link, Revision, link_key, utcnow
-from app.notebook import embeds, merge, mirror, search_index
+from app.notebook import embeds, inclusions, merge, mirror, search_index
 from app.notebook.addresses import entry_url, tag_url
 from app.notebook.isoweeks import WEEK_RE, iso_week
 from app.notebook.render import Rendered, Resolved, render
@@ -264,7 +264,9 @@ def render_body(session: Session, body: str) -> Rendered:
     """Markdown → sanitized HTML with links resolved against the notebook (also the
     editor's preview, so a preview shows exactly what a save would store)."""
     bound = {name: functools.partial(embed, session) for name, embed in embeds.EMBEDS.items()}
-    return render(body, resolve_link=_resolver(session), tag_url=tag_url, embeds=bound)
+    return render(body, resolve_link=_resolver(session), tag_url=tag_url, embeds=bound,
+                  resolve_attachment=inclusions.attachment_finder(session),
+                  embed_note=inclusions.note_embedder(session, resolve))
 
 
 def _render(session: Session, entry: Entry) -> Rendered:
