@@ -1,0 +1,449 @@
+"""Obsidian's markdown through the one pipeline (app.notebook.render): links to headings
+and blocks, embeds, callouts, highlights, comments, nested tags and math."""
+
+from __future__ import annotations
+
+import re
+
+import pytest
+from markdown.treeprocessors import InlineProcessor
+
+from app.notebook import render
+from app.notebook.render import pipeline, sanitize
+from app.notebook.render.callouts import TYPES
+from app.notebook.render.syntax import RenderState
+from tests.helpers import Elements, anchors
+from tests.test_sanitizer import problems
+
+
+class Resolver:
+    """A resolve_link that remembers what it was asked."""
+
+    def __init__(self, existing=("Note", "Folder/Note", "Other")):
+        self.existing = set(existing)
+        self.asked: list[str] = []
+
+    def __call__(self, target: str) -> render.Resolved:
+        self.asked.append(target)
+        if target in self.existing:
+            return render.Resolved("/e/" + target.replace(" ", "-"), True)
+        return render.Resolved("/new?title=" + target, False)
+
+
+def hrefs(html: str) -> list[str]:
+    return [attrs["href"] for attrs, _ in anchors(html, "wikilink")]
+
+
+# --- links to headings, blocks, folders ----------------------------------------------
+
+
+def test_heading_link_lands_on_the_id_the_toc_gives_the_heading():
+    target = render.render("# Intro\n\n## Pipeline bubbles: why?\n\ntext")
+    [heading_id] = re.findall(r'<h2 id="([^"]+)"', target.html)
+    resolve = Resolver()
+    r = render.render("See [[Note#Pipeline bubbles: why?]].", resolve_link=resolve)
+    assert hrefs(r.html) == [f"/e/Note#{heading_id}"]
+    assert resolve.asked == ["Note"]
+    assert r.links == [render.WikiLink("Note", "Note > Pipeline bubbles: why?",
+                                       "See Note > Pipeline bubbles: why?.")]
+
+
+def test_nested_heading_path_lands_on_the_last_heading():
+    r = render.render("[[Note#Part#Sub part]]", resolve_link=Resolver())
+    assert hrefs(r.html) == ["/e/Note#h-sub-part"]
+    assert r.links[0].text == "Note > Part > Sub part"
+
+
+def test_link_to_a_heading_of_this_note_is_an_anchor_and_no_backlink():
+    resolve = Resolver()
+    r = render.render("# Method\n\nback to [[#Method]] or [[#Method|the top]]",
+                      resolve_link=resolve)
+    [(attrs, text), (attrs2, text2)] = anchors(r.html, "wikilink")
+    assert (attrs["href"], text) == ("#h-method", "Method")
+    assert (attrs2["href"], text2) == ("#h-method", "the top")
+    assert 'id="h-method"' in r.html
+    assert r.links == [] and resolve.asked == []
+
+
+@pytest.mark.parametrize("body, href, target, text", [
+    ("[[Folder/Note]]", "/e/Folder/Note", "Folder/Note", "Folder/Note"),
+    ("[[Note|shown]]", "/e/Note", "Note", "shown"),
+    ("[[Folder/Note#Heading|text]]", "/e/Folder/Note#h-heading", "Folder/Note", "text"),
+    ("[[Note#^abc-1]]", "/e/Note#b-abc-1", "Note", "Note > ^abc-1"),
+    ("[[Note.md]]", "/e/Note", "Note", "Note"),
+    ("[[ Other # Some  Heading ]]", "/e/Other#h-some-heading", "Other", "Other > Some  Heading"),
+    ("[[Missing#Heading]]", "/new?title=Missing#h-heading", "Missing", "Missing > Heading"),
+])  # fmt: skip
+def test_link_forms_ask_for_the_page_and_record_it(body, href, target, text):
+    resolve = Resolver()
+    r = render.render(body, resolve_link=resolve)
+    assert hrefs(r.html) == [href]
+    assert resolve.asked == [target]
+    assert [(link.target, link.text) for link in r.links] == [(target, text)]
+
+
+def test_links_to_one_page_by_many_forms_are_one_backlink():
+    r = render.render("[[Note]] [[Note#A]] [[Note#^b]] [[Note|x]]", resolve_link=Resolver())
+    assert [link.target for link in r.links] == ["Note"]
+    assert len(hrefs(r.html)) == 4
+
+
+def test_a_bad_block_id_links_to_the_page():
+    r = render.render("[[Note#^not ok!]]", resolve_link=Resolver())
+    assert hrefs(r.html) == ["/e/Note"]
+
+
+def test_link_to_a_file_goes_to_the_attachment_and_is_no_note_link():
+    r = render.render("[[paper.pdf]] and [[gone.pdf]]", resolve_link=Resolver(),
+                      resolve_attachment=lambda name: "/a/1/paper.pdf" if name == "paper.pdf"
+                      else None)
+    assert Elements(r.html).all("a")[0] == ({"href": "/a/1/paper.pdf",
+                                              "rel": "noopener noreferrer"}, "paper.pdf")
+    assert [link.target for link in r.links] == ["gone.pdf"]
+
+
+# --- block ids --------------------------------------------------------------------------
+
+
+def test_paragraph_and_list_item_ending_in_a_block_id_get_the_id_and_lose_the_mark():
+    r = render.render("A claim worth citing. ^claim-1\n\n- first ^item1\n- second\n"
+                      "    - nested ^deep\n")
+    assert '<p id="b-claim-1">A claim worth citing.</p>' in r.html
+    assert '<li id="b-item1">first</li>' in r.html
+    assert re.search(r'<li id="b-deep">nested\s*</li>', r.html)
+    assert "^" not in r.html and "^" not in r.text
+
+
+def test_a_block_id_on_its_own_line_names_the_block_before():
+    r = render.render("| a | b |\n|---|---|\n| 1 | 2 |\n\n^table-1\n\n- x\n- y\n\n^list-1\n")
+    assert '<table id="b-table-1">' in r.html
+    assert '<ul id="b-list-1">' in r.html
+    assert "^" not in r.text
+
+
+def test_a_caret_that_is_not_a_block_id_stays():
+    r = render.render("2^10 is 1024 and x ^ y, also `code ^c`")
+    assert 'id="' not in r.html
+    assert "2^10" in r.text and "^ y" in r.text and "^c" in r.text
+
+
+# --- embeds -----------------------------------------------------------------------------
+
+
+FILES = {"image.png": "/attachments/aa/image.png", "Pasted image 1.png": "/attachments/bb/p.png",
+         "slides.pdf": "/attachments/cc/slides.pdf"}
+
+
+def images(html: str) -> list[dict]:
+    return [attrs for attrs, _ in Elements(html).all("img")]
+
+
+@pytest.mark.parametrize("body, size", [
+    ("![[image.png]]", {}),
+    ("![[image.png|100]]", {"width": "100"}),
+    ("![[image.png|100x80]]", {"width": "100", "height": "80"}),
+])  # fmt: skip
+def test_image_embeds_are_images_from_attachments(body, size):
+    r = render.render(body, resolve_attachment=FILES.get)
+    assert images(r.html) == [{"src": "/attachments/aa/image.png", "alt": "image.png", **size}]
+    assert "!" not in r.html and r.links == []
+
+
+def test_image_name_with_spaces_and_alt_text():
+    r = render.render("![[Pasted image 1.png|a diagram|300]]", resolve_attachment=FILES.get)
+    assert images(r.html) == [{"src": "/attachments/bb/p.png", "alt": "a diagram",
+                               "width": "300"}]
+
+
+def test_missing_file_is_a_visible_mark_never_a_red_link():
+    r = render.render("before ![[nowhere.png|100]] after", resolve_attachment=FILES.get)
+    assert Elements(r.html).all("span", "missing-embed") == [({"class": "missing-embed"},
+                                                              "nowhere.png")]
+    assert "!" not in r.html and "wikilink" not in r.html and r.links == []
+    # no resolver at all (a caller that knows no files): the same mark
+    assert "missing-embed" in render.render("![[image.png]]").html
+
+
+def test_other_files_embed_as_a_link_to_the_file():
+    r = render.render("![[slides.pdf]]", resolve_attachment=FILES.get)
+    assert Elements(r.html).all("a")[0][0]["href"] == "/attachments/cc/slides.pdf"
+
+
+@pytest.mark.parametrize("body", [
+    '![[image.png|100"onerror=alert(1)]]',
+    "![[image.png|100 onerror=alert(1)]]",
+    "![[image.png|1x1' onload='alert(1)]]",
+    '![[image.png|<script>alert(1)</script>]]',
+])  # fmt: skip
+def test_size_or_alt_cannot_smuggle_attributes(body):
+    r = render.render(body, resolve_attachment=FILES.get)
+    [img] = images(r.html)
+    assert set(img) <= {"src", "alt", "width", "height"} and "width" not in img
+    assert problems(r.html) == []
+
+
+def test_hostile_names_and_urls_from_the_resolver_give_no_script_url():
+    echo = lambda name: name  # noqa: E731 - a careless resolver: the name is the URL
+    r = render.render("![[javascript:alert(1).png]] ![[data:text/html,x.png]] "
+                      "[[javascript:alert(1).pdf]]", resolve_attachment=echo)
+    assert problems(r.html) == []
+    assert "javascript" not in "".join(a.get("src") or "" for a in images(r.html))
+
+
+NOTE_HTML = ('<h2 id="h-part">Part<a class="headerlink" href="#h-part">¶</a></h2>'
+             '<p id="b-blk">quoted <a class="wikilink" href="/e/X">X</a></p>'
+             '<div class="note-embed"><p class="note-embed-source"><a class="wikilink" '
+             'href="/e/Deeper">Deeper</a></p><p>deeper text</p></div>'
+             '<input type="checkbox" disabled data-task="0">')
+
+
+def test_note_embed_is_framed_links_to_its_source_and_is_a_backlink():
+    asked = []
+
+    def embed(target, fragment):
+        asked.append((target, fragment))
+        return NOTE_HTML
+
+    r = render.render("Intro.\n\n![[Other]]\n\nAfter.", resolve_link=Resolver(), embed_note=embed)
+    assert asked == [("Other", None)]
+    frame = r.html.split("<p>Intro.</p>\n")[1].split("\n<p>After.</p>")[0]
+    assert frame.startswith('<div class="note-embed"><p class="note-embed-source">'
+                            '<a class="wikilink" href="/e/Other"')
+    assert "quoted" in frame
+    # one level deep: the embed inside the embedded note is a link to it, nothing more
+    assert "Deeper" in frame and "deeper text" not in frame
+    # its ids, permalinks and task numbers would clash with the page's own
+    assert 'id="' not in frame and "headerlink" not in frame and "data-task" not in frame
+    assert [link.target for link in r.links] == ["Other"]
+    assert "quoted" not in r.text and r.text == "Intro.\nAfter."
+
+
+def test_section_embed_asks_for_the_fragment():
+    asked = []
+    r = render.render("![[Other#Part|see this]]", resolve_link=Resolver(),
+                      embed_note=lambda t, f: asked.append((t, f)) or "<p>part</p>")
+    assert asked == [("Other", "Part")]
+    assert 'href="/e/Other#h-part"' in r.html and ">see this</a>" in r.html
+
+
+def test_a_note_that_cannot_be_embedded_is_a_plain_link():
+    r = render.render("![[Nowhere]] and ![[Note]]", resolve_link=Resolver(),
+                      embed_note=lambda t, f: None)
+    assert [a["class"] for a, _ in anchors(r.html, "wikilink")] == ["wikilink missing",
+                                                                    "wikilink"]
+    assert "!" not in r.html and "note-embed" not in r.html
+
+
+def test_embedded_html_is_sanitized_again():
+    r = render.render("![[Note]]", resolve_link=Resolver(),
+                      embed_note=lambda t, f: '<script>alert(1)</script><p onclick="x">ok</p>'
+                                              '<a href="javascript:alert(1)">j</a>')
+    assert problems(r.html) == [] and "ok" in r.html
+
+
+def test_excerpt_cuts_a_section_or_a_block():
+    html = ('<h1 id="h-top">Top</h1><p>a</p><h2 id="h-part">Part</h2><p>b</p>'
+            '<h3 id="h-sub">Sub</h3><p id="b-x">c <em>d</em></p><h2 id="h-next">Next</h2><p>e</p>')
+    assert render.excerpt(html, "Part") == ('<h2 id="h-part">Part</h2><p>b</p>'
+                                            '<h3 id="h-sub">Sub</h3><p id="b-x">c <em>d</em></p>')
+    assert render.excerpt(html, "Next") == '<h2 id="h-next">Next</h2><p>e</p>'
+    assert render.excerpt(html, "^x") == '<p id="b-x">c <em>d</em></p>'
+    assert render.excerpt(html, None) == html
+    assert render.excerpt(html, "Nowhere") is None
+
+
+# --- callouts ---------------------------------------------------------------------------
+
+
+@pytest.mark.parametrize("written, kind", sorted(TYPES.items()) + [("Whatever", "note")])
+def test_callout_types_and_aliases(written, kind):
+    r = render.render(f"> [!{written}]\n> body")
+    [(attrs, text)] = Elements(r.html).all("div", "callout")
+    assert attrs["class"] == f"callout callout-{kind}"
+    title = Elements(r.html).all("p", "callout-title")
+    assert title == [({"class": "callout-title"}, written.capitalize())]
+    assert "[!" not in r.html
+
+
+def test_callout_title_is_markdown_and_sanitized():
+    r = render.render("> [!warning] Mind *the* gap <script>alert(1)</script>\n> body")
+    assert '<p class="callout-title">Mind <em>the</em> gap' in r.html
+    assert problems(r.html) == [] and "alert" not in r.html
+
+
+def test_foldable_callouts_are_details():
+    r = render.render("> [!tip]- Closed\n> hidden\n\n> [!faq]+ Open\n> shown")
+    found = Elements(r.html).all("details", "callout")
+    assert [(a["class"], "open" in a) for a, _ in found] == [("callout callout-tip", False),
+                                                               ("callout callout-question", True)]
+    assert Elements(r.html).all("summary", "callout-title")[0][1] == "Closed"
+
+
+def test_consecutive_callouts_stay_separate_and_a_quote_after_one_is_a_quote():
+    r = render.render("> [!note] One\n> a\n\n> [!tip] Two\n> b\n\n> plain quote\n\n> more quote")
+    assert [a["class"] for a, _ in Elements(r.html).all("div", "callout")] == [
+        "callout callout-note", "callout callout-tip"]
+    assert len(Elements(r.html).all("blockquote")) == 1  # the two plain ones join, as before
+
+
+def test_nested_callouts():
+    r = render.render("> [!note] Outer\n> text\n> > [!bug] Inner\n> > inner text\n> back")
+    assert re.search(r'<div class="callout callout-note">.*<div class="callout callout-bug">'
+                     r".*inner text.*</div>.*</div>", r.html, re.S)
+
+
+def test_callout_with_lists_and_links_inside():
+    r = render.render("> [!example] Try\n>\n> - [[Note]]\n> - two\n", resolve_link=Resolver())
+    assert "<li>" in r.html and hrefs(r.html) == ["/e/Note"]
+
+
+# --- highlights, comments, tags -----------------------------------------------------------
+
+
+def test_highlight_is_mark():
+    r = render.render("a ==very *important*== point, but a == b stays")
+    assert "<mark>very <em>important</em></mark>" in r.html
+    assert "a == b stays" in r.text
+
+
+def test_comments_are_gone_from_page_and_search_text():
+    r = render.render("seen %%inline secret%% seen\n\n%%\nblock secret\n\nacross paragraphs\n%%\n"
+                      "\nafter [[Note]] %%[[Hidden link]] #hiddentag%%", resolve_link=Resolver())
+    assert "secret" not in r.html and "secret" not in r.text
+    assert "across" not in r.text and "Hidden" not in r.html
+    assert [link.target for link in r.links] == ["Note"] and r.tags == []
+    assert "seen" in r.text and "after" in r.text
+
+
+def test_comment_marks_in_code_and_unclosed_ones_stay():
+    r = render.render("`%%kept%%`\n\n```\n%%also kept%%\n```\n\n100%% sure")
+    assert "%%kept%%" in r.text and "%%also kept%%" in r.text and "100%% sure" in r.text
+
+
+def test_nested_tags():
+    r = render.render("#area/sub and #project/a-b/c")
+    assert r.tags == ["area/sub", "project/a-b/c"]
+    assert [a["href"] for a, _ in anchors(r.html, "tag")] == ["/tags/area/sub",
+                                                               "/tags/project/a-b/c"]
+
+
+# --- math -------------------------------------------------------------------------------
+
+
+def maths(html: str) -> list[dict]:
+    return [attrs for attrs, _ in Elements(html).all("math")]
+
+
+def test_inline_and_display_math_are_mathml():
+    r = render.render(r"Speed-up $S(p) = \frac{T_1}{T_p}$ and"
+                      "\n\n$$\n\\sum_{i=1}^{n} x_i^2\n$$\n\nand $$E = mc^2$$ inline.")
+    assert maths(r.html) == [{"display": "inline"}, {"display": "block"}, {"display": "block"}]
+    assert "<mfrac>" in r.html and "<munderover>" in r.html
+    assert "$" not in r.text
+    assert problems(r.html) == []
+
+
+def test_display_math_lines_are_not_markdown():
+    r = render.render("$$\na\n= b\n- c\n# d\n$$")
+    assert maths(r.html) == [{"display": "block"}]
+    assert "<h1" not in r.html and "<li>" not in r.html
+
+
+@pytest.mark.parametrize("body", [
+    "It costs $5 and $6 at most.",
+    "Between $ 1 and 2 $ nothing.",
+    "From $5/$6 to $7.",
+    r"Escaped \$x\$ dollars.",
+    "`$x$` in code",
+    "```\n$$x$$\n```",
+])  # fmt: skip
+def test_dollars_that_are_not_math(body):
+    assert "<math" not in render.render(body).html
+
+
+def test_latex_that_cannot_be_read_stays_as_written():
+    r = render.render(r"bad $\frac{1}{$ here")
+    assert "<math" not in r.html and r"\frac{1}{" in r.text
+
+
+def test_latex_links_and_styles_do_not_come_through():
+    r = render.render(r"$\href{javascript:alert(1)}{x}$ $\color{red}{y}$ $\style{x}{z}$")
+    assert "href" not in r.html.replace('href="#', "")
+    assert "javascript" not in r.html and "style=" not in r.html
+    assert problems(r.html) == []
+
+
+def test_raw_mathml_from_the_user_is_held_to_the_same_allowlist():
+    r = render.render('<math><mrow href="javascript:alert(1)"><mi style="x" onclick="y">x</mi>'
+                      '<mspace width="1em" height="url(x)"/></mrow>'
+                      '<annotation-xml encoding="text/html"><img src=x onerror=alert(1)>'
+                      "</annotation-xml></math><mi>outside</mi>")
+    assert problems(r.html) == []
+    assert "href" not in r.html and "style" not in r.html and "url(" not in r.html
+    assert '<mspace width="1em">' in r.html
+
+
+# --- the allowlist grew by exactly what these need -----------------------------------------
+
+
+MATHML = {"math", "mrow", "mi", "mn", "mo", "mtext", "mspace", "mfrac", "msqrt", "mroot", "msub",
+          "msup", "msubsup", "munder", "mover", "munderover", "mtable", "mtr", "mtd", "mstyle",
+          "mpadded", "mphantom"}
+OLD_TAGS = {
+    "a", "abbr", "b", "blockquote", "br", "caption", "cite", "code", "dd", "del", "details",
+    "dfn", "div", "dl", "dt", "em", "figcaption", "figure", "hr", "i", "img", "input", "ins",
+    "kbd", "li", "mark", "ol", "p", "pre", "q", "s", "samp", "small", "span", "strong", "sub",
+    "summary", "sup", "table", "tbody", "td", "tfoot", "th", "thead", "time", "tr", "u", "ul",
+    "var", "wbr", "h1", "h2", "h3", "h4", "h5", "h6",
+}  # fmt: skip
+
+
+def test_allowlist_adds_only_mathml_block_ids_and_obsidian_classes():
+    assert sanitize.TAGS == OLD_TAGS | MATHML
+    assert "math" not in sanitize.CLEAN_CONTENT_TAGS and "svg" in sanitize.CLEAN_CONTENT_TAGS
+    for tag in ("p", "ul", "ol", "blockquote", "table"):
+        assert "id" in sanitize.ATTRIBUTES[tag]
+    assert sanitize.ATTRIBUTES["img"] == {"src", "alt", "title", "width", "height"}
+    assert sanitize.ATTRIBUTES["a"] == {"href", "title", sanitize.MARKER_ATTR}
+    every_math_attribute = set().union(*(sanitize.ATTRIBUTES[t] for t in MATHML))
+    assert not every_math_attribute & {"href", "style", "src", "xlink:href", "class", "id"}
+    assert sanitize.ALLOWED_CLASSES["details"] == sanitize.CALLOUT_CLASSES
+    assert sanitize.ALLOWED_CLASSES["summary"] == {"callout-title"}
+
+
+def test_user_ids_must_still_be_ours():
+    r = render.render('<p id="log">x</p>\n\n<p id="b-ok">y</p>')
+    assert 'id="log"' not in r.html and 'id="b-ok"' in r.html
+
+
+# --- many links, one pass ------------------------------------------------------------------
+
+
+OBSIDIAN_NOTES = [
+    "[[a]] [[b#c]] ![[i.png|10]] ![[N]] [[#x]] ![[#y]] [[a]][[a]]![[b]]",
+    "[see [[X]]](http://x.test) and ![[x]] in `![[code]]`",
+    "<a href='/x'>![[in anchor]] [[too]]</a> ==m [[l]]== %%c [[d]]%% $x$ ^id",
+    "> [!note] t [[a]]\n> ![[b.png]]\n\n> [!tip]- u\n> > [!bug]\n> > [[c]]",
+    "![[x|y|z]] [[a|b|c]] ![[]] [[]] [[ ]] ![[ # ]] [[#^bad id]]",
+]
+
+
+def _converted(source: str, stock: bool):
+    state = RenderState("0" * 32, pipeline.default_resolve_link, pipeline.default_tag_url, {},
+                        resolve_attachment=lambda name: "/f/" + name,
+                        embed_note=lambda target, fragment: "<p>n</p>", clean=lambda html: html)
+    md, _ = pipeline._new_markdown(state)
+    if stock:
+        md.treeprocessors.register(InlineProcessor(md), "inline", pipeline._INLINE_PRIORITY)
+    return md.convert(source), state.links, state.embed_html
+
+
+@pytest.mark.parametrize("source", OBSIDIAN_NOTES)
+def test_links_and_embeds_in_one_pass_render_as_the_stock_loop(source):
+    assert _converted(source, stock=False) == _converted(source, stock=True)
+
+
+def test_thousands_of_links_in_one_paragraph_all_render():
+    body = " ".join(f"[[Note {i}]] ![[f{i}.png]]" for i in range(3000))
+    r = render.render(body, resolve_attachment=lambda name: "/f/" + name)
+    assert len(r.links) == 3000 and len(images(r.html)) == 3000
