@@ -16,7 +16,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as etree
 
-from markdown import Markdown
+from markdown import Markdown, util
 from markdown.inlinepatterns import InlineProcessor
 from markdown.util import AtomicString
 
@@ -35,6 +35,8 @@ FILE_EXTENSIONS = IMAGE_EXTENSIONS | {
     "txt", "csv", "json", "zip",
 }  # fmt: skip
 _SIZE_RE = re.compile(r"^(\d{1,5})(?:x(\d{1,5}))?$")
+_STASHED_RE = re.compile(re.escape(util.INLINE_PLACEHOLDER_PREFIX) + r"(\d+)" + util.ETX)
+_ESCAPED_RE = re.compile(util.STX + r"(\d+)" + util.ETX)  # what the escape pattern leaves
 
 
 def _extension(name: str) -> str:
@@ -58,6 +60,26 @@ class _Links:
     """What both processors share: reading the render's state, making a wiki link."""
 
     ext: CommonplaceExtension
+    md: Markdown
+
+    def parts(self, m: re.Match[str]) -> tuple[str, str]:
+        """(target, alias) as written. Backslash escapes ran before this pattern, so in a
+        table's `[[Note\\|alias]]` (Obsidian's way to keep the "|" from splitting the cell)
+        the "|" reaches here stashed: put escaped characters back, then split."""
+        target, alias = m.group(1), m.group(2)
+        if util.STX not in target:
+            return target, alias or ""
+        stash = self.md.treeprocessors["inline"].stashed_nodes  # type: ignore[attr-defined]
+
+        def unescape(p: re.Match[str]) -> str:
+            node = stash.get(p[1])
+            escaped = _ESCAPED_RE.fullmatch(node) if isinstance(node, str) else None
+            return chr(int(escaped[1])) if escaped else p[0]
+
+        target = _STASHED_RE.sub(unescape, target)
+        if alias is None:
+            target, _, alias = target.partition("|")
+        return target, alias or ""
 
     @property
     def state(self) -> RenderState:
@@ -103,8 +125,9 @@ class WikiLinkProcessor(_Links, InlineProcessor):
         self.ext = ext
 
     def handleMatch(self, m: re.Match[str], data: str):  # type: ignore[override]
-        page_raw, fragment = split_target(m.group(1))
-        alias = " ".join((m.group(2) or "").split())
+        target, alias = self.parts(m)
+        page_raw, fragment = split_target(target)
+        alias = " ".join(alias.split())
         page = _page(page_raw)
         if not page:
             el = self.local_link(fragment, alias or _label("", fragment)) if fragment else None
@@ -135,8 +158,9 @@ class EmbedProcessor(_Links, InlineProcessor):
         self.ext = ext
 
     def handleMatch(self, m: re.Match[str], data: str):  # type: ignore[override]
-        page_raw, fragment = split_target(m.group(1))
-        alias = " ".join((m.group(2) or "").split())
+        target, alias = self.parts(m)
+        page_raw, fragment = split_target(target)
+        alias = " ".join(alias.split())
         name = " ".join(page_raw.split())
         if _extension(name) in FILE_EXTENSIONS:
             return self._file(name, alias), m.start(0), m.end(0)
