@@ -8,8 +8,8 @@ import re
 
 import sqlalchemy as sa
 
-from app.models import Link
-from app.notebook import attachments, entries
+from app.models import Link, Setting
+from app.notebook import attachments, entries, rerender
 from app.notebook.addresses import entry_url
 from tests.helpers import Elements, anchors
 
@@ -98,3 +98,22 @@ def test_notes_embedding_each_other_stop_at_one_level(db):
     # Beta's own embed of Alpha is only a link inside the frame, never Alpha's text again
     assert "alpha text" not in html and re.search(r">Alpha</a>", html)
     assert html_of(db, b).count('<div class="note-embed">') == 1
+
+
+def test_a_renderer_change_rewrites_links_and_search_text_too(db):
+    target, url = create(db, "Pipeline bubbles", BUBBLES)
+    source, _ = create(db, "Reading", "[[Pipeline bubbles#Notes]] %%private aside%%")
+    with db.write() as session:  # as the renderer before Obsidian's links left it
+        session.execute(sa.update(Link).where(Link.source_id == source)
+                        .values(target_key="pipeline bubbles#notes"))
+        session.execute(sa.text("UPDATE entry_fts SET body = 'private aside' WHERE rowid = :id"),
+                        {"id": source})
+        session.execute(sa.update(Setting).where(Setting.key == rerender.VERSION_KEY)
+                        .values(value="4"))
+    assert rerender.refresh_all(db) >= 2
+    with db.read() as session:
+        keys = session.scalars(sa.select(Link.target_key).where(Link.source_id == source)).all()
+        text = session.scalar(sa.text("SELECT body FROM entry_fts WHERE rowid = :id"),
+                              {"id": source})
+    assert keys == ["pipeline bubbles"] and "private" not in text
+    assert anchors(html_of(db, source), "wikilink")[0][0]["href"] == url + "#h-notes"

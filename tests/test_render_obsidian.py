@@ -82,6 +82,17 @@ def test_link_forms_ask_for_the_page_and_record_it(body, href, target, text):
     assert [(link.target, link.text) for link in r.links] == [(target, text)]
 
 
+def test_in_a_table_an_escaped_pipe_separates_the_alias():
+    r = render.render("| a | b |\n|---|---|\n| [[Note\\|the note]] | ![[image.png\\|40]] |\n"
+                      "| [[snake\\_case]] | x |", resolve_link=Resolver(),
+                      resolve_attachment=FILES.get)
+    assert [(link.target, link.text) for link in r.links] == [("Note", "the note"),
+                                                              ("snake_case", "snake_case")]
+    assert images(r.html) == [{"src": "/attachments/aa/image.png", "alt": "image.png",
+                               "width": "40"}]
+    assert r.html.count("<td>") == 4
+
+
 def test_links_to_one_page_by_many_forms_are_one_backlink():
     r = render.render("[[Note]] [[Note#A]] [[Note#^b]] [[Note|x]]", resolve_link=Resolver())
     assert [link.target for link in r.links] == ["Note"]

@@ -282,6 +282,14 @@ def refresh_html(session: Session, entry: Entry) -> None:
     _render(session, entry)
 
 
+def rerender(session: Session, entry: Entry) -> None:
+    """Render the stored text again because the renderer changed: its HTML, and what the
+    render finds in it (links, tags, the searched text) with it. Not a revision."""
+    rendered = _render(session, entry)
+    _store_links_and_tags(session, entry, rendered)
+    search_index.index_entry(session, entry, rendered.text)
+
+
 def _store_links_and_tags(session: Session, entry: Entry, rendered: Rendered) -> None:
     session.execute(sa.delete(Link).where(Link.source_id == entry.id))
     session.execute(sa.delete(EntryTag).where(EntryTag.entry_id == entry.id))
