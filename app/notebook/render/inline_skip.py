@@ -23,6 +23,7 @@ from markdown import Markdown, inlinepatterns, util
 from markdown.extensions.footnotes import FootnoteInlineProcessor
 from markdown.treeprocessors import InlineProcessor
 
+from .math import MATH_RE, MathInlineProcessor
 from .syntax import TAG_RE, TagProcessor
 from .wikilinks import EMBED_RE, WIKILINK_RE, EmbedProcessor, WikiLinkProcessor
 
@@ -50,6 +51,7 @@ _NEEDS: dict[str, tuple[type | None, str | None, tuple[str, ...]]] = {
     "entity": (_stock("HtmlInlineProcessor"), _stock("ENTITY_RE"), ("&", ";")),
     "cp_wikilink": (WikiLinkProcessor, WIKILINK_RE, ("[[", "]]")),
     "cp_embed": (EmbedProcessor, EMBED_RE, ("![[", "]]")),
+    "cp_math": (MathInlineProcessor, MATH_RE, ("$",)),
     "cp_tag": (TagProcessor, TAG_RE, ("#",)),
 }
 
