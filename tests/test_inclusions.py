@@ -9,8 +9,9 @@ import re
 import sqlalchemy as sa
 
 from app.models import Link, Setting
-from app.notebook import attachments, entries, rerender
+from app.notebook import attachments, bulk_render, entries, rerender
 from app.notebook.addresses import entry_url
+from app.notebook.render import Resolved
 from tests.helpers import Elements, anchors
 
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 32
@@ -117,3 +118,18 @@ def test_a_renderer_change_rewrites_links_and_search_text_too(db):
                               {"id": source})
     assert keys == ["pipeline bubbles"] and "private" not in text
     assert anchors(html_of(db, source), "wikilink")[0][0]["href"] == url + "#h-notes"
+
+
+def test_bulk_import_keeps_heading_fragments_and_leaves_embeds_to_the_importer():
+    nonce = "f" * 32
+    tpl = bulk_render.template(("See [[Note#Part two]] and [[Note#^b1|that]].", nonce, ()))
+    assert tpl is not None and tpl.targets == ["Note"]
+    html, _ = bulk_render.place_links(bulk_render.placeholder_re(nonce), tpl,
+                                      lambda target: Resolved("/entries/9/note", True))
+    assert hrefs_of(html) == ["/entries/9/note#h-part-two", "/entries/9/note#b-b1"]
+    assert bulk_render.template(("![[image.png]]", nonce, ())) is None
+    assert bulk_render.template(("![[Note]]", nonce, ())) is None
+
+
+def hrefs_of(html):
+    return [attrs["href"] for attrs, _ in anchors(html, "wikilink")]
