@@ -458,3 +458,10 @@ def test_thousands_of_links_in_one_paragraph_all_render():
     body = " ".join(f"[[Note {i}]] ![[f{i}.png]]" for i in range(3000))
     r = render.render(body, resolve_attachment=lambda name: "/f/" + name)
     assert len(r.links) == 3000 and len(images(r.html)) == 3000
+
+
+def test_inputs_that_would_make_a_backtracking_regex_take_forever_render():
+    # Each would take years with a pattern that tries every way to split the run.
+    body = (" " * 60 + "x %%\n") + ("a" + " " * 5000 + "b ^c d\n\n") + "$$5 off\n" * 2000
+    r = render.render(body)
+    assert r.text.startswith("x %%") and "^c d" in r.text

@@ -30,7 +30,7 @@ MATH_RE = (
     r"(?<![\\$])\$\$(?!\$)(.+?)(?<!\\)\$\$"  # display
     r"|(?<![\\$])\$(?![\s$])((?:\\.|[^\\$])+?)(?<![\s\\])\$(?![$\d])"  # inline
 )
-_DISPLAY_BLOCK_RE = re.compile(r"^[ \t]{0,3}\$\$(.+?)\$\$[ \t]*$", re.M | re.S)
+_DISPLAY_OPEN_RE = re.compile(r"[ \t]{0,3}\$\$")
 
 
 def mathml(latex: str, display: bool) -> str | None:
@@ -54,13 +54,33 @@ class DisplayMathPreprocessor(Preprocessor):
         return outside_fences(text, self._replace).split("\n")
 
     def _replace(self, prose: str) -> str:
-        def one(m: re.Match[str]) -> str:
-            html = mathml(m.group(1), display=True)
+        """Each line that opens with `$$`, to the first line (it or a later one) that ends
+        with `$$`. Found line by line, with where the next closing line is worked out
+        once: a note of many lines opening with "$$" and none closing stays linear."""
+        lines = prose.split("\n")
+        closes: list[int | None] = [None] * (len(lines) + 1)
+        for i in range(len(lines) - 1, -1, -1):
+            closes[i] = i if lines[i].rstrip(" \t").endswith("$$") else closes[i + 1]
+        out: list[str] = []
+        i = 0
+        while i < len(lines):
+            opened = _DISPLAY_OPEN_RE.match(lines[i])
+            first = lines[i][opened.end() :] if opened else ""
+            end = (i if first.rstrip(" \t").endswith("$$") and len(first.strip()) > 2
+                   else closes[i + 1]) if opened else None
+            if end is None:
+                out.append(lines[i])
+                i += 1
+                continue
+            body = "\n".join([first, *lines[i + 1 : end + 1]]) if end > i else first
+            html = mathml(body.rstrip(" \t")[:-2], display=True)
             if html is None:
-                return m.group(0)
-            return "\n\n" + self.md.htmlStash.store(html) + "\n\n"
-
-        return _DISPLAY_BLOCK_RE.sub(one, prose)
+                out.append(lines[i])
+                i += 1
+                continue
+            out.append("\n" + self.md.htmlStash.store(html) + "\n")
+            i = end + 1
+        return "\n".join(out)
 
 
 class MathInlineProcessor(InlineProcessor):

@@ -23,7 +23,7 @@ from .prose import CommentPreprocessor
 from .syntax import CommonplaceExtension
 from .wikilinks import EmbedProcessor, WikiLinkProcessor
 
-_BLOCK_MARK_RE = re.compile(r"(?:^|[ \t]+)\^([A-Za-z0-9-]{1,64})[ \t]*$")
+_BLOCK_ID_RE = re.compile(r"[A-Za-z0-9-]{1,64}")
 _LONE_MARK_RE = re.compile(r"^\s*\^([A-Za-z0-9-]{1,64})\s*$")
 # What a block id may name: the tags the sanitizer lets carry one.
 _NAMEABLE = {"p", "li", "ul", "ol", "blockquote", "table"}
@@ -31,10 +31,15 @@ _BLOCKS_IN_ITEM = {"p", "ul", "ol", "blockquote", "div", "pre", "table", "detail
 
 
 def _take_mark(text: str | None) -> tuple[str | None, str | None]:
+    """(text less a trailing " ^id", id), or (text, None). By hand, not a regex search:
+    a search for "spaces, then ^id, at the end" retries at every space of a long run."""
     if not text or "^" not in text:
         return text, None
-    m = _BLOCK_MARK_RE.search(text)
-    return (text, None) if m is None else (text[: m.start()], m[1])
+    at = text.rfind("^")
+    block_id = text[at + 1 :].rstrip(" \t")
+    if not _BLOCK_ID_RE.fullmatch(block_id) or (at and text[at - 1] not in " \t"):
+        return text, None
+    return text[:at].rstrip(" \t"), block_id
 
 
 class BlockIdTreeprocessor(Treeprocessor):

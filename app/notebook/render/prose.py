@@ -9,8 +9,9 @@ from collections.abc import Callable
 
 from markdown.preprocessors import Preprocessor
 
-# A fence line: up to three spaces (and any quote or list marks) before ``` or ~~~.
-_FENCE_RE = re.compile(r"^(?:[ \t]*(?:>|[-*+]|\d{1,9}[.)])?)*[ \t]*(`{3,}|~{3,})")
+# A fence line: spaces and any quote or list marks before ``` or ~~~ (each repeat takes a
+# mark, so a line of spaces is read once, not in every way of splitting it).
+_FENCE_RE = re.compile(r"^[ \t]*(?:(?:>|[-*+]|\d{1,9}[.)])[ \t]*)*(`{3,}|~{3,})")
 # Code spans are kept as they are; a span does not run across a blank line.
 _COMMENT_RE = re.compile(r"(`+)(?:(?!\n[ \t]*\n).)*?(?<!`)\1(?!`)|%%.*?%%", re.S)
 
