@@ -230,12 +230,18 @@
   }
 
   // "[[#": the headings of the text being written, saved or not.
-  var HEADING_RE = /^ {0,3}#{1,6}[ \t]+(.+?)(?:[ \t]+#+)?[ \t]*$/gm;
+  var HEADING_RE = /^ {0,3}#{1,6}[ \t]+(.*)$/gm;
+  function headingText(line) {  // less a closing run of "#" (by hand: no backtracking)
+    var text = line.trim(), end = text.length;
+    while (end && text.charAt(end - 1) === "#") end--;
+    return end < text.length && (end === 0 || " \t".indexOf(text.charAt(end - 1)) !== -1)
+      ? text.slice(0, end).trim() : text;
+  }
   function ownHeadings(text) {
     var want = text.toLowerCase(), seen = {}, items = [], m;
     HEADING_RE.lastIndex = 0;
     while ((m = HEADING_RE.exec(body.value)) && items.length < 8) {
-      var heading = m[1];
+      var heading = headingText(m[1]);
       if (seen[heading] || heading.toLowerCase().indexOf(want) === -1) continue;
       seen[heading] = true;
       items.push({ insert: "#" + heading, label: heading, detail: "heading here", kind: "heading" });
