@@ -133,3 +133,13 @@ def test_bulk_import_keeps_heading_fragments_and_leaves_embeds_to_the_importer()
 
 def hrefs_of(html):
     return [attrs["href"] for attrs, _ in anchors(html, "wikilink")]
+
+
+def test_an_embedding_note_shows_the_embedded_one_as_it_is_now(db):
+    target, _ = create(db, "Pipeline bubbles", BUBBLES)
+    source, _ = create(db, "Summary", "![[Pipeline bubbles#Notes]]")
+    with db.write() as session:
+        entry = entries.get(session, target)
+        entries.update(session, entry, {"body": BUBBLES.replace("idle", "stall")},
+                       base_revision=entry.revision, author="me")
+    assert "Bubbles stall the stages." in html_of(db, source)

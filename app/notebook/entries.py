@@ -257,6 +257,8 @@ def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: st
     new_keys = keys_of(entry)
     changed_keys = new_keys | old_keys if entry.status != old_status else new_keys ^ old_keys
     _rerender_linkers(session, changed_keys, skip=entry.id)
+    # Notes that embed this one (![[Title]]) show its new text.
+    _rerender_linkers(session, new_keys - changed_keys, skip=entry.id, embedding=True)
     return entry
 
 
@@ -303,15 +305,19 @@ def _store_links_and_tags(session: Session, entry: Entry, rendered: Rendered) ->
         session.add(EntryTag(entry_id=entry.id, tag=tag))
 
 
-def _rerender_linkers(session: Session, keys: set[str], skip: int | None) -> None:
+def _rerender_linkers(session: Session, keys: set[str], skip: int | None,
+                      embedding: bool = False) -> None:
+    """Render again the entries that link to any of `keys` (only those with an embed in
+    their text, when `embedding`)."""
     if not keys:
         return
-    sources = session.scalars(
-        sa.select(Entry).where(
-            Entry.id.in_(sa.select(Link.source_id).where(Link.target_key.in_(keys))),
-            Entry.id != (skip or 0),
-        )
+    query = sa.select(Entry).where(
+        Entry.id.in_(sa.select(Link.source_id).where(Link.target_key.in_(keys))),
+        Entry.id != (skip or 0),
     )
+    if embedding:
+        query = query.where(Entry.body_md.contains("![[", autoescape=True))
+    sources = session.scalars(query)
     for source in sources:
         _render(session, source)
 
