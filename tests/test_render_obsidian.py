@@ -282,6 +282,11 @@ def test_callout_title_is_markdown_and_sanitized():
     assert problems(r.html) == [] and "alert" not in r.html
 
 
+def test_callout_title_after_a_no_break_space():
+    r = render.render("> [!abstract]\u00a0**Further reading**: [[Note]]\n> body")
+    assert Elements(r.html).all("p", "callout-title")[0][1] == "Further reading: Note"
+
+
 def test_foldable_callouts_are_details():
     r = render.render("> [!tip]- Closed\n> hidden\n\n> [!faq]+ Open\n> shown")
     found = Elements(r.html).all("details", "callout")

@@ -16,7 +16,8 @@ import xml.etree.ElementTree as etree
 from markdown.blockprocessors import BlockQuoteProcessor
 from markdown.treeprocessors import Treeprocessor
 
-CALLOUT_RE = re.compile(r"^[ \t]*\[!([A-Za-z][\w-]{0,30})\]([+-]?)(?:[ \t]+(.*))?$")
+# The title follows the marker after any white space (a no-break space too, as vaults have).
+CALLOUT_RE = re.compile(r"^[ \t]*\[!([A-Za-z][\w-]{0,30})\]([+-]?)\s*(.*)$")
 
 # Obsidian's types and their aliases; anything else is shown as a note.
 TYPES: dict[str, str] = {
