@@ -12,10 +12,11 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from app.notebook import render
+from app.notebook.render import sanitize
 
 FORBIDDEN_ELEMENTS = {
     "script", "style", "iframe", "frame", "frameset", "object", "embed", "applet", "svg",
-    "math", "form", "button", "meta", "base", "link", "noscript", "template", "xmp",
+    "form", "button", "meta", "base", "link", "noscript", "template", "xmp",
     "plaintext", "textarea", "select", "option", "title", "video", "audio", "source",
     "track", "animate", "set", "foreignobject", "use", "portal", "isindex", "marquee",
 }  # fmt: skip
@@ -24,6 +25,8 @@ URL_ATTRIBUTES = {
     "data", "codebase", "longdesc", "lowsrc", "dynsrc", "xlink:href", "ping", "manifest",
 }  # fmt: skip
 FORBIDDEN_ATTRIBUTES = {"style", "srcdoc", "http-equiv", "is", "autofocus"}
+# MathML Core is let through (math rendered on the server); a MathML element links nowhere.
+MATHML_ELEMENTS = set(sanitize.MATHML_ATTRIBUTES)
 SAFE_SCHEMES = {"http", "https", "mailto"}
 _SCHEME_RE = re.compile(r"^([a-z][a-z0-9+.\-]*):")
 _NOISE_RE = re.compile(r"[\x00-\x20\x7f]")
@@ -50,6 +53,8 @@ class SafetyCheck(HTMLParser):
             if name.startswith("on"):
                 self.problems.append(f"{tag}[{name}]")
             if name in FORBIDDEN_ATTRIBUTES:
+                self.problems.append(f"{tag}[{name}]")
+            if tag in MATHML_ELEMENTS and (name in URL_ATTRIBUTES or ":" in name):
                 self.problems.append(f"{tag}[{name}]")
             if name in URL_ATTRIBUTES and value is not None:
                 problem = url_problem(tag, name, value)
@@ -82,7 +87,8 @@ def problems(html: str) -> list[str]:
     found = check.problems
     # Belt and braces on the raw markup, whatever html.parser made of it.
     for tag in re.finditer(r"<[a-z!?/][^>]*>?", html.lower()):
-        if re.match(r"</?(?:script|style|svg|math|iframe|object|embed)\b", tag.group(0)):
+        if re.match(r"</?(?:script|style|svg|iframe|object|embed|annotation-xml|mglyph|maction)\b",
+                    tag.group(0)):
             found.append(f"raw {tag.group(0)}")
         unquoted = re.sub(r'"[^"]*"|\'[^\']*\'', '""', tag.group(0))
         if re.search(r"[\s/]on[a-z]+\s*=", unquoted):
@@ -264,9 +270,12 @@ def test_hostile_input_renders_safe(body):
 def test_hostile_input_with_hostile_callbacks(body):
     # Even a careless caller (resolver and tag URLs echoing the text) stays safe.
     assert_safe(
-        body + "\n\n[[javascript:alert(1)]] #tag",
+        body + "\n\n[[javascript:alert(1)]] #tag ![[javascript:alert(1).png]] "
+        '![[x.png|100"onerror=alert(1)]] ![[Note#h]] [[x.pdf]]',
         resolve_link=lambda target: (target, False),
         tag_url=lambda tag: "javascript:" + tag,
+        resolve_attachment=lambda name: name,  # echoes "javascript:..." back
+        embed_note=lambda target, fragment: body,  # "another note" as hostile as this one
     )
 
 

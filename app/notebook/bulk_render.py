@@ -45,6 +45,8 @@ def template(job: tuple[str, str, tuple[str, ...]]) -> Template | None:
     body, nonce, embed_names = job
     if nonce in body:
         return None  # (never, in practice) rendered by the importer with the real resolver
+    if "![[" in body:
+        return None  # an attachment or a note embedded: the importer looks them up
     targets: list[str] = []
     embedded: list[str] = []
 
@@ -64,7 +66,8 @@ def template(job: tuple[str, str, tuple[str, ...]]) -> Template | None:
 
 
 def placeholder_re(nonce: str) -> re.Pattern[str]:
-    return re.compile(rf'class="wikilink" href="CPLINK{nonce}T(\d+)E"')
+    # a heading or block link keeps its "#fragment" after the placeholder
+    return re.compile(rf'class="wikilink" href="CPLINK{nonce}T(\d+)E([^"]*)"')
 
 
 def place_links(found: re.Pattern[str], tpl: Template,
@@ -78,6 +81,7 @@ def place_links(found: re.Pattern[str], tpl: Template,
         url, exists, *draft = resolved[int(m.group(1))]
         cls = ("wikilink draft" if draft and draft[0] else
                "wikilink" if exists else "wikilink missing")
-        return f'class="{cls}" href="{url.replace("&", "&amp;").replace(chr(34), "&quot;")}"'
+        href = url.replace("&", "&amp;").replace(chr(34), "&quot;") + m.group(2)
+        return f'class="{cls}" href="{href}"'
 
     return found.sub(one, tpl.html), found.sub(one, tpl.toc_html)

@@ -19,7 +19,7 @@ from sqlalchemy.orm import Session
 
 from app.errors import Conflict, Invalid, NotFound, refuse_unknown
 from app.models import Entry, EntryTag, Link, Revision, link_key, utcnow
-from app.notebook import embeds, merge, mirror, search_index
+from app.notebook import embeds, inclusions, merge, mirror, search_index
 from app.notebook.addresses import entry_url, tag_url
 from app.notebook.isoweeks import WEEK_RE, iso_week
 from app.notebook.render import Rendered, Resolved, render
@@ -257,6 +257,8 @@ def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: st
     new_keys = keys_of(entry)
     changed_keys = new_keys | old_keys if entry.status != old_status else new_keys ^ old_keys
     _rerender_linkers(session, changed_keys, skip=entry.id)
+    # Notes that embed this one (![[Title]]) show its new text.
+    _rerender_linkers(session, new_keys - changed_keys, skip=entry.id, embedding=True)
     return entry
 
 
@@ -264,7 +266,9 @@ def render_body(session: Session, body: str) -> Rendered:
     """Markdown → sanitized HTML with links resolved against the notebook (also the
     editor's preview, so a preview shows exactly what a save would store)."""
     bound = {name: functools.partial(embed, session) for name, embed in embeds.EMBEDS.items()}
-    return render(body, resolve_link=_resolver(session), tag_url=tag_url, embeds=bound)
+    return render(body, resolve_link=_resolver(session), tag_url=tag_url, embeds=bound,
+                  resolve_attachment=inclusions.attachment_finder(session),
+                  embed_note=inclusions.note_embedder(session, resolve))
 
 
 def _render(session: Session, entry: Entry) -> Rendered:
@@ -280,6 +284,14 @@ def refresh_html(session: Session, entry: Entry) -> None:
     _render(session, entry)
 
 
+def rerender(session: Session, entry: Entry) -> None:
+    """Render the stored text again because the renderer changed: its HTML, and what the
+    render finds in it (links, tags, the searched text) with it. Not a revision."""
+    rendered = _render(session, entry)
+    _store_links_and_tags(session, entry, rendered)
+    search_index.index_entry(session, entry, rendered.text)
+
+
 def _store_links_and_tags(session: Session, entry: Entry, rendered: Rendered) -> None:
     session.execute(sa.delete(Link).where(Link.source_id == entry.id))
     session.execute(sa.delete(EntryTag).where(EntryTag.entry_id == entry.id))
@@ -293,15 +305,19 @@ def _store_links_and_tags(session: Session, entry: Entry, rendered: Rendered) ->
         session.add(EntryTag(entry_id=entry.id, tag=tag))
 
 
-def _rerender_linkers(session: Session, keys: set[str], skip: int | None) -> None:
+def _rerender_linkers(session: Session, keys: set[str], skip: int | None,
+                      embedding: bool = False) -> None:
+    """Render again the entries that link to any of `keys` (only those with an embed in
+    their text, when `embedding`)."""
     if not keys:
         return
-    sources = session.scalars(
-        sa.select(Entry).where(
-            Entry.id.in_(sa.select(Link.source_id).where(Link.target_key.in_(keys))),
-            Entry.id != (skip or 0),
-        )
+    query = sa.select(Entry).where(
+        Entry.id.in_(sa.select(Link.source_id).where(Link.target_key.in_(keys))),
+        Entry.id != (skip or 0),
     )
+    if embedding:
+        query = query.where(Entry.body_md.contains("![[", autoescape=True))
+    sources = session.scalars(query)
     for source in sources:
         _render(session, source)
 

@@ -33,7 +33,7 @@ def refresh_all(db) -> int:
             batch = list(session.scalars(sa.select(Entry).where(Entry.id > after)
                                          .order_by(Entry.id).limit(BATCH)))
             for entry in batch:
-                entries.refresh_html(session, entry)
+                entries.rerender(session, entry)
         if not batch:
             break
         done, after = done + len(batch), batch[-1].id

@@ -1,4 +1,5 @@
-"""What the editor offers as you type: `[[` → titles, weeks and dates to link to; `#` → tags.
+"""What the editor offers as you type: `[[` → titles, weeks and dates to link to, and after
+`[[Title#` that note's headings; `![[` → attachments by file name, then the same; `#` → tags.
 
 Read-only, bounded queries: titles through the FTS index (never a scan of every entry),
 weeks, dates and tags through their indexes. Ranked so that what you are most likely
@@ -9,13 +10,15 @@ newer before older.
 from __future__ import annotations
 
 import datetime as dt
+import html
 import re
 from dataclasses import dataclass
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session, load_only
 
-from app.models import Entry, EntryTag
+from app.models import Attachment, Entry, EntryTag
+from app.notebook.entries import resolve
 from app.notebook.isoweeks import iso_week
 
 MAX_PREFIX = 100
@@ -32,7 +35,7 @@ class Suggestion:
     insert: str  # what goes inside [[…]], or after #
     label: str  # what the list shows
     detail: str  # a date, "letter", "3 entries"
-    kind: str  # entry | week | date | tag
+    kind: str  # entry | week | date | tag | heading | file
 
 
 def links(session: Session, prefix: str, *, today: dt.date, limit: int = 10,
@@ -40,6 +43,10 @@ def links(session: Session, prefix: str, *, today: dt.date, limit: int = 10,
     """Link targets for `[[prefix`: this week and today first when they fit; then, for no
     text, the latest entries; for text that starts with a digit, letters and dates; then
     titles."""
+    page, hash_, fragment = prefix.partition("#")
+    if hash_:
+        return _headings(session, " ".join(page.split()), fragment.strip(), limit,
+                         include_drafts)
     text = " ".join(prefix.split())
     found: dict[str, Suggestion] = {}
 
@@ -56,6 +63,15 @@ def links(session: Session, prefix: str, *, today: dt.date, limit: int = 10,
         add(_dates(session, text, limit, include_drafts))
     add(_titles(session, text, limit, include_drafts))
     return list(found.values())[:limit]
+
+
+def embeds(session: Session, prefix: str, *, today: dt.date, limit: int = 10,
+           include_drafts: bool = True) -> list[Suggestion]:
+    """For `![[prefix`: attachments whose file name holds the text (newest first), then
+    what `[[` offers (a note to embed)."""
+    files = _files(session, prefix.strip(), limit, include_drafts)
+    notes = links(session, prefix, today=today, limit=limit, include_drafts=include_drafts)
+    return (files + notes)[:limit]
 
 
 def tags(session: Session, prefix: str, *, limit: int = 10,
@@ -148,6 +164,39 @@ def _titles(session: Session, text: str, limit: int, include_drafts: bool) -> li
             ranked.append((rank, -entry.date.toordinal(), entry.title.lower(), entry))
     ranked.sort(key=lambda row: row[:3])
     return [_entry(row[3]) for row in ranked[:limit]]
+
+
+# A stored heading: its id, then its text up to the permalink the toc adds.
+_HEADING_RE = re.compile(r'<h[1-6] id="h-[^"]*">(.*?)(?:<a class="headerlink"[^>]*>[^<]*</a>)?'
+                         r"</h[1-6]>", re.S)
+_TAGS_RE = re.compile(r"<[^>]*>")
+
+
+def _headings(session: Session, page: str, text: str, limit: int,
+              include_drafts: bool) -> list[Suggestion]:
+    """The headings of the note `page` names (as a link resolves it) that hold `text`,
+    those starting with it first, in the note's order."""
+    entry = resolve(session, page) if page else None
+    if entry is None or (entry.status == "draft" and not include_drafts):
+        return []
+    want = text.lower()
+    found = [html.unescape(_TAGS_RE.sub("", m[1])).strip()
+             for m in _HEADING_RE.finditer(entry.body_html or "")]
+    hits = [h for h in dict.fromkeys(found) if h and want in h.lower()]
+    hits.sort(key=lambda heading: not heading.lower().startswith(want))
+    return [Suggestion(f"{page}#{heading}", heading, f"heading in {entry.title}", "heading")
+            for heading in hits[:limit]]
+
+
+def _files(session: Session, text: str, limit: int, include_drafts: bool) -> list[Suggestion]:
+    newest = sa.func.max(Attachment.id).label("newest")
+    query = (sa.select(Attachment.filename, newest)
+             .where(Attachment.filename.contains(text, autoescape=True))
+             .group_by(Attachment.filename).order_by(newest.desc()).limit(limit))
+    if not include_drafts:
+        query = query.join(Entry, Entry.id == Attachment.entry_id).where(
+            Entry.status == "published")
+    return [Suggestion(name, name, "file", "file") for name, _ in session.execute(query)]
 
 
 def _rank(title: str, text: str, words: list[str]) -> int | None:

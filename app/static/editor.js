@@ -1,6 +1,7 @@
 // Commonplace's editor, on top of a plain textarea that works without it:
 //   - Write / Preview tabs on a narrow screen, text and live preview side by side on a wide one
-//   - "[[" completes titles, weeks and dates; "#" completes tags (GET /api/v1/complete)
+//   - "[[" completes titles, weeks and dates ("[[Title#" that note's headings, "[[#" this
+//     note's own); "![[" files, then the same; "#" completes tags (GET /api/v1/complete)
 //   - attaching, pasting or dropping a file uploads it and puts its markdown at the cursor;
 //     a new entry is first saved as a draft, so the file has an entry to belong to
 // The preview is rendered by the server, by the pipeline that renders saved entries.
@@ -114,7 +115,11 @@
     if (caret !== body.selectionEnd) return null;
     var before = body.value.slice(Math.max(0, caret - 120), caret);
     var m = LINK_RE.exec(before);
-    if (m) return { kind: "link", prefix: m[1], start: caret - m[1].length, caret: caret };
+    if (m) {
+      var embed = before.charAt(before.length - m[0].length - 1) === "!";
+      return { kind: embed ? "embed" : "link", prefix: m[1], start: caret - m[1].length,
+               caret: caret };
+    }
     m = TAG_RE.exec(before);
     if (m) {
       var prefix = m[1] || "";
@@ -150,7 +155,7 @@
     if (!item) return false;
     var at = state;
     close();
-    if (at.kind === "link") {
+    if (at.kind !== "tag") {
       var closed = body.value.slice(at.caret, at.caret + 2) === "]]";
       replaceRange(at.start, at.caret + (closed ? 2 : 0), item.insert + "]]");
     } else {
@@ -213,19 +218,45 @@
     if (!items.length) {
       var none = document.createElement("li");
       none.className = "empty";
-      none.textContent = at.kind === "link" ? "No page by that name yet: ]] makes a link to create it"
-                                            : "A new tag";
+      none.textContent = at.kind === "tag" ? "A new tag"
+        : at.prefix.indexOf("#") !== -1 ? "No heading by that name"
+        : "No page by that name yet: ]] makes a link to create it";
       list.appendChild(none);
     }
     list.hidden = false;
     place();
     // A "#" alone may be a heading: Enter stays a new line until you pick a tag.
-    choose(items.length && (at.kind === "link" || at.prefix) ? 0 : -1);
+    choose(items.length && (at.kind !== "tag" || at.prefix) ? 0 : -1);
+  }
+
+  // "[[#": the headings of the text being written, saved or not.
+  var HEADING_RE = /^ {0,3}#{1,6}[ \t]+(.*)$/gm;
+  function headingText(line) {  // less a closing run of "#" (by hand: no backtracking)
+    var text = line.trim(), end = text.length;
+    while (end && text.charAt(end - 1) === "#") end--;
+    return end < text.length && (end === 0 || " \t".indexOf(text.charAt(end - 1)) !== -1)
+      ? text.slice(0, end).trim() : text;
+  }
+  function ownHeadings(text) {
+    var want = text.toLowerCase(), seen = {}, items = [], m;
+    HEADING_RE.lastIndex = 0;
+    while ((m = HEADING_RE.exec(body.value)) && items.length < 8) {
+      var heading = headingText(m[1]);
+      if (seen[heading] || heading.toLowerCase().indexOf(want) === -1) continue;
+      seen[heading] = true;
+      items.push({ insert: "#" + heading, label: heading, detail: "heading here", kind: "heading" });
+    }
+    return items;
   }
 
   var ask = debounce(function () {
     var at = context();
     if (!at) { close(); return; }
+    if (at.kind !== "tag" && at.prefix.charAt(0) === "#") {
+      if (asking) asking.abort();
+      showItems(at, ownHeadings(at.prefix.slice(1)));
+      return;
+    }
     if (asking) asking.abort();
     asking = new AbortController();
     var url = body.dataset.completeUrl + "?kind=" + at.kind + "&prefix=" +

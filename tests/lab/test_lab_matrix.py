@@ -101,7 +101,7 @@ def test_every_experiment_at_every_world_size_under_nccls_device_restriction(
 RESTRICTED = """
 import os, torch, torch.distributed as dist
 os.environ.update(RANK="0", WORLD_SIZE="1", COMMONPLACE_LAB_PG_BACKEND="cuda:gloo")
-from jobs.lab import runtime
+from jobs.lab.components import context as runtime
 ctx = runtime.init("cpu")
 assert ctx.group is not dist.group.WORLD and ctx.cpu_group is not dist.group.WORLD
 try:

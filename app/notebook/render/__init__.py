@@ -16,7 +16,8 @@ from .rendered import Rendered, Resolved, WikiLink, hide_draft_links
 # when this moves (app/notebook/rerender.py). 2: task boxes carry their number.
 # 3: links to drafts are marked (hidden from readers who may not see drafts).
 # 4: run cards carry charts, lessons and a part the feed shows as an image.
-VERSION = 4
+# 5: Obsidian's markdown (heading and block links, embeds, callouts, highlights, comments, math).
+VERSION = 5
 
 
 def render(body_md: str, **options) -> Rendered:
@@ -34,6 +35,14 @@ def pygments_css() -> str:
     return stylesheet()
 
 
+def excerpt(html: str, fragment: str | None) -> str | None:
+    """The part of a note's stored HTML that a link's fragment names ("Heading", "^block"),
+    for `embed_note` (transclusion.excerpt)."""
+    from .transclusion import excerpt as part
+
+    return part(html, fragment)
+
+
 def fenced_blocks(text: str) -> list[tuple[int, int]]:
     """Where the text's fenced code blocks lie, by the grammar the pipeline reads them with
     (Python-Markdown's fenced_code): (start, end) offsets, in order."""
@@ -42,5 +51,5 @@ def fenced_blocks(text: str) -> list[tuple[int, int]]:
     return [m.span() for m in FencedBlockPreprocessor.FENCED_BLOCK_RE.finditer(text)]
 
 
-__all__ = ["VERSION", "Rendered", "Resolved", "WikiLink", "fenced_blocks", "hide_draft_links",
-           "pygments_css", "render"]
+__all__ = ["VERSION", "Rendered", "Resolved", "WikiLink", "excerpt", "fenced_blocks",
+           "hide_draft_links", "pygments_css", "render"]

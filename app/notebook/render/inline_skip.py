@@ -23,7 +23,9 @@ from markdown import Markdown, inlinepatterns, util
 from markdown.extensions.footnotes import FootnoteInlineProcessor
 from markdown.treeprocessors import InlineProcessor
 
-from .syntax import TAG_RE, WIKILINK_RE, TagProcessor, WikiLinkProcessor
+from .math import MATH_RE, MathInlineProcessor
+from .syntax import TAG_RE, TagProcessor
+from .wikilinks import EMBED_RE, WIKILINK_RE, EmbedProcessor, WikiLinkProcessor
 
 
 def _stock(name: str):
@@ -48,6 +50,8 @@ _NEEDS: dict[str, tuple[type | None, str | None, tuple[str, ...]]] = {
     "html": (_stock("HtmlInlineProcessor"), _stock("HTML_RE"), ("<",)),
     "entity": (_stock("HtmlInlineProcessor"), _stock("ENTITY_RE"), ("&", ";")),
     "cp_wikilink": (WikiLinkProcessor, WIKILINK_RE, ("[[", "]]")),
+    "cp_embed": (EmbedProcessor, EMBED_RE, ("![[", "]]")),
+    "cp_math": (MathInlineProcessor, MATH_RE, ("$",)),
     "cp_tag": (TagProcessor, TAG_RE, ("#",)),
 }
 
@@ -114,7 +118,9 @@ class SkippingInlineProcessor(InlineProcessor):
         return super().run(tree, ancestors)
 
     # Overrides InlineProcessor.__handleInline (name-mangled), which __applyPattern and
-    # run call; the loop is the stock one, with the rule asked before each try.
+    # run call; the loop is the stock one, with the rule asked before a pattern's first try
+    # on a text (after a match the text is known to hold one), and patterns marked BATCH
+    # applied to all their matches at once.
     def _InlineProcessor__handleInline(self, data: str, patternIndex: int = 0) -> str:
         if isinstance(data, util.AtomicString):
             return data
@@ -124,7 +130,11 @@ class SkippingInlineProcessor(InlineProcessor):
         count = len(rules)
         while patternIndex < count:
             pattern, may_match = rules[patternIndex]
-            if may_match is not None and not may_match(data):
+            if start == 0 and may_match is not None and not may_match(data):
+                patternIndex += 1
+                continue
+            if getattr(pattern, "BATCH", False):
+                data = self._apply_all(pattern, data, start)
                 patternIndex += 1
                 start = 0
                 continue
@@ -132,3 +142,26 @@ class SkippingInlineProcessor(InlineProcessor):
             if not matched:
                 patternIndex += 1
         return data
+
+    def _apply_all(self, pattern, data: str, start: int) -> str:
+        """What the stock loop makes of `data` with `pattern`, try after try, in one pass.
+        Only for patterns whose nodes hold no markdown (atomic text, or none) and whose
+        matches end where their nodes do, so no try depends on what an earlier one did; the
+        stock loop rebuilds the whole text after every match, quadratic in their number."""
+        for exclude in pattern.ANCESTOR_EXCLUDES:
+            if exclude.lower() in self.ancestors:
+                return data
+        stash = self._InlineProcessor__stashNode  # type: ignore[attr-defined]
+        parts: list[str] = []
+        at = 0
+        for m in pattern.getCompiledRegExp().finditer(data, start):
+            node, begin, end = pattern.handleMatch(m, data)
+            if begin is None or end is None or node is None:
+                continue
+            parts.append(data[at:begin])
+            parts.append(stash(node, pattern.type()))
+            at = end
+        if not parts:
+            return data
+        parts.append(data[at:])
+        return "".join(parts)

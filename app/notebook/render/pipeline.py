@@ -9,11 +9,12 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import markdown
-from markdown.extensions.toc import slugify_unicode
 
+from .anchors import heading_slug
 from .block_skip import SkippingBlockLoop
 from .highlight import CodeFormatter
 from .inline_skip import SkippingInlineProcessor
+from .obsidian import ObsidianExtension
 from .plaintext import extract
 from .rendered import Rendered, Resolved, WikiLink, default_resolve_link, default_tag_url
 from .sanitize import MARKER_ATTR, make_cleaner
@@ -24,14 +25,9 @@ from .syntax import CommonplaceExtension, RenderState
 _CONTROL_RE = re.compile(r"[\x00-\x08\x0b\x0c\x0e-\x1f\x7f]")
 
 
-def _heading_slug(value: str, separator: str) -> str:
-    # "h-" keeps heading ids out of the page template's id namespace (see sanitize).
-    return "h-" + (slugify_unicode(value, separator) or "section")
-
-
 _EXTENSIONS = [
     "fenced_code", "codehilite", "tables", "footnotes", "toc", "admonition", "sane_lists",
-    "pymdownx.tasklist",
+    "pymdownx.tasklist", "pymdownx.mark",
 ]  # fmt: skip
 
 
@@ -44,13 +40,13 @@ def _new_markdown(state: RenderState) -> tuple[markdown.Markdown, CommonplaceExt
     configs: dict[str, dict[str, Any]] = {
         "codehilite": {"css_class": "highlight", "guess_lang": False, "noclasses": False,
                        "pygments_formatter": CodeFormatter},
-        "toc": {"permalink": True, "slugify": _heading_slug, "marker": ""},
+        "toc": {"permalink": True, "slugify": heading_slug, "marker": ""},
         "tables": {"use_align_attribute": True},  # not style="text-align: ..."
         "pymdownx.tasklist": {"custom_checkbox": False, "clickable_checkbox": False},
     }
     ext = CommonplaceExtension(state)
-    md = markdown.Markdown(extensions=[*_EXTENSIONS, ext], extension_configs=configs,
-                           output_format="html")
+    md = markdown.Markdown(extensions=[*_EXTENSIONS, ext, ObsidianExtension(ext)],
+                           extension_configs=configs, output_format="html")
     # the stock inline processor (same name, same place), less the tries that cannot match
     md.treeprocessors.register(SkippingInlineProcessor(md), "inline", _INLINE_PRIORITY)
     SkippingBlockLoop(md).install()  # and the block loop, less the tests that cannot succeed
@@ -87,21 +83,29 @@ def render(
     resolve_link: Callable[[str], Resolved] = default_resolve_link,
     tag_url: Callable[[str], str] = default_tag_url,
     embeds: Mapping[str, Callable[[str], str]] | None = None,
+    resolve_attachment: Callable[[str], str | None] | None = None,
+    embed_note: Callable[[str, str | None], str | None] | None = None,
 ) -> Rendered:
     """Render a note's markdown to sanitized HTML, collecting links, tags and text.
 
-    `resolve_link(target) -> Resolved(url, exists, draft)` places wiki links; `tag_url(tag)` places
-    tags; `embeds[name](source)` renders a ```` ```name ```` block to trusted HTML.
+    `resolve_link(target) -> Resolved(url, exists, draft)` places wiki links (the page part
+    of one: "Note", "Folder/Note"); `tag_url(tag)` places tags; `embeds[name](source)`
+    renders a ```` ```name ```` block to trusted HTML. `resolve_attachment(name)` is the
+    URL of a file named as written in `![[name]]` / `[[name.pdf]]`, or None (a missing-file
+    mark); `embed_note(target, fragment)` is the HTML of a note (or of its heading's section
+    or block, `fragment` as written after "#") for `![[target#fragment]]`, or None (then a
+    link). Without them, no file is found and no note is embedded.
     """
     source = _CONTROL_RE.sub("", body_md)
     nonce = secrets.token_hex(16)
     while nonce in source:  # practically never; but then no text can spell it
         nonce = secrets.token_hex(16)
-    state = RenderState(nonce, resolve_link, tag_url, embeds or {})
+    clean = make_cleaner(nonce)
+    state = RenderState(nonce, resolve_link, tag_url, embeds or {},
+                        resolve_attachment=resolve_attachment, embed_note=embed_note, clean=clean)
     body, toc, toc_tokens = _convert(source, state)
     toc = toc if _count_headings(toc_tokens) >= 2 else ""
 
-    clean = make_cleaner(nonce)
     html, toc_html = clean(body), clean(toc) if toc else ""
 
     # only a note with an embed holds placeholders (compiled per render: they carry the nonce)

@@ -21,18 +21,39 @@ MARKER_ATTR = "data-cp-ref"
 
 HEADINGS = ("h1", "h2", "h3", "h4", "h5", "h6")
 
+# MathML Core, as much of it as math.py's latex2mathml writes. No href (Firefox follows
+# one on any MathML element), no annotation-xml (HTML inside MathML, the usual way past a
+# sanitizer), no style. ammonia checks namespaces, so an <mi> outside <math> goes.
+MATHML_ATTRIBUTES: dict[str, set[str]] = {
+    "math": {"display"},
+    "mrow": set(), "mn": set(), "mtext": set(), "msqrt": set(), "mroot": set(),
+    "msub": set(), "msup": set(), "msubsup": set(), "mtable": set(), "mtr": set(),
+    "mstyle": set(), "mphantom": set(),
+    "mi": {"mathvariant"},
+    "mo": {"fence", "form", "largeop", "lspace", "rspace", "maxsize", "minsize",
+           "movablelimits", "separator", "stretchy", "symmetric"},
+    "mfrac": {"linethickness"},
+    "mspace": {"width", "height", "depth"},
+    "mpadded": {"width", "height", "depth", "lspace", "voffset"},
+    "mover": {"accent"},
+    "munder": {"accentunder"},
+    "munderover": {"accent", "accentunder"},
+    "mtd": {"columnspan", "rowspan"},
+}  # fmt: skip
+MATHML_GLOBAL = {"displaystyle", "scriptlevel", "mathcolor", "mathbackground", "mathsize"}
+
 TAGS = {
     "a", "abbr", "b", "blockquote", "br", "caption", "cite", "code", "dd", "del",
     "details", "dfn", "div", "dl", "dt", "em", "figcaption", "figure", "hr", "i", "img",
     "input", "ins", "kbd", "li", "mark", "ol", "p", "pre", "q", "s", "samp", "small",
     "span", "strong", "sub", "summary", "sup", "table", "tbody", "td", "tfoot", "th",
-    "thead", "time", "tr", "u", "ul", "var", "wbr", *HEADINGS,
+    "thead", "time", "tr", "u", "ul", "var", "wbr", *HEADINGS, *MATHML_ATTRIBUTES,
 }  # fmt: skip
 
 # Removed *with* their content: their text is never meant to be read as prose.
 CLEAN_CONTENT_TAGS = {
     "script", "style", "template", "noscript", "iframe", "object", "embed", "applet",
-    "svg", "math", "noembed", "noframes", "xmp", "textarea", "select", "title",
+    "svg", "noembed", "noframes", "xmp", "textarea", "select", "title",
 }  # fmt: skip
 
 ATTRIBUTES: dict[str, set[str]] = {
@@ -40,16 +61,21 @@ ATTRIBUTES: dict[str, set[str]] = {
     "abbr": {"title"},
     "dfn": {"title"},
     "img": {"src", "alt", "title", "width", "height"},
-    "ol": {"start", "reversed"},
+    "ol": {"start", "reversed", "id"},
     "td": {"colspan", "rowspan"},
     "th": {"colspan", "rowspan", "scope"},
     "input": {"checked", MARKER_ATTR},  # the mark numbers task boxes (see pipeline)
     "details": {"open"},
     "time": {"datetime"},
-    # ids: heading anchors (toc) and footnotes; see _ID_RE.
+    # ids: heading anchors (toc), footnotes and blocks (`^block`); see _ID_RE.
     "li": {"id"},
     "sup": {"id"},
+    "p": {"id"},
+    "ul": {"id"},
+    "blockquote": {"id"},
+    "table": {"id"},
     **{h: {"id"} for h in HEADINGS},
+    **{tag: names | MATHML_GLOBAL for tag, names in MATHML_ATTRIBUTES.items()},
 }
 
 _ALIGN = {"align": {"left", "center", "right"}}
@@ -65,6 +91,13 @@ ADMONITION_TYPES = {
     "abstract", "seealso", "todo",
 }  # fmt: skip
 
+# Obsidian's callouts (callouts.py): a box per type, foldable ones as <details>.
+CALLOUT_CLASSES = {
+    "callout", "callout-note", "callout-abstract", "callout-info", "callout-todo",
+    "callout-tip", "callout-success", "callout-question", "callout-warning",
+    "callout-failure", "callout-danger", "callout-bug", "callout-example", "callout-quote",
+}  # fmt: skip
+
 PYGMENTS_CLASSES = {cls for cls in STANDARD_TYPES.values() if cls}
 
 # `class` is allowed only through this per-tag list of names (ammonia forbids listing
@@ -72,9 +105,12 @@ PYGMENTS_CLASSES = {cls for cls in STANDARD_TYPES.values() if cls}
 ALLOWED_CLASSES = {
     "a": {"wikilink", "missing", "draft", "tag", "headerlink", "footnote-ref",
           "footnote-backref"},
-    "div": {"highlight", "toc", "footnote", "admonition", *ADMONITION_TYPES},
-    "p": {"admonition-title"},
-    "span": PYGMENTS_CLASSES,
+    "div": {"highlight", "toc", "footnote", "admonition", *ADMONITION_TYPES, *CALLOUT_CLASSES,
+            "note-embed"},
+    "details": CALLOUT_CLASSES,
+    "p": {"admonition-title", "callout-title", "note-embed-source"},
+    "summary": {"callout-title"},
+    "span": PYGMENTS_CLASSES | {"missing-embed"},
     "ul": {"task-list"},
     "li": {"task-list-item"},
 }
@@ -82,10 +118,18 @@ ALLOWED_CLASSES = {
 URL_SCHEMES = {"http", "https", "mailto"}
 IMAGE_URL_SCHEMES = {"http", "https"}
 
-# Our ids are "h-<slug>" (headings) and "fn:<n>" / "fnref:<n>" (footnotes). A user id
-# like "log" could otherwise collide with (or clobber) an id the page template uses.
-_ID_RE = re.compile(r"^(?:h-|fn:|fnref:)\S+$")
+# Our ids are "h-<slug>" (headings), "b-<id>" (blocks) and "fn:<n>" / "fnref:<n>"
+# (footnotes). A user id like "log" could otherwise collide with (or clobber) an id the
+# page template uses.
+_ID_RE = re.compile(r"^(?:h-|b-|fn:|fnref:)\S+$")
 _DIGITS_RE = re.compile(r"^\d{1,5}$")
+# MathML values are lengths, colours and keywords; nothing with quotes, parentheses or
+# colons, so no url(...) and no scheme.
+_MATH_LENGTH_RE = re.compile(r"^[+-]?(?:\d{1,4}(?:\.\d{0,4})?|\.\d{1,4})(?:em|ex|px|pt|mu|%)?$")
+_MATH_COLOUR_RE = re.compile(r"^(?:#[0-9a-fA-F]{3,8}|[a-zA-Z]{1,20})$")
+_MATH_WORD_RE = re.compile(r"^(?:[a-z-]{1,20}|-?\d{1,2})$")
+_MATH_LENGTHS = {"width", "height", "depth", "lspace", "rspace", "voffset", "minsize",
+                 "maxsize", "linethickness", "mathsize"}
 _SCHEME_RE = re.compile(r"^([a-z][a-z0-9+.-]*):")
 _URL_NOISE_RE = re.compile(r"[\x00-\x20]")
 
@@ -99,7 +143,19 @@ def _url_ok(value: str, schemes: set[str]) -> bool:
     return m is None or m.group(1) in schemes
 
 
+def _math_value(attr: str, value: str) -> str | None:
+    if attr in _MATH_LENGTHS:
+        ok = _MATH_LENGTH_RE.match(value) or _MATH_WORD_RE.match(value)
+    elif attr in ("mathcolor", "mathbackground"):
+        ok = _MATH_COLOUR_RE.match(value)
+    else:
+        ok = _MATH_WORD_RE.match(value)
+    return value if ok else None
+
+
 def _attribute_filter(tag: str, attr: str, value: str) -> str | None:
+    if tag in MATHML_ATTRIBUTES:
+        return _math_value(attr, value)
     if attr == MARKER_ATTR:
         prefix = getattr(_rendering, "marker_prefix", None)
         return value if prefix and value.startswith(prefix) else None

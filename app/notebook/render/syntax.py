@@ -1,6 +1,7 @@
 """Commonplace's own markdown syntax, as Python-Markdown processors.
 
-- `[[Title]]`, `[[Title|text]]`, `[[2024-W13]]`, `[[2024-03-31]]` wiki links
+- wiki links (`[[Title]]`, `[[2024-W13]]`, `[[2024-03-31]]` and Obsidian's forms) are in
+  wikilinks.py, registered with the rest of Obsidian's syntax (obsidian.py)
 - `#tags`
 - fenced blocks whose info string names an embed (```` ```run ````)
 - `# Heading` needs a space after the hashes, so `#tag` at the start of a line is a tag
@@ -52,6 +53,9 @@ class RenderState:
     resolve_link: Callable[[str], tuple]  # -> rendered.Resolved
     tag_url: Callable[[str], str]
     embeds: Mapping[str, Callable[[str], str]]
+    resolve_attachment: Callable[[str], str | None] | None = None  # see pipeline.render
+    embed_note: Callable[[str, str | None], str | None] | None = None
+    clean: Callable[[str], str] | None = None  # this render's sanitizer
     links: list[tuple[str, str]] = field(default_factory=list)  # (target, text)
     tags: list[str] = field(default_factory=list)  # as written
     embed_html: list[str] = field(default_factory=list)
@@ -71,9 +75,6 @@ class RenderState:
         return self._resolved[target]
 
 
-WIKILINK_RE = r"\[\[([^\[\]|\n]+)(?:\|([^\[\]\n]*))?\]\]"
-
-
 class _ReadsState:
     """A processor of a Markdown instance that is reused render after render (one per
     thread): it reads the current render's state through the extension, never keeps it."""
@@ -83,30 +84,6 @@ class _ReadsState:
     @property
     def state(self) -> RenderState:
         return self.ext.state
-
-
-class WikiLinkProcessor(_ReadsState, InlineProcessor):
-    ANCESTOR_EXCLUDES = ("a",)  # never an anchor inside a markdown link
-
-    def __init__(self, ext: CommonplaceExtension, md: Markdown):
-        super().__init__(WIKILINK_RE, md)
-        self.ext = ext
-
-    def handleMatch(self, m: re.Match[str], data: str):  # type: ignore[override]
-        target = normalise_target(m.group(1))
-        if not target:
-            return None, None, None
-        text = " ".join((m.group(2) or "").split()) or target
-        url, exists, *draft = self.state.resolve(target)
-        el = etree.Element("a")
-        el.set("class", "wikilink draft" if draft and draft[0] else
-               "wikilink" if exists else "wikilink missing")
-        el.set("href", url)
-        el.set(MARKER_ATTR, self.state.marker("w", len(self.state.links)))
-        # Atomic: the alias is plain text, not markdown (no tags or links inside).
-        el.text = AtomicString(text)
-        self.state.links.append((target, text))
-        return el, m.start(0), m.end(0)
 
 
 # A tag starts with a letter and follows the start of the text, whitespace or "(",
@@ -202,7 +179,7 @@ class NumberedTasklist(_ReadsState, TasklistTreeprocessor):
 
 
 class CommonplaceExtension(Extension):
-    """Wiki links, tags, embeds and numbered task boxes. `state` is the current render's:
+    """Tags, fenced embeds and numbered task boxes. `state` is the current render's:
     the pipeline sets it before each convert, so one Markdown instance serves many."""
 
     def __init__(self, state: RenderState):
@@ -213,9 +190,6 @@ class CommonplaceExtension(Extension):
         md.parser.blockprocessors.register(SpacedHashHeaderProcessor(md.parser), "hashheader", 70)
         # after normalize_whitespace (30), before fenced_code (25); a no-op without embeds
         md.preprocessors.register(EmbedPreprocessor(self, md), "cp_embeds", 27)
-        # after markdown links (160), so "[see [[X]]](url)" stays one link whose text
-        # is literal; "[[X]]" itself can never be a defined reference link
-        md.inlinePatterns.register(WikiLinkProcessor(self, md), "cp_wikilink", 155)
         # after links, autolinks and raw inline HTML (90): a "#" inside a URL or an
         # attribute has been consumed by then
         md.inlinePatterns.register(TagProcessor(self, md), "cp_tag", 85)

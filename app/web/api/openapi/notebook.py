@@ -181,14 +181,15 @@ def paths() -> dict:
         "/api/v1/tags": {"get": {"summary": "Tags with counts",
                                  "responses": {"200": json_response({"type": "object"})}}},
         "/api/v1/complete": {"get": {
-            "summary": "What the editor offers after [[ (link) or # (tag)",
+            "summary": "What the editor offers after [[ (link), ![[ (embed) or # (tag)",
             "description": "link: this week and today, letters and dates (text that "
-                           "starts with a digit), then titles, best match first; tag: "
-                           "tags that start with the prefix, most used first. Drafts "
-                           "only for owners.",
+                           "starts with a digit), then titles, best match first; after "
+                           "'Title#', that note's headings; embed: attachments by file "
+                           "name, then what link offers; tag: tags that start with the "
+                           "prefix, most used first. Drafts only for owners.",
             "parameters": [
                 {"name": "kind", "in": "query", "required": True,
-                 "schema": {"type": "string", "enum": ["link", "tag"]}},
+                 "schema": {"type": "string", "enum": ["link", "embed", "tag"]}},
                 query("prefix", {"type": "string", "maxLength": suggest.MAX_PREFIX},
                       "what was typed after [[ or #"),
                 query("limit", {"type": "integer", "minimum": 1,
@@ -199,7 +200,8 @@ def paths() -> dict:
                 "items": {"type": "array", "items": {"type": "object", "properties": {
                     "insert": {"type": "string"}, "label": {"type": "string"},
                     "detail": {"type": "string"},
-                    "kind": {"enum": ["entry", "week", "date", "tag"]}}}}}}),
+                    "kind": {"enum": ["entry", "week", "date", "tag", "heading",
+                                      "file"]}}}}}}),
                 **ERRORS},
         }},
         "/api/v1/letter-template": {
