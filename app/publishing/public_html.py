@@ -110,6 +110,5 @@ def rewrite(html: str, source_id: int, site: Public, files: dict[str, str], used
         body = _CHARTS_RE.sub("", _CHARTS_RE.sub(lambda _: picture, m[3], count=1))
         return f'<div class="card-body">{body}</div>'
 
-    html = _CARD_RE.sub(card, html)
-    html = _LINK_RE.sub(link, html)
-    return _IMG_RE.sub(image, html)
+    html = _IMG_RE.sub(image, _LINK_RE.sub(link, html))
+    return _CARD_RE.sub(card, html)  # last: its image is already a link of the site
