@@ -8,10 +8,12 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import os
+import re
 import shutil
+import signal
 import subprocess
 import sys
-import threading
 import urllib.request
 from html.parser import HTMLParser
 from pathlib import Path
@@ -25,9 +27,9 @@ import pytest
 from app.journal import cards, runs
 from app.models import Entry, Run
 from app.notebook import attachments, entries, mirror
-from app.publishing import output, preview
+from app.publishing import output
 from app.publishing.command import publish
-from tests.helpers import OWNER, SMALL, add_token, load
+from tests.helpers import OWNER, SMALL, add_token, load, stop_process
 
 BASE = "https://notes.example.org/site/"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
@@ -128,6 +130,8 @@ def test_the_site_holds_the_public_entries_and_nothing_private(notebook, tmp_pat
     assert f'href="../{page}"' in week
     # the card: its sentences and numbers, its charts as the SVG file, no run page
     assert 'class="card-lesson"' in week and "<svg" not in week
+    assert re.search(rf'src="../runs/{ids["run"]}.svg" alt="[^"]+" width="\d+" height="\d+"',
+                     week)
     assert f'src="../runs/{ids["run"]}.svg"' in week and "/runs/" not in week.replace(
         f"../runs/{ids['run']}.svg", "")
     svg = files[f"runs/{ids['run']}.svg"].decode()
@@ -149,6 +153,8 @@ def test_every_relative_link_leads_to_a_file_of_the_site(notebook, tmp_path):
     for page in folder.rglob("*.html"):
         for address in addresses(page.read_text()):
             parts = urlsplit(address)
+            if address == "data:,":  # the empty icon: no request for /favicon.ico
+                continue
             if parts.scheme or address.startswith("#"):
                 assert parts.scheme in ("https", "http", "mailto"), address
                 continue
@@ -247,20 +253,26 @@ def test_without_a_base_url_there_is_no_feed_and_it_says_why(notebook, tmp_path,
     assert "Subscribe" not in (tmp_path / "site" / "index.html").read_text()
 
 
-def test_the_preview_serves_the_folder_on_loopback(notebook, tmp_path):
+def test_publish_serve_previews_on_loopback_until_ctrl_c(notebook, tmp_path):
+    """The command itself, as a user runs it: it publishes, prints the preview's address
+    (127.0.0.1, a port the system picked), serves the site, and stops on Ctrl-C."""
     app, _ = notebook
-    publish(app, tmp_path / "site", BASE, "Working Notes", serve=False)
-    with preview.server(tmp_path / "site") as httpd:
-        host, port = httpd.server_address[:2]
-        assert host == "127.0.0.1"
-        thread = threading.Thread(target=httpd.serve_forever, daemon=True)
-        thread.start()
-        try:
-            with urllib.request.urlopen(f"http://127.0.0.1:{port}/index.html", timeout=10) as r:
-                assert b"Week 13" in r.read()
-        finally:
-            httpd.shutdown()
-            thread.join(timeout=10)
+    env = {**os.environ, "COMMONPLACE_DATA_DIR": str(app.config["DATA_DIR"]),
+           "COMMONPLACE_AUTH": "dev", "COMMONPLACE_PRIVATE_TAGS": "clients"}
+    command = [str(Path(sys.executable).parent / "commonplace"), "publish", "--to",
+               str(tmp_path / "site"), "--base-url", BASE, "--serve"]
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    try:
+        lines = iter(proc.stdout.readline, "")
+        assert next(lines).startswith("published 10 files")
+        url = re.search(r"http://127\.0\.0\.1:\d+/index\.html", next(lines))[0]
+        with urllib.request.urlopen(url, timeout=10) as response:
+            assert b"Week 13" in response.read()
+        proc.send_signal(signal.SIGINT)
+        assert proc.wait(timeout=30) == 0
+    finally:
+        stop_process(proc)
+        proc.stdout.close()
 
 
 def test_publish_in_front_matter_the_api_and_the_editor(notebook, tmp_path):

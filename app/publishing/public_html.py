@@ -31,7 +31,18 @@ _EXTERNAL_RE = re.compile(r"^(?:https?:|mailto:|#)", re.I)
 _CARD_RE = re.compile(
     r'<div class="feed-alternative" data-feed-img="/runs/(\d{1,12})/card\.svg\?v=[0-9a-f]+" '
     r'data-feed-alt="([^"<>]*)">(.*?)</div><!--/feed-alternative-->', re.S)
+_SIZE_RE = re.compile(r'<svg [^>]*?width="(\d+)" height="(\d+)"')
 _CHARTS_RE = re.compile(r'<div class="card-charts">(?:(?!</div>).)*</div>', re.S)
+
+
+@dataclass
+class Sources:
+    """What a rewrite links to: the public entries, the stored attachments (content hash →
+    file name) and the run cards' images (run id → the standalone SVG)."""
+
+    site: Public
+    attachments: dict[str, str]
+    cards: dict[int, str]
 
 
 @dataclass
@@ -44,6 +55,11 @@ class Used:
     runs: set[int] = field(default_factory=set)
 
 
+def card_runs(html: str) -> set[int]:
+    """The runs whose cards a stored HTML shows."""
+    return {int(m[1]) for m in _CARD_RE.finditer(html)}
+
+
 def card_image_path(run_id: int) -> str:
     return f"runs/{run_id}.svg"
 
@@ -52,10 +68,10 @@ def attachment_path(sha: str, filename: str) -> str:
     return f"attachments/{sha}/{filename}"
 
 
-def rewrite(html: str, source_id: int, site: Public, files: dict[str, str], used: Used,
-            prefix: str) -> str:
-    """`html` with every link made public or plain text. `files`: an attachment's content
-    hash → its file name; `prefix` leads from the page to the site's root ("" or "../")."""
+def rewrite(html: str, source_id: int, sources: Sources, used: Used, prefix: str) -> str:
+    """`html` with every link made public or plain text; `prefix` leads from the page to
+    the site's root ("" or "../", or the site's address in the feed)."""
+    site, files = sources.site, sources.attachments
 
     def target(href: str) -> tuple[str | None, str]:
         """(the public address, or None; the class the link keeps)."""
@@ -103,9 +119,14 @@ def rewrite(html: str, source_id: int, site: Public, files: dict[str, str], used
 
     def card(m: re.Match[str]) -> str:
         run_id = int(m[1])
+        svg = sources.cards.get(run_id)
+        if svg is None:  # (a run deleted since): its numbers, without the charts
+            return f'<div class="card-body">{_CHARTS_RE.sub("", m[3])}</div>'
         used.runs.add(run_id)
+        # the image's own size, so the page does not shift when it arrives
+        size = _SIZE_RE.search(svg)
         picture = (f'<p class="card-image"><img src="{prefix}{card_image_path(run_id)}" '
-                   f'alt="{m[2]}"></p>')
+                   f'alt="{m[2]}" width="{size[1]}" height="{size[2]}"></p>')
         # the first chart's place takes the image (all charts, one above the other)
         body = _CHARTS_RE.sub("", _CHARTS_RE.sub(lambda _: picture, m[3], count=1))
         return f'<div class="card-body">{body}</div>'

@@ -17,7 +17,8 @@ from app.journal import cards
 from app.models import Attachment, Run
 from app.notebook.attachments import path_for
 from app.publishing import feed
-from app.publishing.public_html import Used, attachment_path, card_image_path, rewrite
+from app.publishing import public_html as html
+from app.publishing.public_html import Sources, Used, rewrite
 from app.publishing.selection import Public, entry_path, public, tag_path
 
 # (app.ROOT is the same folder, but importing the package `app` reaches up to the web)
@@ -54,9 +55,9 @@ def _attachment_names(session: Session) -> dict[str, str]:
 def build(session: Session, options: Options) -> dict[str, bytes]:
     """The site's files: relative path → bytes. The same notebook gives the same bytes."""
     site = public(session, options.private_tags)
-    names = _attachment_names(session)
+    sources = Sources(site, _attachment_names(session), _card_images(session, site))
     used = Used()
-    inner = {e.id: rewrite(e.body_html, e.id, site, names, used, "../") for e in site.entries}
+    inner = {e.id: rewrite(e.body_html, e.id, sources, used, "../") for e in site.entries}
     env = _environment()
     common = {"title": options.title, "feed": bool(options.base_url), "site": site}
     files: dict[str, bytes] = {}
@@ -76,28 +77,36 @@ def build(session: Session, options: Options) -> dict[str, bytes]:
     newest = letters[0] if letters else None
     page("index.html", "home.html", newest=newest, letters=letters[1:HOME_LETTERS + 1],
          notes=notes[:HOME_NOTES],
-         body=rewrite(newest.body_html, newest.id, site, names, Used(), "") if newest else "")
+         body=rewrite(newest.body_html, newest.id, sources, Used(), "") if newest else "")
     page("sitemap.html", "sitemap.html", years=_by_year_and_week(site),
          tags=sorted(site.by_tag.items()))
     for tag, tagged in site.by_tag.items():
         page(tag_path(tag), "tag.html", tag=tag, tagged=tagged)
     files["style.css"] = (TEMPLATES / "style.css").read_bytes()
     for run_id in sorted(used.runs):
-        run = session.get(Run, run_id)
-        drawn = cards.image(run) if run is not None else None
-        if drawn is not None:
-            files[card_image_path(run_id)] = drawn[0].encode()
+        files[html.card_image_path(run_id)] = sources.cards[run_id].encode()
     for sha in sorted(used.attachments):
         stored = path_for(options.data_dir, sha)
         if stored.is_file():
-            files[attachment_path(sha, names[sha])] = stored.read_bytes()
+            files[html.attachment_path(sha, sources.attachments[sha])] = stored.read_bytes()
     if options.base_url:
-        absolute = [(e, entry_path(e), rewrite(e.body_html, e.id, site, names, Used(),
+        absolute = [(e, entry_path(e), rewrite(e.body_html, e.id, sources, Used(),
                                                options.base_url), site.tags[e.id])
                     for e in sorted(site.entries, key=lambda e: (e.updated_at, e.id),
                                     reverse=True)]
         files["feed.atom"] = feed.build(absolute, options.base_url, options.title)
     return files
+
+
+def _card_images(session: Session, site: Public) -> dict[int, str]:
+    """The standalone SVG of each run card the public entries show (those that draw one)."""
+    images = {}
+    for run_id in sorted(set().union(*(html.card_runs(e.body_html) for e in site.entries))):
+        run = session.get(Run, run_id)
+        drawn = cards.image(run) if run is not None else None
+        if drawn is not None:
+            images[run_id] = drawn[0]
+    return images
 
 
 def _by_year_and_week(site: Public) -> list[tuple[int, list[tuple[str, list]]]]:
