@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import datetime as dt
 import io
+import json
 import os
 import re
 import shutil
@@ -118,6 +119,7 @@ def test_the_site_holds_the_public_entries_and_nothing_private(notebook, tmp_pat
     page = f"entries/{bubbles.id}-{bubbles.slug}.html"
     assert set(files) == {
         output.MANIFEST, "index.html", "sitemap.html", "style.css", "feed.atom", page,
+        "search.html", "search.json", "search.js",
         "weeks/2024-W13.html", "tags/parallelism.html", "tags/gpu.html",
         f"runs/{ids['run']}.svg",
         f"attachments/{letter.body_html.split('/attachments/')[1][:64]}/diagram.png"}
@@ -141,6 +143,10 @@ def test_the_site_holds_the_public_entries_and_nothing_private(notebook, tmp_pat
     assert "Linked from" in files[page].decode() and "weeks/2024-W13.html" in files[page].decode()
     home = files["index.html"].decode()
     assert "Site Map" in home and "Subscribe" in home and "Week 13" in home
+    index = json.loads(files["search.json"])
+    assert [e["t"] for e in index] == ["Week 13", "Pipeline bubbles"]
+    assert all((folder / e["u"]).is_file() for e in index)
+    assert "a note of mine" in index[0]["x"] and "ddp took 20 ms" in index[0]["x"]
     sitemap = files["sitemap.html"].decode()
     assert "2024-W13" in sitemap and "#parallelism" in sitemap and "#gpu" in sitemap
 
@@ -188,7 +194,7 @@ def test_publishing_again_rewrites_only_what_changed(notebook, tmp_path, capsys)
     first = {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()}
     capsys.readouterr()
     publish(app, folder, BASE, "Working Notes", serve=False)
-    assert "0 written, 0 removed, 10 unchanged" in capsys.readouterr().out
+    assert "0 written, 0 removed, 13 unchanged" in capsys.readouterr().out
     assert {p: p.stat().st_mtime_ns for p in folder.rglob("*") if p.is_file()} == first
 
     with db.write() as s:
@@ -202,7 +208,7 @@ def test_publishing_again_rewrites_only_what_changed(notebook, tmp_path, capsys)
     assert set(before) - set(after) == {page, "tags/parallelism.html", "tags/gpu.html"}
     changed = {n for n in after if after[n] != before[n]}
     assert changed == {"weeks/2024-W13.html", "index.html", "sitemap.html", "feed.atom",
-                       output.MANIFEST}
+                       "search.json", output.MANIFEST}
     assert "<title>Pipeline bubbles</title>" not in after["feed.atom"].decode()
     assert '<span class="unlinked">Pipeline bubbles</span>' in after["weeks/2024-W13.html"].decode()
     assert (folder / "CNAME").read_text() == "notes.example.org\n"
@@ -264,7 +270,7 @@ def test_publish_serve_previews_on_loopback_until_ctrl_c(notebook, tmp_path):
     proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
     try:
         lines = iter(proc.stdout.readline, "")
-        assert next(lines).startswith("published 10 files")
+        assert next(lines).startswith("published 13 files")
         url = re.search(r"http://127\.0\.0\.1:\d+/index\.html", next(lines))[0]
         with urllib.request.urlopen(url, timeout=10) as response:
             assert b"Week 13" in response.read()

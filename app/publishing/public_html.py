@@ -31,6 +31,7 @@ _EXTERNAL_RE = re.compile(r"^(?:https?:|mailto:|#)", re.I)
 _CARD_RE = re.compile(
     r'<div class="feed-alternative" data-feed-img="/runs/(\d{1,12})/card\.svg\?v=[0-9a-f]+" '
     r'data-feed-alt="([^"<>]*)">(.*?)</div><!--/feed-alternative-->', re.S)
+_TAG_RE_ANY = re.compile(r"<[^>]*>")
 _SIZE_RE = re.compile(r'<svg [^>]*?width="(\d+)" height="(\d+)"')
 _CHARTS_RE = re.compile(r'<div class="card-charts">(?:(?!</div>).)*</div>', re.S)
 
@@ -53,6 +54,11 @@ class Used:
     entries: dict[int, set[int]] = field(default_factory=dict)  # target → linking sources
     attachments: set[str] = field(default_factory=set)
     runs: set[int] = field(default_factory=set)
+
+
+def plain_text(html: str) -> str:
+    """Public HTML's words, for the site's search index."""
+    return " ".join(unescape(_TAG_RE_ANY.sub(" ", html)).split())
 
 
 def card_runs(html: str) -> set[int]:

@@ -1,10 +1,11 @@
 """Every file of the public site, built in memory from the notebook: pages, tag pages,
-the site map, the feed, the run cards' images, the attachments the pages use, and the
-stylesheet. Nothing here reads a private entry's text: the pages are made from the
+the site map, the feed, the run cards' images, the attachments the pages use, the
+search index, and the stylesheet and search script. Nothing here reads a private entry's text: the pages are made from the
 public entries (selection.py) and their HTML made public (public_html.py)."""
 
 from __future__ import annotations
 
+import json
 from collections import defaultdict
 from dataclasses import dataclass
 from pathlib import Path
@@ -25,6 +26,7 @@ from app.publishing.selection import Public, entry_path, public, tag_path
 TEMPLATES = Path(__file__).resolve().parents[2] / "templates" / "publish"
 HOME_LETTERS = 12
 HOME_NOTES = 12
+SEARCH_TEXT = 4000  # characters of an entry's text in the search index
 
 
 @dataclass
@@ -82,7 +84,10 @@ def build(session: Session, options: Options) -> dict[str, bytes]:
          tags=sorted(site.by_tag.items()))
     for tag, tagged in site.by_tag.items():
         page(tag_path(tag), "tag.html", tag=tag, tagged=tagged)
-    files["style.css"] = (TEMPLATES / "style.css").read_bytes()
+    page("search.html", "search.html")
+    files["search.json"] = _search_index(site, inner)
+    for static in ("style.css", "search.js"):
+        files[static] = (TEMPLATES / static).read_bytes()
     for run_id in sorted(used.runs):
         files[html.card_image_path(run_id)] = sources.cards[run_id].encode()
     for sha in sorted(used.attachments):
@@ -96,6 +101,14 @@ def build(session: Session, options: Options) -> dict[str, bytes]:
                                     reverse=True)]
         files["feed.atom"] = feed.build(absolute, options.base_url, options.title)
     return files
+
+
+def _search_index(site: Public, inner: dict[int, str]) -> bytes:
+    """The public entries' titles and words, for search.js (the only text in it is text
+    the public pages show)."""
+    found = [{"t": e.title, "u": entry_path(e), "d": e.date.isoformat(),
+              "x": html.plain_text(inner[e.id])[:SEARCH_TEXT]} for e in site.entries]
+    return json.dumps(found, ensure_ascii=False, separators=(",", ":")).encode()
 
 
 def _card_images(session: Session, site: Public) -> dict[int, str]:
