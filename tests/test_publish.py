@@ -35,7 +35,7 @@ from tests.helpers import OWNER, SMALL, add_token, load, stop_process
 BASE = "https://notes.example.org/site/"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 # Words that only private things hold: none may be anywhere in the site.
-PRIVATE = ["Zanzibar", "quokkaword", "xylophone", "Marmalade", "Acme", "acme", "clients",
+PRIVATE = ["Zanzibar", "zanzibar", "quokkaword", "xylophone", "Marmalade", "Acme", "acme", "clients",
            "SECRETBYTES", "secret.png", OWNER, "#private"]
 
 
@@ -66,7 +66,8 @@ def notebook(make_app):
         run_id = succeeded_run(s)
         secret = new(date="2024-03-29", title="Zanzibar plan", tags=["plans"],
                      body="quokkaword, see [[Pipeline bubbles]].")
-        image = attachments.store(s, data, secret, io.BytesIO(PNG), "diagram.png")
+        # uploaded under a private name, shown by a public entry under its own
+        image = attachments.store(s, data, secret, io.BytesIO(PNG), "zanzibar-map.png")
         hidden = attachments.store(s, data, secret, io.BytesIO(PNG + b"SECRETBYTES"),
                                    "secret.png")
         ids["bubbles"] = new(date="2024-03-28", title="Pipeline bubbles", publish=True,

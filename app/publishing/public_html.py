@@ -15,6 +15,7 @@ from dataclasses import dataclass, field
 from html import escape, unescape
 from urllib.parse import quote, unquote
 
+from app.notebook.attachments import safe_filename
 from app.publishing.selection import Public, entry_path, tag_path
 
 _LINK_RE = re.compile(r"<a\b([^>]*)>(.*?)</a>", re.S)
@@ -25,7 +26,7 @@ _ALT_RE = re.compile(r'\balt="([^"]*)"')
 _ENTRY_RE = re.compile(r"^/entries/(\d{1,12})(?:/[^?#]*)?(#[^?]*)?$")
 _WEEK_RE = re.compile(r"^/weeks/(\d{4}-W\d{2})(#[^?]*)?$")
 _TAG_RE = re.compile(r"^/tags/([^?#]+)$")
-_ATTACHMENT_RE = re.compile(r"^/attachments/([0-9a-f]{64})/[^?#]*$")
+_ATTACHMENT_RE = re.compile(r"^/attachments/([0-9a-f]{64})/([^?#/]*)$")
 _EXTERNAL_RE = re.compile(r"^(?:https?:|mailto:|#)", re.I)
 # A run card's body as cards.card stores it (app/notebook/atom.feed_alternative's mark).
 _CARD_RE = re.compile(
@@ -38,11 +39,11 @@ _CHARTS_RE = re.compile(r'<div class="card-charts">(?:(?!</div>).)*</div>', re.S
 
 @dataclass
 class Sources:
-    """What a rewrite links to: the public entries, the stored attachments (content hash →
-    file name) and the run cards' images (run id → the standalone SVG)."""
+    """What a rewrite links to: the public entries, the stored attachments' content hashes
+    and the run cards' images (run id → the standalone SVG)."""
 
     site: Public
-    attachments: dict[str, str]
+    attachments: set[str]
     cards: dict[int, str]
 
 
@@ -52,7 +53,7 @@ class Used:
     (by content hash: their files are copied) and runs (their card images are drawn)."""
 
     entries: dict[int, set[int]] = field(default_factory=dict)  # target → linking sources
-    attachments: set[str] = field(default_factory=set)
+    attachments: set[tuple[str, str]] = field(default_factory=set)  # (hash, file name)
     runs: set[int] = field(default_factory=set)
 
 
@@ -99,8 +100,11 @@ def rewrite(html: str, source_id: int, sources: Sources, used: Used, prefix: str
         if (m := _TAG_RE.match(href)) and unquote(m[1]) in site.by_tag:
             return prefix + tag_path(unquote(m[1])), "tag"
         if (m := _ATTACHMENT_RE.match(href)) and m[1] in files:
-            used.attachments.add(m[1])
-            return prefix + quote(attachment_path(m[1], files[m[1]])), ""
+            # named as the public entry names it: the name it was uploaded under may be
+            # a private entry's (the same bytes are stored once)
+            name = safe_filename(unquote(m[2]))
+            used.attachments.add((m[1], name))
+            return prefix + quote(attachment_path(m[1], name)), ""
         return None, ""
 
     def link(m: re.Match[str]) -> str:

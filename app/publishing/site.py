@@ -1,7 +1,8 @@
 """Every file of the public site, built in memory from the notebook: pages, tag pages,
 the site map, the feed, the run cards' images, the attachments the pages use, the
-search index, and the stylesheet and search script. Nothing here reads a private entry's text: the pages are made from the
-public entries (selection.py) and their HTML made public (public_html.py)."""
+search index, and the stylesheet and search script. Nothing here reads a private entry's
+text: the pages are made from the public entries (selection.py) and their HTML made
+public (public_html.py)."""
 
 from __future__ import annotations
 
@@ -45,19 +46,14 @@ def _environment() -> jinja2.Environment:
     return env
 
 
-def _attachment_names(session: Session) -> dict[str, str]:
-    """Every stored attachment's content hash → its file name (the first one uploaded)."""
-    names: dict[str, str] = {}
-    for sha, name in session.execute(sa.select(Attachment.sha256, Attachment.filename)
-                                     .order_by(Attachment.id)):
-        names.setdefault(sha, name)
-    return names
+def _stored_attachments(session: Session) -> set[str]:
+    return set(session.scalars(sa.select(Attachment.sha256).distinct()))
 
 
 def build(session: Session, options: Options) -> dict[str, bytes]:
     """The site's files: relative path → bytes. The same notebook gives the same bytes."""
     site = public(session, options.private_tags)
-    sources = Sources(site, _attachment_names(session), _card_images(session, site))
+    sources = Sources(site, _stored_attachments(session), _card_images(session, site))
     used = Used()
     inner = {e.id: rewrite(e.body_html, e.id, sources, used, "../") for e in site.entries}
     env = _environment()
@@ -90,10 +86,10 @@ def build(session: Session, options: Options) -> dict[str, bytes]:
         files[static] = (TEMPLATES / static).read_bytes()
     for run_id in sorted(used.runs):
         files[html.card_image_path(run_id)] = sources.cards[run_id].encode()
-    for sha in sorted(used.attachments):
+    for sha, name in sorted(used.attachments):
         stored = path_for(options.data_dir, sha)
         if stored.is_file():
-            files[html.attachment_path(sha, sources.attachments[sha])] = stored.read_bytes()
+            files[html.attachment_path(sha, name)] = stored.read_bytes()
     if options.base_url:
         absolute = [(e, entry_path(e), rewrite(e.body_html, e.id, sources, Used(),
                                                options.base_url), site.tags[e.id])
