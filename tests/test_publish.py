@@ -24,6 +24,7 @@ from xml.etree import ElementTree as ET
 import click
 import feedparser
 import pytest
+import sqlalchemy as sa
 
 from app.journal import cards, runs
 from app.models import Entry, Run
@@ -35,8 +36,8 @@ from tests.helpers import OWNER, SMALL, add_token, load, stop_process
 BASE = "https://notes.example.org/site/"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 # Words that only private things hold: none may be anywhere in the site.
-PRIVATE = ["Zanzibar", "zanzibar", "quokkaword", "xylophone", "Marmalade", "Acme", "acme", "clients",
-           "SECRETBYTES", "secret.png", OWNER, "#private"]
+PRIVATE = ["Zanzibar", "zanzibar", "quokkaword", "xylophone", "Marmalade", "Acme", "acme",
+           "clients", "SECRETBYTES", "secret.png", OWNER, "#private"]
 
 
 def succeeded_run(session) -> int:
@@ -309,3 +310,23 @@ def test_publish_in_front_matter_the_api_and_the_editor(notebook, tmp_path):
               "base_revision": str(got["revision"])}
     assert client.post(f"/entries/{bubbles.id}/edit", data=fields).status_code == 303
     assert load(db, Entry, bubbles.id).publish is False  # the box left unticked
+
+
+@pytest.mark.parametrize("way", ["import_folder", "import_folder_slowly"])
+def test_an_import_reads_publish_from_front_matter(db, tmp_path, way):
+    from app.notebook import transfer
+
+    folder = tmp_path / "vault"
+    folder.mkdir()
+    (folder / "2024-03-28-shared.md").write_text("---\ntitle: Shared\npublish: true\n---\nx\n")
+    (folder / "2024-03-28-kept.md").write_text("---\ntitle: Kept\n---\ny\n")
+    (folder / "2024-03-28-bad.md").write_text("---\ntitle: Bad\npublish: 1\n---\nz\n")
+    report = getattr(transfer, way)(db, folder)
+    assert report.created == 2 and len(report.errors) == 1 and "publish" in report.errors[0]
+    with db.read() as s:
+        found = dict(s.execute(sa.select(Entry.title, Entry.publish)).all())
+    assert found == {"Shared": True, "Kept": False}
+    (folder / "2024-03-28-kept.md").write_text("---\ntitle: Kept\npublish: true\n---\ny\n")
+    assert getattr(transfer, way)(db, folder).updated == 1  # publishing is a change
+    with db.read() as s:
+        assert s.scalar(sa.select(Entry.publish).where(Entry.title == "Kept")) is True
