@@ -26,7 +26,7 @@ import feedparser
 import pytest
 import sqlalchemy as sa
 
-from app.journal import cards, runs
+from app.journal import cards, run_files, runs
 from app.models import Entry, Run
 from app.notebook import attachments, entries, mirror
 from app.publishing import output
@@ -37,7 +37,8 @@ BASE = "https://notes.example.org/site/"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 # Words that only private things hold: none may be anywhere in the site.
 PRIVATE = ["Zanzibar", "zanzibar", "quokkaword", "xylophone", "Marmalade", "Acme", "acme",
-           "clients", "SECRETBYTES", "secret.png", OWNER, "#private"]
+           "clients", "SECRETBYTES", "secret.png", OWNER, "#private", "LOGSECRET",
+           "gpu-box-7", "ARTIFACTSECRET"]
 
 
 def succeeded_run(session) -> int:
@@ -65,6 +66,9 @@ def notebook(make_app):
     with db.write() as s:
         new = lambda **f: entries.create(s, author=OWNER, **f)  # noqa: E731
         run_id = succeeded_run(s)
+        run = s.get(Run, run_id)  # its log and an artifact stay in the notebook
+        run_files.append_log(data, s, run, 0, "LOGSECRET host gpu-box-7\n")
+        run_files.store_artifact(data, s, run, "notes.txt", b"ARTIFACTSECRET")
         secret = new(date="2024-03-29", title="Zanzibar plan", tags=["plans"],
                      body="quokkaword, see [[Pipeline bubbles]].")
         # uploaded under a private name, shown by a public entry under its own
