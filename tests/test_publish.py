@@ -308,7 +308,7 @@ def test_publish_in_front_matter_the_api_and_the_editor(notebook, tmp_path):
     made = client.post("/api/v1/entries", json={"title": "Shared", "publish": True})
     assert made.status_code == 201 and made.get_json()["publish"] is True
     form = client.get(f"/entries/{bubbles.id}/edit").text
-    assert 'name="publish" type="checkbox" value="on" checked' in form
+    assert re.search(r'<input id="f-publish" name="publish" type="checkbox"[^>]* checked>', form)
     fields = {"title": "Pipeline bubbles", "date": "2024-03-28", "tags": "parallelism",
               "status": "published", "body": bubbles.body_md,
               "base_revision": str(got["revision"])}
