@@ -334,3 +334,27 @@ def test_an_import_reads_publish_from_front_matter(db, tmp_path, way):
     assert getattr(transfer, way)(db, folder).updated == 1  # publishing is a change
     with db.read() as s:
         assert s.scalar(sa.select(Entry.publish).where(Entry.title == "Kept")) is True
+
+
+@pytest.mark.parametrize(("stored", "public"), [
+    ('<a href="https://example.org/" title="t">out</a>',
+     '<a href="https://example.org/" title="t">out</a>'),
+    ('<sup id="fnref:1"><a class="footnote-ref" href="#fn:1">1</a></sup>',
+     '<sup id="fnref:1"><a class="footnote-ref" href="#fn:1">1</a></sup>'),
+    ('<a class="wikilink missing" href="/entries/new?title=Later">Later</a>',
+     '<span class="unlinked">Later</span>'),
+    ('<a class="wikilink draft" href="/entries/7/plans" title="x">my plans</a>',
+     '<span class="unlinked">my plans</span>'),
+    ('<a href="/search?q=zanzibar">look</a>', '<span class="unlinked">look</span>'),
+    ('<a href="//elsewhere.example/x">far</a>', '<span class="unlinked">far</span>'),
+    ('<a class="tag" href="/tags/private">#private</a>', '<span class="unlinked">#private</span>'),
+    ('<img alt="map" src="/attachments/' + "a" * 64 + '/m.png">',
+     '<span class="unlinked">map</span>'),
+    ('<img alt="pic" src="https://example.org/p.png">',
+     '<img alt="pic" src="https://example.org/p.png">'),
+])
+def test_a_link_without_a_public_page_is_plain_text(stored, public):
+    from app.publishing.public_html import Sources, Used, rewrite
+    from app.publishing.selection import Public
+
+    assert rewrite(stored, 1, Sources(Public([], {}), set(), {}), Used(), "../") == public

@@ -70,7 +70,7 @@ def write(root: Path, files: dict[str, bytes]) -> Written:
             path.unlink()
             done.removed.append(name)
             _prune(root, path.parent)
-    manifest = json.dumps({"files": now}, indent=0, sort_keys=True).encode() + b"\n"
+    manifest = json.dumps({"files": now}, indent=1, sort_keys=True).encode() + b"\n"
     if done.written or done.removed or not (root / MANIFEST).exists():
         _put(root / MANIFEST, manifest)
     return done

@@ -19,7 +19,7 @@ from app.notebook.attachments import safe_filename
 from app.publishing.selection import Public, entry_path, tag_path
 
 _LINK_RE = re.compile(r"<a\b([^>]*)>(.*?)</a>", re.S)
-_ATTR_RE = re.compile(r'\b(href|class)="([^"]*)"')
+_HREF_RE = re.compile(r'\bhref="([^"]*)"')
 _IMG_RE = re.compile(r"<img\b[^>]*>")
 _SRC_RE = re.compile(r'\bsrc="([^"]*)"')
 _ALT_RE = re.compile(r'\balt="([^"]*)"')
@@ -32,7 +32,7 @@ _EXTERNAL_RE = re.compile(r"^(?:https?:|mailto:|#)", re.I)
 _CARD_RE = re.compile(
     r'<div class="feed-alternative" data-feed-img="/runs/(\d{1,12})/card\.svg\?v=[0-9a-f]+" '
     r'data-feed-alt="([^"<>]*)">(.*?)</div><!--/feed-alternative-->', re.S)
-_TAG_RE_ANY = re.compile(r"<[^>]*>")
+_MARKUP_RE = re.compile(r"<[^>]*>")
 _SIZE_RE = re.compile(r'<svg [^>]*?width="(\d+)" height="(\d+)"')
 _CHARTS_RE = re.compile(r'<div class="card-charts">(?:(?!</div>).)*</div>', re.S)
 
@@ -59,7 +59,7 @@ class Used:
 
 def plain_text(html: str) -> str:
     """Public HTML's words, for the site's search index."""
-    return " ".join(unescape(_TAG_RE_ANY.sub(" ", html)).split())
+    return " ".join(unescape(_MARKUP_RE.sub(" ", html)).split())
 
 
 def card_runs(html: str) -> set[int]:
@@ -108,12 +108,12 @@ def rewrite(html: str, source_id: int, sources: Sources, used: Used, prefix: str
         return None, ""
 
     def link(m: re.Match[str]) -> str:
-        attrs = dict(_ATTR_RE.findall(m[1]))
-        if "href" not in attrs:
+        href = _HREF_RE.search(m[1])
+        if href is None:
             return m[0]
-        if _EXTERNAL_RE.match(unescape(attrs["href"])):
-            return m[0]  # the web's own links and footnotes, exactly as written
-        address, kind = target(attrs["href"])
+        if _EXTERNAL_RE.match(unescape(href[1])):
+            return m[0]  # a link out of the notebook, or within the page: as written
+        address, kind = target(href[1])
         if address is None:
             return f'<span class="unlinked">{m[2]}</span>'
         cls = f' class="{kind}"' if kind else ""
