@@ -3,7 +3,7 @@ a run card and three notes linking to it (half of everything public), published 
 folder; then the same publish again (nothing changed), then after one entry is made
 private. Printed: the files, the seconds of each publish and what each wrote; then,
 with Lighthouse installed (LIGHTHOUSE=path to its CLI, CHROME_PATH=a Chromium), its
-mobile scores for Home, the newest letter and the Site Map, served on loopback.
+mobile scores for Home, the newest letter, the Site Map and Search, served on loopback.
 
     python -m bench.public_site [LETTERS]      (default 20; the tests use a handful)
 """
@@ -109,7 +109,7 @@ def main() -> None:
         print(f"publish after one note made private: {files} files, {len(done.written)} "
               f"written, {len(done.removed)} removed in {seconds:.2f} s")
         newest = sorted(folder.glob("weeks/*.html"))[-1].relative_to(folder).as_posix()
-        lighthouse(folder, ["index.html", newest, "sitemap.html"])
+        lighthouse(folder, ["index.html", newest, "sitemap.html", "search.html"])
 
 
 if __name__ == "__main__":
