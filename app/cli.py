@@ -267,6 +267,18 @@ def export_cmd(folder: Path) -> None:
     click.echo(f"exported {export_folder(_migrated_db(), folder)} entries to {folder}")
 
 
+@main.command("publish")
+@click.option("--to", "folder", required=True, type=click.Path(file_okay=False, path_type=Path))
+@click.option("--base-url", default="", help="the site's address: the Atom feed needs it")
+@click.option("--title", default="Commonplace", show_default=True, help="the site's name")
+@click.option("--serve", is_flag=True, help="then preview it on 127.0.0.1 (Ctrl-C stops)")
+def publish_cmd(folder: Path, base_url: str, title: str, serve: bool) -> None:
+    """Write the entries marked publish: true as a static site (docs/PUBLISHING.md)."""
+    from app.publishing.command import publish
+
+    publish(_app(), folder, base_url, title, serve)
+
+
 @main.command("backup")
 @click.option("--to", "dest", type=click.Path(dir_okay=False, path_type=Path), default=None,
               help="the archive to write [default: <data>/backups/…-manual.tar.gz]")

@@ -111,6 +111,8 @@ def from_environment(env: dict[str, str] | None = None) -> dict:
         "VIEWERS": _split(env.get("COMMONPLACE_VIEWERS")),
         "TIMEZONE": timezone,
         "FEED_TOKEN": env.get("COMMONPLACE_FEED_TOKEN") or "",
+        # tags whose entries `commonplace publish` never publishes, besides `private`
+        "PRIVATE_TAGS": tuple(t.lstrip("#") for t in _split(env.get("COMMONPLACE_PRIVATE_TAGS"))),
         # DNS rebinding: a page elsewhere that resolves its own name to 127.0.0.1 reaches
         # the web as "same origin"; Flask answers 400 to any Host not listed here.
         "TRUSTED_HOSTS": trusted_hosts(_split(env.get("COMMONPLACE_HOSTS"))),

@@ -60,6 +60,9 @@ class Entry(Base):
     toc_html: Mapped[str] = mapped_column(sa.Text, default="")
     tags: Mapped[str] = mapped_column(sa.String(1000), default="")  # space-separated, as typed
     status: Mapped[str] = mapped_column(sa.String(10), default="published")
+    # `publish: true`: the entry goes on the public site (app/publishing); off by default
+    # (no Python-side default: db.insert_many's rows, e.g. a bulk import's, need not name it)
+    publish: Mapped[bool] = mapped_column(server_default=sa.false())
     revision: Mapped[int] = mapped_column(default=0)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     updated_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
@@ -93,6 +96,7 @@ class Revision(Base):
     body_md: Mapped[str] = mapped_column(sa.Text)
     tags: Mapped[str] = mapped_column(sa.String(1000), default="")
     status: Mapped[str] = mapped_column(sa.String(10))
+    publish: Mapped[bool] = mapped_column(server_default=sa.false())
     author: Mapped[str] = mapped_column(sa.String(200))
     note: Mapped[str] = mapped_column(sa.String(200), default="")  # "restored from 3", "import"
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

@@ -86,7 +86,7 @@ def test_migration_0012_keys_every_title_and_0011_indexes_them(tmp_path):
     with sqlite3.connect(db.sqlite_path) as conn:  # a notebook as 0010 left it
         conn.executemany(OLD_ENTRY, [(1, "published"), (2, "published")])
         conn.execute("UPDATE entry SET title = 'Über  Alles', date = '2024-01-02' WHERE id = 2")
-    assert upgrades.pending_migrations(db) == ["0012", "0011"]
+    assert upgrades.pending_migrations(db)[-2:] == ["0012", "0011"]  # and any newer
     upgrades.upgrade(db, tmp_path / "backups")
     with sqlite3.connect(db.sqlite_path) as conn:
         assert conn.execute("SELECT id, title_key FROM entry ORDER BY id").fetchall() == [

@@ -276,7 +276,7 @@ class _Writer:
         insert_many(session, Revision.__table__, [
             {"entry_id": op.after.id, "number": op.after.revision, "date": op.after.date,
              "title": op.after.title, "body_md": op.body, "tags": op.after.tags,
-             "status": op.after.status, "author": self.author,
+             "status": op.after.status, "publish": op.after.publish, "author": self.author,
              "note": f"imported from {op.path.name}"[:200], "created_at": now}
             for op in batch])
         links, tags, fts = [], [], []
@@ -339,7 +339,8 @@ def _as_entry(known: Known, body: str) -> EntryRow:
     file (an ORM Entry, instrumented, was 3% of their time). They read neither timestamp,
     which is not known here."""
     return EntryRow(known.id, known.kind, known.date, known.iso_week, known.title,  # type: ignore[arg-type]
-                    known.slug, known.tags, known.status, known.revision, None, None, body)  # type: ignore[arg-type]
+                    known.slug, known.tags, known.status, known.revision, None, None, body,  # type: ignore[arg-type]
+                    publish=known.publish)
 
 
 def _entry_row(op: Op, html: tuple[str, str], now) -> dict:
@@ -347,7 +348,7 @@ def _entry_row(op: Op, html: tuple[str, str], now) -> dict:
     return {"id": k.id, "kind": k.kind, "date": k.date, "iso_week": k.iso_week,
             "title": k.title, "title_key": entries.link_key(k.title), "slug": k.slug,
             "body_md": op.body, "body_html": html[0], "toc_html": html[1], "tags": k.tags,
-            "status": k.status, "revision": k.revision, "updated_at": now}
+            "status": k.status, "publish": k.publish, "revision": k.revision, "updated_at": now}
 
 
 def _restore_lost_mirror_files(db, untouched: list[Known]) -> None:

@@ -31,7 +31,7 @@ TAG_RE = re.compile(r"^[a-z][a-z0-9_/-]{0,49}$")
 DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 STATUSES = ("draft", "published")
 # What a save may change; the API, the edit form and the merge view all take these names.
-FIELDS = ("date", "title", "body", "tags", "status")
+FIELDS = ("date", "title", "body", "tags", "status", "publish")
 
 
 # -- validation ---------------------------------------------------------------------------
@@ -51,13 +51,14 @@ def stale(entry: Entry, base_revision: int, **merge) -> Conflict:
 def values(thing: Entry | Revision) -> dict:
     """An entry's or a revision's fields as a save names them (JSON-ready)."""
     return {"date": thing.date.isoformat(), "title": thing.title, "body": thing.body_md,
-            "tags": thing.tags.split(), "status": thing.status}
+            "tags": thing.tags.split(), "status": thing.status, "publish": thing.publish}
 
 
 def _checked(changes: dict) -> dict:
     """`changes` validated and in the form `values` gives (to compare with it)."""
     checks = {"date": lambda v: parse_date(v).isoformat(), "title": check_title,
-              "body": check_body, "tags": parse_tags, "status": check_status}
+              "body": check_body, "tags": parse_tags, "status": check_status,
+              "publish": check_publish}
     return {name: checks[name](value) for name, value in changes.items()}
 
 
@@ -144,6 +145,12 @@ def check_status(value) -> str:
     return value
 
 
+def check_publish(value) -> bool:
+    if not isinstance(value, bool):
+        raise Invalid("publish must be true or false", "publish")
+    return value
+
+
 def slugify(title: str) -> str:
     text = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode()
     slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:80].strip("-")
@@ -207,6 +214,7 @@ class Fields:
     body: str
     tags: list[str]
     status: str
+    publish: bool = False
 
 
 def _unique_slug(session: Session, entry: Entry, base: str) -> str:
@@ -233,6 +241,7 @@ def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: st
     entry.body_md = fields.body
     entry.tags = " ".join(fields.tags)
     entry.status = fields.status
+    entry.publish = fields.publish
     entry.revision += 1
     entry.updated_at = utcnow()
     if entry.kind == "entry":
@@ -245,7 +254,8 @@ def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: st
     session.add(
         Revision(
             entry_id=entry.id, number=entry.revision, date=entry.date, title=entry.title,
-            body_md=entry.body_md, tags=entry.tags, status=entry.status, author=author,
+            body_md=entry.body_md, tags=entry.tags, status=entry.status,
+            publish=entry.publish, author=author,
             note=note[:200],
         )
     )
@@ -324,10 +334,10 @@ def _rerender_linkers(session: Session, keys: set[str], skip: int | None,
 
 def create(
     session: Session, *, author: str, date, title, body="", tags=None, status="published",
-    kind: str = "entry", note: str = "",
+    publish=False, kind: str = "entry", note: str = "",
 ) -> Entry:
     fields = Fields(parse_date(date), check_title(title), check_body(body), parse_tags(tags),
-                    check_status(status))
+                    check_status(status), check_publish(publish))
     entry = Entry(kind=kind, revision=0, created_at=utcnow())
     if kind == "week":
         entry.iso_week = iso_week(fields.date)
@@ -336,7 +346,7 @@ def create(
 
 def update(session: Session, entry: Entry, changes: dict, *, base_revision, author: str,
            note: str = "") -> Entry:
-    """Apply `changes` (any of date, title, body, tags, status) made on top of
+    """Apply `changes` (any of FIELDS) made on top of
     `base_revision`. If the entry has moved on since, the changes are merged with what was
     saved meanwhile; only changes that overlap raise Conflict (the caller shows the merge
     page or answers 409), and nothing is ever overwritten."""
@@ -352,13 +362,14 @@ def update(session: Session, entry: Entry, changes: dict, *, base_revision, auth
         check_body(changes.get("body", entry.body_md)),
         parse_tags(changes["tags"]) if "tags" in changes else entry.tag_list,
         check_status(changes.get("status", entry.status)),
+        check_publish(changes.get("publish", entry.publish)),
     )
     if entry.kind == "week" and iso_week(fields.date) != entry.iso_week:
         raise Invalid("a letter's date must stay within its week", "date")
     unchanged = (
         fields.date == entry.date and fields.title == entry.title
         and fields.body == entry.body_md and fields.tags == entry.tag_list
-        and fields.status == entry.status
+        and fields.status == entry.status and fields.publish == entry.publish
     )
     if unchanged:
         return entry  # saving the same text twice makes no empty revision
@@ -379,7 +390,7 @@ def restore(session: Session, entry: Entry, number: int, *, base_revision, autho
     if old is None:
         raise NotFound(f"entry {entry.id} has no revision {number}")
     changes = {"title": old.title, "body": old.body_md, "tags": old.tags.split(),
-               "status": old.status}
+               "status": old.status, "publish": old.publish}
     if entry.kind == "entry":
         changes["date"] = old.date
     return update(session, entry, changes, base_revision=base_revision, author=author,

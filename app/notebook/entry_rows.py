@@ -41,6 +41,7 @@ class EntryRow(NamedTuple):
     body_md: str = ""  # only `read` fills the bodies: a list shows titles, never text
     body_html: str = ""
     toc_html: str = ""
+    publish: bool = False  # like the bodies, only `read` fills it
 
     @property
     def tag_list(self) -> list[str]:
@@ -50,7 +51,7 @@ class EntryRow(NamedTuple):
 # What a list shows (every column but the bodies), and a whole entry: in EntryRow's order.
 LISTED = (Entry.id, Entry.kind, Entry.date, Entry.iso_week, Entry.title, Entry.slug,
           Entry.tags, Entry.status, Entry.revision, Entry.created_at, Entry.updated_at)
-WHOLE = (*LISTED, Entry.body_md, Entry.body_html, Entry.toc_html)
+WHOLE = (*LISTED, Entry.body_md, Entry.body_html, Entry.toc_html, Entry.publish)
 assert [c.key for c in WHOLE] == list(EntryRow._fields)
 
 ONE = Prepared(sa.select(*WHOLE).where(Entry.id == sa.bindparam("id")))

@@ -57,9 +57,9 @@ def existing(db) -> list[Known]:
     with db.read() as session:
         rows = session.execute(sa.select(
             Entry.id, Entry.kind, Entry.date, Entry.iso_week, Entry.title, Entry.slug,
-            Entry.status, Entry.revision, Entry.tags, Entry.body_md))
+            Entry.status, Entry.revision, Entry.tags, Entry.body_md, Entry.publish))
         return [Known(r.id, r.id, r.kind, r.date, r.iso_week, r.title, r.slug, r.status,
-                      r.revision, r.tags, hash(r.body_md)) for r in rows]
+                      r.revision, r.tags, hash(r.body_md), r.publish) for r in rows]
 
 
 def plan(parsed: Iterable, existing: list[Known], author: str,
@@ -81,12 +81,14 @@ def plan(parsed: Iterable, existing: list[Known], author: str,
             if found is None:
                 fields = entries.Fields(entries.parse_date(p.date), entries.check_title(p.title),
                                         entries.check_body(p.body), entries.parse_tags(p.tags),
-                                        entries.check_status(p.status))
+                                        entries.check_status(p.status),
+                                        entries.check_publish(p.publish))
             else:
                 date = p.date if p.kind == "entry" else found.date
                 fields = entries.Fields(entries.parse_date(date), entries.check_title(p.title),
                                         entries.check_body(p.body), entries.parse_tags(p.tags),
-                                        entries.check_status(p.status))
+                                        entries.check_status(p.status),
+                                        entries.check_publish(p.publish))
         except Refusal as exc:
             report.errors.append(f"{p.path}: {exc}")
             continue
@@ -98,7 +100,8 @@ def plan(parsed: Iterable, existing: list[Known], author: str,
         else:
             same = (fields.date == found.date and fields.title == found.title
                     and hash(fields.body) == found.body_hash
-                    and fields.tags == found.tag_list and fields.status == found.status)
+                    and fields.tags == found.tag_list and fields.status == found.status
+                    and fields.publish == found.publish)
             if same:
                 report.unchanged += 1
                 untouched.append(found)
@@ -108,6 +111,7 @@ def plan(parsed: Iterable, existing: list[Known], author: str,
             report.updated += 1
         known.date, known.iso_week, known.title = fields.date, iso_week(fields.date), fields.title
         known.tags, known.status = " ".join(fields.tags), fields.status
+        known.publish = fields.publish
         known.body_hash, known.revision = hash(fields.body), known.revision + 1
         known.slug = (index.unique_slug(known, entries.slugify(fields.title))
                       if known.kind == "entry" else known.iso_week.lower())

@@ -38,6 +38,7 @@ class Known:
     revision: int = 0
     tags: str = ""
     body_hash: int = 0
+    publish: bool = False
 
     @property
     def tag_list(self) -> list[str]:

@@ -61,6 +61,8 @@ def to_text(entry: Entry) -> str:
         meta["week"] = entry.iso_week
     meta["tags"] = entry.tag_list
     meta["status"] = entry.status
+    if entry.publish:  # only when set, so a private entry's file reads as it always has
+        meta["publish"] = True
     dumper = SafeDumper if _short_and_plain(entry.title, meta["tags"]) else yaml.SafeDumper
     front = yaml.dump(meta, Dumper=dumper, sort_keys=False, allow_unicode=True,
                       default_flow_style=None)
@@ -177,6 +179,7 @@ class Parsed:
     body: str
     tags: list[str]
     status: str
+    publish: bool = False  # Obsidian Publish's own key
 
 
 def parse_file(path: Path, follow_symlinks: bool = True) -> Parsed:
@@ -226,5 +229,8 @@ def parse_file(path: Path, follow_symlinks: bool = True) -> Parsed:
     if isinstance(tags, str):
         tags = tags.split()
     slug = named[2] if (named and kind == "entry" and named[2]) else None
+    publish = meta.get("publish", False)
+    if not isinstance(publish, bool):
+        raise ValueError(f"publish must be true or false, not {publish!r}")
     return Parsed(path, kind, date, slug, str(title), body, [str(t) for t in tags],
-                  str(meta.get("status") or "published"))
+                  str(meta.get("status") or "published"), publish)

@@ -80,7 +80,7 @@ def import_folder_slowly(db, folder: Path, author: str = "import") -> ImportRepo
                         Entry.kind == "entry", Entry.date == parsed.date,
                         Entry.slug.in_(slugs)).order_by(Entry.id).limit(1))
                 fields = {"title": parsed.title, "body": parsed.body, "tags": parsed.tags,
-                          "status": parsed.status}
+                          "status": parsed.status, "publish": parsed.publish}
                 if existing is None:
                     entries.create(session, author=author, kind=parsed.kind, date=parsed.date,
                                    note=f"imported from {path.name}", **fields)

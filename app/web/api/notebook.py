@@ -29,6 +29,7 @@ def entry_json(entry: Entry | EntryRow, *, full: bool = True) -> dict:
         "updated_at": entry.updated_at.isoformat() + "Z",
     }
     if full:
+        data["publish"] = entry.publish
         data["body"] = entry.body_md
         data["html"] = entry.body_html if can_write() else render.hide_draft_links(
             entry.body_html)
@@ -38,7 +39,8 @@ def entry_json(entry: Entry | EntryRow, *, full: bool = True) -> dict:
 def revision_json(rev: Revision, *, full: bool = False) -> dict:
     data = {"number": rev.number, "author": rev.author, "note": rev.note,
             "created_at": rev.created_at.isoformat() + "Z", "title": rev.title,
-            "date": rev.date.isoformat(), "tags": rev.tags.split(), "status": rev.status}
+            "date": rev.date.isoformat(), "tags": rev.tags.split(), "status": rev.status,
+            "publish": rev.publish}
     if full:
         data["body"] = rev.body_md
     return data
@@ -90,7 +92,7 @@ def create_entry():
         session, author=author(),
         date=data.get("date") or isoweeks.today(current_app.config["TIMEZONE"]).isoformat(),
         title=data.get("title"), body=data.get("body", ""), tags=data.get("tags"),
-        status=data.get("status", "published"),
+        status=data.get("status", "published"), publish=data.get("publish", False),
     )
     if key is not None:
         idempotency.remember(session, key, data, entry, author())

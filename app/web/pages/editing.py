@@ -27,11 +27,14 @@ class Draft:
     tags: str = ""
     status: str = "published"
     body: str = ""
+    publish: bool = False
 
     @classmethod
     def from_form(cls) -> Draft:
         form = request.form
-        draft = cls(**{name: form.get(name, "") for name in entries.FIELDS})
+        draft = cls(**{name: form.get(name, "") for name in entries.FIELDS if name != "publish"})
+        # An unticked checkbox is not sent at all: absent is "not public".
+        draft.publish = "publish" in form
         # Browsers send textarea lines ending in CRLF; the stored text uses LF.
         draft.body = draft.body.replace("\r\n", "\n")
         return draft
@@ -39,14 +42,14 @@ class Draft:
     @classmethod
     def of(cls, thing: Entry | Revision) -> Draft:
         return cls(thing.date.isoformat(), thing.title, " ".join(thing.tags.split()),
-                   thing.status, thing.body_md)
+                   thing.status, thing.body_md, thing.publish)
 
-    def changes(self) -> dict[str, str]:
+    def changes(self) -> dict:
         return {name: getattr(self, name) for name in entries.FIELDS}
 
     def short_fields(self) -> dict[str, str]:
         return {"title": self.title, "date": self.date, "tags": self.tags,
-                "status": self.status}
+                "status": self.status, "publish": "yes" if self.publish else "no"}
 
 
 def check(draft: Draft) -> dict[str, str]:
@@ -164,7 +167,7 @@ def merge_page(entry: Entry, mine: Draft, base: int, conflict: Conflict):
     offered = conflict.offered or {}
     offer = Draft(offered.get("date", mine.date), offered.get("title", mine.title),
                   _shown(offered.get("tags", mine.tags)), offered.get("status", mine.status),
-                  offered.get("body", mine.body))
+                  offered.get("body", mine.body), offered.get("publish", mine.publish))
     return render_template(
         "notes/merge.html", entry=entry, base=base, theirs=theirs, places=places, offer=offer,
         theirs_rows=line_diff(base_text, entry.body_md) if base_text is not None else [],

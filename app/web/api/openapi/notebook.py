@@ -19,6 +19,8 @@ ENTRY_FIELDS = {
     "body": {"type": "string", "maxLength": entries.MAX_BODY},
     "tags": TAGS,
     "status": {"type": "string", "enum": list(entries.STATUSES)},
+    "publish": {"type": "boolean", "description": "true: on the public site that "
+                "`commonplace publish` writes (docs/PUBLISHING.md)"},
 }
 
 

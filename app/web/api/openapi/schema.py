@@ -58,7 +58,8 @@ COMPONENTS = {
             "status": {"type": "string"}, "revision": {"type": "integer"},
             "url": {"type": "string"}}},
         "Entry": {"allOf": [ref("EntrySummary"), {"type": "object", "properties": {
-            "body": {"type": "string"}, "html": {"type": "string"}}}]},
+            "publish": {"type": "boolean"}, "body": {"type": "string"},
+            "html": {"type": "string"}}}]},
         "Conflict": {"type": "object", "properties": {"error": {
             "type": "object", "properties": {
                 "code": {"const": "conflict"}, "message": {"type": "string"},
