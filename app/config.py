@@ -124,6 +124,8 @@ def from_environment(env: dict[str, str] | None = None) -> dict:
         "ARRIVING_BODIES_PER_CALLER": 2,
         # A body may keep the web waiting this long before it must average 8 KiB/s.
         "BODY_GRACE_S": _number(env, "COMMONPLACE_BODY_GRACE", 10.0),
+        # The most one search may keep the index busy before it is stopped (422).
+        "SEARCH_TIME_LIMIT_S": _number(env, "COMMONPLACE_SEARCH_TIME_LIMIT", 0.4),
         # Attachments are the largest legitimate bodies; everything else is far smaller.
         "MAX_CONTENT_LENGTH": int(env.get("COMMONPLACE_MAX_UPLOAD_MB") or 20) * 1024 * 1024,
         # Entries may be up to 1M characters; a form posts them URL-encoded, which can

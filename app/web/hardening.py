@@ -144,6 +144,30 @@ def give_back_long_poll(_exc: BaseException | None) -> None:
         current_app.extensions["long_polls"].give_back(holder)
 
 
+# A search runs under a time limit (COMMONPLACE_SEARCH_TIME_LIMIT, app/notebook/
+# search_budget.py), and one caller has at most two running in a worker at once: sixteen
+# at once from one viewer kept every core busy.
+SEARCH_ENDPOINTS = {"notes.search_page", "api.search_entries", "api.list_entries"}
+SEARCHES_PER_CALLER = 2
+
+
+def take_search_slot() -> object:
+    if (request.endpoint not in SEARCH_ENDPOINTS or g.get("identity") is None
+            or not request.args.get("q")):
+        return None
+    holder = g.identity.login
+    if not current_app.extensions["searches"].take(holder):
+        return busy(f"you have {SEARCHES_PER_CALLER} searches running here already")
+    g.search_holder = holder
+    return None
+
+
+def give_back_search_slot(_exc: BaseException | None) -> None:
+    holder = g.pop("search_holder", None)
+    if holder is not None:
+        current_app.extensions["searches"].give_back(holder)
+
+
 def init_app(app: Flask) -> None:
     app.url_map.converters["int"] = BoundedInt  # before the blueprints add their routes
     app.register_error_handler(SecurityError, untrusted_host)
@@ -151,11 +175,16 @@ def init_app(app: Flask) -> None:
 
 
 def init_long_polls(app: Flask) -> None:
-    """After the access policy's hook: only a caller already let in may hold a slot."""
+    """After the access policy's hook: only a caller already let in may hold a slot (a long
+    poll, a body still arriving, a search)."""
     app.extensions["long_polls"] = Slots(app.config["LONG_POLLS_PER_WORKER"])
     app.extensions["arriving_bodies"] = Slots(app.config["ARRIVING_BODIES_PER_WORKER"],
                                               app.config["ARRIVING_BODIES_PER_CALLER"])
+    app.extensions["searches"] = Slots(app.config["LONG_POLLS_PER_WORKER"],
+                                       SEARCHES_PER_CALLER)
     app.before_request(take_long_poll)
     app.before_request(take_body_slot)
+    app.before_request(take_search_slot)
     app.teardown_request(give_back_long_poll)
     app.teardown_request(give_back_body_slot)
+    app.teardown_request(give_back_search_slot)

@@ -71,7 +71,8 @@ def list_entries():
     text = " ".join(p for p in parts if p)
     if text:
         results = search.search(get_session(), text, limit=limit, offset=offset,
-                                include_drafts=can_write())
+                                include_drafts=can_write(),
+                                seconds=current_app.config["SEARCH_TIME_LIMIT_S"])
         items = [entry_json(hit.entry, full=False) for hit in results.hits]
         has_more = results.has_more
     else:
@@ -232,7 +233,8 @@ def search_entries():
     limit = int_arg("limit", 20, 1, 100)
     offset = int_arg("offset", 0, 0, 100_000)
     results = search.search(get_session(), request.args.get("q", ""), limit=limit,
-                            offset=offset, include_drafts=can_write())
+                            offset=offset, include_drafts=can_write(),
+                            seconds=current_app.config["SEARCH_TIME_LIMIT_S"])
     return jsonify(
         q=request.args.get("q", ""),
         results=[{**entry_json(h.entry, full=False), "snippet": h.snippet_html,
