@@ -8,13 +8,15 @@ at most half its threads to the runners' long polls, and cuts off a request body
 stops arriving (app/web/hardening.py), so pages always have threads.
 
 The web never starts a scheduler: there are no server hooks here that start anything, and
-none may be added. APScheduler in a forked worker runs every job once per worker (see
-docs/ARCHITECTURE.md); schedules belong to `commonplace scheduler`, a process of its own.
+none may be added (worker_int below only tells long polls to end). APScheduler in a forked
+worker runs every job once per worker (see docs/ARCHITECTURE.md); schedules belong to
+`commonplace scheduler`, a process of its own.
 """
 
 import ctypes
 import os
 import re
+from pathlib import Path
 
 from gunicorn.glogging import Logger
 
@@ -47,6 +49,25 @@ def _limit_malloc_arenas(arenas: int = 2) -> None:
 
 
 _limit_malloc_arenas()
+
+# gunicorn's control socket (`gunicornc`) in this notebook's data folder, so that two
+# notebooks on one machine never share one (the default is one per user, in ~/.gunicorn);
+# none where the path would be too long for a unix socket.
+_control = Path(from_environment()["DATA_DIR"]).expanduser().resolve() / "gunicorn.ctl"
+if len(os.fsencode(_control)) <= 107:
+    control_socket = str(_control)
+else:
+    control_socket_disable = True
+
+
+def worker_int(worker):
+    """SIGINT/SIGQUIT in a worker (Ctrl-C, a quick stop): gunicorn exits the worker at once,
+    but the interpreter first waits for its request threads; a runner's long poll would
+    keep it for the rest of its wait."""
+    from app.web.runner_api import STOPPING
+
+    STOPPING.set()
+
 
 # A worker silent for `timeout` seconds is restarted. Requests are short; the runner's
 # long poll answers well inside this.

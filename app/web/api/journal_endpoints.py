@@ -140,10 +140,21 @@ def list_runs():
 @bp.post("/runs")
 def create_run():
     data = json_body()
-    refuse_unknown(data, ("experiment", "params", "requires", "nodes"))
+    refuse_unknown(data, ("experiment", "params", "requires", "nodes", "queue_anyway"))
+    anyway = data.get("queue_anyway", False)
+    if not isinstance(anyway, bool):
+        raise Invalid("queue_anyway is true or false", "queue_anyway")
     session = get_session()
     run = runs.create(session, data.get("experiment"), data.get("params", {}),
                       actor=author(), requires=data.get("requires"), nodes=data.get("nodes"))
+    # As the run form does: a run no registered runner can take would wait a day and
+    # expire, so it is refused unless the caller insists. Anything else worth knowing (no
+    # runner yet, the able one not seen lately) is the queued run's `waiting`.
+    servable, why = runners.availability(session, run.requires)
+    if not servable and not anyway:
+        session.rollback()
+        raise Invalid(f"no runner can take this run: {why}; send queue_anyway: true to "
+                      "queue it all the same", "requires")
     session.commit()
     return jsonify(run_json(run, full=True)), 201, {"Location": f"/runs/{run.id}"}
 
