@@ -17,6 +17,7 @@ import ctypes
 import os
 import re
 from pathlib import Path
+from urllib.parse import unquote_plus
 
 from gunicorn.glogging import Logger
 
@@ -97,14 +98,23 @@ access_log_format = (
 
 # A feed reader's URL carries its token (/feed.atom?token=cp_…), and a token pasted into a
 # link by mistake would too: a log line is read by more people and kept longer than the
-# token should be, so token values are cut out before a line is written.
-SECRET_RE = re.compile(r"((?:^|[?&\s])token=)[^&\s\"]*|\bcp_[A-Za-z0-9_-]{16,}", re.I)
+# token should be, so token values are cut out before a line is written. A parameter is
+# judged as the app reads it, percent-decoded: ?%74oken=%63p_… is a token too.
+PARAM_RE = re.compile(r"([?&;\s(])([^=&;\s?()]+)=([^&;\s\"()]*)")
+TOKEN_RE = re.compile(r"\bcp_[A-Za-z0-9_-]{16,}")
+
+
+def _secret_param(m: re.Match) -> str:
+    name, value = unquote_plus(m[2]), unquote_plus(m[3])
+    if name.strip().lower() == "token" or TOKEN_RE.search(value):
+        return f"{m[1]}{m[2]}=REDACTED"
+    return m[0]
 
 
 def _redact(value):
     if not isinstance(value, str):
         return value
-    return SECRET_RE.sub(lambda m: (m.group(1) or "") + "REDACTED", value)
+    return TOKEN_RE.sub("REDACTED", PARAM_RE.sub(_secret_param, value))
 
 
 # Only what the line prints is redacted: gunicorn's atoms hold every request and response
