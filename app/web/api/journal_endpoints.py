@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -220,11 +221,12 @@ def run_trace(run_id: int):
     found = rank_events.run_events(Path(current_app.config["DATA_DIR"]), session, run.id)
     if found is None:
         raise NotFound(f"run {run.id} logged no events")
-    body = trace.trace(found, {"run_id": run.id, "experiment": run.experiment,
-                               "status": run.status, "params": run.params,
-                               "strategies": list(found.strategies),
-                               "url": f"/runs/{run.id}"})
-    response = jsonify(body)
+    other = {"run_id": run.id, "experiment": run.experiment, "status": run.status,
+             "params": run.params, "strategies": list(found.strategies),
+             "url": f"/runs/{run.id}"}
+    key = ("trace.json", json.dumps(other, sort_keys=True, default=str))
+    body = found.derived(key, lambda: json.dumps(trace.trace(found, other)))
+    response = current_app.response_class(body, mimetype="application/json")
     response.headers["Content-Disposition"] = f'attachment; filename="run-{run.id}-trace.json"'
     return response
 
