@@ -175,3 +175,16 @@ def test_a_caller_has_two_searches_running_at_most(served):
         searches.give_back(VIEWER)
         searches.give_back(VIEWER)
     assert viewer("get", "/api/v1/search?q=x").status_code == 200
+
+
+def test_a_note_too_long_for_a_snippet_shows_its_lead(notebook):
+    """snippet() is quadratic in a text's matches: a text past SNIPPET_MAX_CHARS is shown
+    by its lead, so a note of 40,000 "`a " costs a search for a* nothing."""
+    with notebook.write() as session:
+        entries.create(session, author="x", date="2024-05-05", title="Code",
+                       body="`a " * 40_000, tags=[])
+    with notebook.read() as session:
+        hits = {h.entry.title: h for h in search.search(session, "a*", seconds=5).hits}
+    code = hits["Code"].snippet_html
+    assert code and "<mark>" not in code  # the lead, not a snippet
+    assert "<mark>" in hits["Reading list"].snippet_html  # a short one keeps its snippet

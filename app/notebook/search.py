@@ -245,12 +245,20 @@ def _page(session: Session, query: Query, top: list) -> list:
         return []
     terms, cut = _snippet_terms(query.terms)
     snippets = ranking.matches(session, terms, " ".join(terms), [i for i, _ in top],
-                               "snippet(entry_fts, 2, :o, :c, '…', 16)",
+                               f"CASE WHEN length(body) <= {SNIPPET_MAX_CHARS} THEN "
+                               "snippet(entry_fts, 2, :o, :c, '…', 16) END",
                                o=MARK_OPEN, c=MARK_CLOSE)
+    snippets = {i: snippet for i, snippet in snippets.items() if snippet is not None}
     if cut:
         snippets = {i: _unmark(snippet, cut) for i, snippet in snippets.items()}
     found = {e.id: e for e in rows(session, HITS, {"ids": [i for i, _ in top]})}
     return [(found[i], score, snippets.get(i, "")) for i, score in top if i in found]
+
+
+# FTS5's snippet() weighs every window of the text around every match: quadratic in the
+# matches, which a hostile note makes the whole of its text (40,000 "`a " took 9 s for
+# "a*", in one SQLite step no time limit can stop). A longer text shows its lead instead.
+SNIPPET_MAX_CHARS = 20_000
 
 
 # A word prefix longer than the index keeps ("check*"): FTS5 merges the doclists of every
