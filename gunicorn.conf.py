@@ -8,13 +8,16 @@ at most half its threads to the runners' long polls, and cuts off a request body
 stops arriving (app/web/hardening.py), so pages always have threads.
 
 The web never starts a scheduler: there are no server hooks here that start anything, and
-none may be added. APScheduler in a forked worker runs every job once per worker (see
-docs/ARCHITECTURE.md); schedules belong to `commonplace scheduler`, a process of its own.
+none may be added (worker_int below only tells long polls to end). APScheduler in a forked
+worker runs every job once per worker (see docs/ARCHITECTURE.md); schedules belong to
+`commonplace scheduler`, a process of its own.
 """
 
 import ctypes
 import os
 import re
+from pathlib import Path
+from urllib.parse import unquote_plus
 
 from gunicorn.glogging import Logger
 
@@ -48,6 +51,25 @@ def _limit_malloc_arenas(arenas: int = 2) -> None:
 
 _limit_malloc_arenas()
 
+# gunicorn's control socket (`gunicornc`) in this notebook's data folder, so that two
+# notebooks on one machine never share one (the default is one per user, in ~/.gunicorn);
+# none where the path would be too long for a unix socket.
+_control = Path(from_environment()["DATA_DIR"]).expanduser().resolve() / "gunicorn.ctl"
+if len(os.fsencode(_control)) <= 107:
+    control_socket = str(_control)
+else:
+    control_socket_disable = True
+
+
+def worker_int(worker):
+    """SIGINT/SIGQUIT in a worker (Ctrl-C, a quick stop): gunicorn exits the worker at once,
+    but the interpreter first waits for its request threads; a runner's long poll would
+    keep it for the rest of its wait."""
+    from app.web.runner_api import STOPPING
+
+    STOPPING.set()
+
+
 # A worker silent for `timeout` seconds is restarted. Requests are short; the runner's
 # long poll answers well inside this.
 timeout = 60
@@ -76,14 +98,23 @@ access_log_format = (
 
 # A feed reader's URL carries its token (/feed.atom?token=cp_…), and a token pasted into a
 # link by mistake would too: a log line is read by more people and kept longer than the
-# token should be, so token values are cut out before a line is written.
-SECRET_RE = re.compile(r"((?:^|[?&\s])token=)[^&\s\"]*|\bcp_[A-Za-z0-9_-]{16,}", re.I)
+# token should be, so token values are cut out before a line is written. A parameter is
+# judged as the app reads it, percent-decoded: ?%74oken=%63p_… is a token too.
+PARAM_RE = re.compile(r"([?&;\s(])([^=&;\s?()]+)=([^&;\s\"()]*)")
+TOKEN_RE = re.compile(r"\bcp_[A-Za-z0-9_-]{16,}")
+
+
+def _secret_param(m: re.Match) -> str:
+    name, value = unquote_plus(m[2]), unquote_plus(m[3])
+    if name.strip().lower() == "token" or TOKEN_RE.search(value):
+        return f"{m[1]}{m[2]}=REDACTED"
+    return m[0]
 
 
 def _redact(value):
     if not isinstance(value, str):
         return value
-    return SECRET_RE.sub(lambda m: (m.group(1) or "") + "REDACTED", value)
+    return TOKEN_RE.sub("REDACTED", PARAM_RE.sub(_secret_param, value))
 
 
 # Only what the line prints is redacted: gunicorn's atoms hold every request and response

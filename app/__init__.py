@@ -14,6 +14,8 @@ docs/ARCHITECTURE.md walks a save and a run through these files.
 from __future__ import annotations
 
 import functools
+import os
+import stat
 from pathlib import Path
 from typing import TYPE_CHECKING
 
@@ -37,7 +39,7 @@ def create_app(config: dict | None = None) -> Flask:
     app = WebApp(__name__, template_folder=str(ROOT / "templates"))
     app.config.update(from_environment())
     app.config.update(config or {})
-    Path(app.config["DATA_DIR"]).mkdir(parents=True, exist_ok=True)
+    keep_private(Path(app.config["DATA_DIR"]), app.config["DATABASE_URL"])
 
     db.init_app(app)
     init_web(app)
@@ -45,3 +47,25 @@ def create_app(config: dict | None = None) -> Flask:
     # registered from above (with the owner's clock for the card's time).
     embeds.register("run", functools.partial(cards.run_card, timezone=app.config["TIMEZONE"]))
     return app
+
+
+def keep_private(data_dir: Path, database_url: str) -> None:
+    """The notebook's files are its owner's alone, outside systemd too (whose unit sets
+    UMask=0077 itself): this process writes files 0600 and folders 0700 (the database and
+    its -wal and -shm, token hashes in it, backups, attachments, run files), and a data
+    folder or database left readable by others is made private."""
+    os.umask(0o077)
+    data_dir.mkdir(mode=0o700, parents=True, exist_ok=True)
+    _tighten(data_dir, 0o700)
+    prefix = "sqlite:///"
+    if database_url.startswith(prefix) and not database_url.endswith(":memory:"):
+        _tighten(Path(database_url[len(prefix):].split("?", 1)[0]), 0o600)
+
+
+def _tighten(path: Path, mode: int) -> None:
+    try:
+        found = path.stat()
+        if found.st_uid == os.getuid() and stat.S_IMODE(found.st_mode) & 0o077:
+            path.chmod(mode)
+    except OSError:
+        pass  # not there yet, or not ours to change

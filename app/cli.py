@@ -10,7 +10,6 @@ APScheduler. tests/test_deploy.py checks both."""
 from __future__ import annotations
 
 import os
-import signal
 import subprocess
 import sys
 import time
@@ -20,6 +19,7 @@ import click
 
 from app import ROOT, backups
 from app.config import from_environment, listen_addresses
+from app.supervisor import supervise
 
 
 def _app():
@@ -73,9 +73,11 @@ MAX_SOCKET_PATH = 107
 def _listen(app, allow_non_loopback: bool) -> list[str]:
     """The web's addresses, checked; in serve mode the socket's folder is made first (only
     this user may enter it: tailscaled, as root, still can)."""
+    from app.port_holder import port_problem
     from app.web.hardening import bind_problem
 
-    problem = bind_problem(app.config["BIND"], app.config["AUTH_MODE"], allow_non_loopback)
+    problem = (bind_problem(app.config["BIND"], app.config["AUTH_MODE"], allow_non_loopback)
+               or port_problem(app.config["BIND"]))
     if problem:
         raise click.UsageError(problem)
     if app.config["AUTH_MODE"] == "serve":
@@ -114,16 +116,24 @@ def up(allow_non_loopback: bool) -> None:
     # the serve socket, but the boundary is your user (docs/SECURITY.md).
     runner_env = {**os.environ, "COMMONPLACE_RUNNER_TOKEN": _local_runner_token(app)}
     me = [sys.executable, "-m", "app.cli"]
+    # The web and the scheduler each lead a process group of their own, so that a stop
+    # reaches their workers too; the runner stays in ours and gets Ctrl-C as it is.
     children = [
-        subprocess.Popen(gunicorn_argv(addresses)),  # checked by _listen
-        subprocess.Popen([*me, "scheduler"]),
+        subprocess.Popen(gunicorn_argv(addresses), start_new_session=True),  # _listen checked
+        subprocess.Popen([*me, "scheduler"], start_new_session=True),
         subprocess.Popen([*me, "runner", "--server", local], env=runner_env),
     ]
     click.echo(f"Commonplace is running at http://{bind}/  (data in {app.config['DATA_DIR']})")
     if app.config["AUTH_MODE"] == "serve":
         click.echo(f"put it on your tailnet with: tailscale serve --bg "
                    f"unix:{app.config['SERVE_SOCKET']}")
-    _supervise(children)
+    supervise(children)
+    # Nothing is left to tidy (the children are gone; the database is closed here), and
+    # tearing down an interpreter that loaded the whole app took longer than stopping them.
+    _db(app).engine.dispose()
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(0)
 
 
 def _local_runner_token(app) -> str:
@@ -131,34 +141,6 @@ def _local_runner_token(app) -> str:
     from app.web.auth import tokens
 
     return tokens.rotate(_db(app), "local", "runner")
-
-
-def _supervise(children: list[subprocess.Popen]) -> None:
-    """Wait until a child exits or we are told to stop; then stop every child we started."""
-    stopping = False
-
-    def _stop(_sig, _frame):
-        nonlocal stopping
-        stopping = True
-
-    signal.signal(signal.SIGTERM, _stop)
-    signal.signal(signal.SIGINT, _stop)
-    try:
-        while not stopping and all(child.poll() is None for child in children):
-            time.sleep(0.2)
-    finally:
-        for child in children:
-            if child.poll() is None:
-                child.terminate()
-        deadline = time.monotonic() + 15
-        for child in children:
-            try:
-                child.wait(timeout=max(0.1, deadline - time.monotonic()))
-            except subprocess.TimeoutExpired:
-                child.kill()
-    failed = [c for c in children if c.returncode not in (0, -signal.SIGTERM)]
-    if failed and not stopping:
-        raise SystemExit(1)
 
 
 @main.command()

@@ -120,6 +120,14 @@ def from_environment(env: dict[str, str] | None = None) -> dict:
         "WHOIS_CACHE_SECONDS": _seconds(env, "COMMONPLACE_WHOIS_CACHE_SECONDS", 10.0),
         # Long polls (the runner API's lease) one worker holds at once: half its threads.
         "LONG_POLLS_PER_WORKER": max(1, web_size(env)[1] // 2),
+        # Request bodies still arriving that one worker reads at once (a quarter of its
+        # threads), and that one caller may have arriving there (app/web/bodies.py).
+        "ARRIVING_BODIES_PER_WORKER": max(1, web_size(env)[1] // 4),
+        "ARRIVING_BODIES_PER_CALLER": 2,
+        # A body may keep the web waiting this long before it must average 8 KiB/s.
+        "BODY_GRACE_S": _number(env, "COMMONPLACE_BODY_GRACE", 10.0),
+        # The most one search may keep the index busy before it is stopped (422).
+        "SEARCH_TIME_LIMIT_S": _number(env, "COMMONPLACE_SEARCH_TIME_LIMIT", 0.4),
         # Attachments are the largest legitimate bodies; everything else is far smaller.
         "MAX_CONTENT_LENGTH": int(env.get("COMMONPLACE_MAX_UPLOAD_MB") or 20) * 1024 * 1024,
         # Entries may be up to 1M characters; a form posts them URL-encoded, which can

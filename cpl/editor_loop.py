@@ -158,6 +158,10 @@ class Editing:
             start, base_rev = draft.text(), draft.base_revision
             base_text = self.api.get(f"/api/v1/entries/{entry_id}/revisions/{base_rev}")["body"]
             self.out.note(f"resuming {draft.path} (made from revision {base_rev})")
+        # An editor's file ends in a newline (POSIX text): without one, a line appended at
+        # the end joins the last line ("## Next" + "- item").
+        if start and not start.endswith("\n"):
+            start += "\n"
         try:
             mine = run_editor(start, f"cpl-entry-{entry_id}-r{base_rev}-", self.config)
         except EditorFailed as exc:

@@ -172,20 +172,26 @@ def show_card(out: Out, run: dict, title: str, metrics: dict) -> None:
     out.print(Text(f"on the web: {run.get('url', '')}", style="muted"))
 
 
-def _table(*columns: str) -> Table:
+def _table(*columns: str, names: list[str] | None = None) -> Table:
+    """A table whose first column holds `names` whole (a strategy's name cut in two reads
+    as two names); the others fold to fit."""
     table = Table(box=None, pad_edge=False, header_style="bold")
-    for column in columns:
-        table.add_column(column, overflow="fold")
+    for i, column in enumerate(columns):
+        if i == 0 and names is not None:
+            table.add_column(column, no_wrap=True,
+                             min_width=max(map(len, names), default=len(column)))
+        else:
+            table.add_column(column, overflow="fold")
     return table
 
 
 def _strategies(out: Out, result: dict) -> None:
+    rows = [s for s in result["strategies"] if isinstance(s, dict)]
     table = _table("strategy", "correct", "step time (p10–p90)", "predicted", "meas/pred",
-                   "dominant", "tokens/s", "MFU")
+                   "dominant", "tokens/s", "MFU",
+                   names=[str(s.get("label") or s.get("strategy")) for s in rows])
     bars = []
-    for s in result["strategies"]:
-        if not isinstance(s, dict):
-            continue
+    for s in rows:
         check, step = s.get("correctness") or {}, s.get("step_time_s") or {}
         pred = s.get("prediction") or {}
         ok = Text("✓", style="green") if check.get("passed") else Text(

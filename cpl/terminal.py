@@ -104,8 +104,9 @@ def status_text(status: str) -> Text:
 
 
 def snippet(html_text: str, rich: bool) -> Text | str:
-    """A search snippet (escaped HTML with <mark>) as terminal text."""
-    parts = re.split(r"</?mark>", html_text or "")
+    """A search snippet (escaped HTML with <mark>) as terminal text, on one line: the line
+    breaks of the text it was cut from would start lines outside the result's indent."""
+    parts = re.split(r"</?mark>", re.sub(r"\s+", " ", html_text or "").strip())
     if not rich:
         return unescape("".join(parts))
     out = Text()

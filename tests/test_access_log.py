@@ -14,6 +14,10 @@ def test_tokens_never_reach_the_access_log(data_dir):
     try:
         status, _, _ = fetch(f"{server.base}/feed.atom?token={FEED_TOKEN}")
         assert status == 200
+        # the same parameter, percent-encoded name and value: the app reads it as the token
+        encoded = "".join(f"%{byte:02X}" for byte in FEED_TOKEN.encode())
+        status, _, _ = fetch(f"{server.base}/feed.atom?%74oken={encoded}")
+        assert status == 200
         status, _, _ = server.via_serve(  # the owner, through serve's socket
             "/search?q=x&token=cp_owner_secret_abcdefghij",
             {**as_serve_sends("o@x.test"),
@@ -28,4 +32,5 @@ def test_tokens_never_reach_the_access_log(data_dir):
     log = server.log_path.read_text()
     assert "/feed.atom?token=REDACTED" in log and "/search?q=x&token=REDACTED" in log
     assert FEED_TOKEN not in log and "cp_owner_secret" not in log
+    assert "/feed.atom?%74oken=REDACTED" in log and encoded not in log
     assert '"reader/1.0 (token=REDACTED)"' in log  # the user agent, printed, redacted

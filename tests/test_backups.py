@@ -9,6 +9,7 @@ import gzip
 import hashlib
 import io
 import sqlite3
+import stat
 import tarfile
 from pathlib import Path
 
@@ -19,7 +20,7 @@ from app import backups, upgrades
 from app import db as dbmod
 from app.journal import posting, run_files, runs
 from app.notebook import attachments, entries
-from tests.helpers import SMALL
+from tests.helpers import SMALL, add_token
 
 PNG = b"\x89PNG\r\n\x1a\n" + bytes(range(200))
 
@@ -156,3 +157,17 @@ def test_the_newest_backup_and_its_age(tmp_path, archive):
     later = dt.datetime.now(dt.UTC) + dt.timedelta(days=3)
     assert "3 days old" in backups.last_backup(path.parent, now=later)["warning"]
     assert gzip.open(path).read(1)  # a real gzip stream
+
+
+def test_the_notebooks_files_are_its_owners_alone(make_app, data_dir):
+    """Outside systemd too: a data folder left 0755 is made 0700, and the database, its
+    token hashes and a backup archive are written 0600."""
+    data_dir.chmod(0o755)
+    app = make_app()
+    assert stat.S_IMODE(data_dir.stat().st_mode) == 0o700
+    add_token(app.extensions["db"], "cli", "owner")
+    database = data_dir / "commonplace.db"
+    assert stat.S_IMODE(database.stat().st_mode) == 0o600
+    path, _ = backups.create(database, data_dir, data_dir / "backups")
+    assert stat.S_IMODE(path.stat().st_mode) == 0o600
+    assert stat.S_IMODE(path.parent.stat().st_mode) == 0o700

@@ -141,6 +141,12 @@ def test_week_edit_no_change_change_and_a_conflict(cpl, server, tmp_path):
     assert "saved entry" in changed.err
     assert "- from the terminal" in letter()["body"]
 
+    # The editor's file ends in a newline: a line appended at its end is a line of its own.
+    last = letter()["body"].rstrip("\n").splitlines()[-1]
+    append = editor(tmp_path, "append", "text += '- appended at the end\\n'")
+    assert cpl("week", "--edit", env={"EDITOR": append}).rc == 0
+    assert letter()["body"].rstrip("\n").splitlines()[-2:] == [last, "- appended at the end"]
+
     # While the editor is open the other side (a browser) changes the same line.
     clash = editor(tmp_path, "clash", CLASH)
     conflict = cpl("week", "--edit", env={"EDITOR": clash})

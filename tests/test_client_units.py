@@ -13,7 +13,7 @@ from cpl.commands.runs import coerce
 from cpl.editor_loop import has_markers, with_markers
 from cpl.main import cli
 from cpl.run_views import bar, headline, sparkline
-from cpl.terminal import colour_system, for_terminal
+from cpl.terminal import colour_system, for_terminal, snippet
 from tests.client_helpers import Terminal
 
 
@@ -134,3 +134,29 @@ def test_shell_completion(tmp_path):
     offered = cpl(env={"_CPL_COMPLETE": "bash_complete", "COMP_WORDS": "cpl ru",
                        "COMP_CWORD": "1"})
     assert "plain,run" in offered.out and "plain,runs" in offered.out
+
+
+def test_a_snippet_spanning_lines_prints_as_one():
+    """Its line breaks would start lines outside the result's indent."""
+    text = "def step():\n    <mark>loss</mark> = f(x)\n\n    return &lt;loss&gt;"
+    assert snippet(text, False) == "def step(): loss = f(x) return <loss>"
+    rich = snippet(text, True)
+    assert rich.plain == "def step(): loss = f(x) return <loss>" and "\n" not in rich.plain
+    assert [rich.plain[s.start:s.end] for s in rich.spans] == ["loss"]
+
+
+def test_runs_show_keeps_strategy_names_whole_on_a_narrow_terminal():
+    import io
+
+    from rich.console import Console
+
+    from cpl import run_views
+    from cpl.terminal import Out
+
+    out = Out(color="never")
+    out.console = Console(file=io.StringIO(), width=60, color_system=None)
+    result = {"strategies": [{"strategy": "dp", "label": "data parallel, no overlap",
+                              "correctness": {"passed": True},
+                              "step_time_s": {"median": 0.01, "p10": 0.009, "p90": 0.012}}]}
+    run_views._strategies(out, result)
+    assert "data parallel, no overlap" in out.console.file.getvalue()

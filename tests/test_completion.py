@@ -103,3 +103,12 @@ def test_bad_questions_are_422(notebook, args, field):
 
 def test_nobody_gets_nothing(notebook):
     assert notebook.as_user(None)("get", "/api/v1/complete?kind=tag").status_code == 403
+
+
+def test_the_words_today_and_this_week_complete_to_them(notebook):
+    """`[[` alone offers today and this week; typing their words keeps offering them."""
+    assert offered(notebook, kind="link", prefix="tod")[0][1] == "date"
+    assert offered(notebook, kind="link", prefix="Today")[0][1] == "date"
+    assert offered(notebook, kind="link", prefix="this")[0] == (THIS_WEEK, "week")
+    assert offered(notebook, kind="link", prefix="this week")[0] == (THIS_WEEK, "week")
+    assert (THIS_WEEK, "week") not in offered(notebook, kind="link", prefix="pipe")

@@ -8,13 +8,16 @@ here measures how long anything took: bench/load.py does that).
   - a body from a caller who was let in must keep arriving: cut off with 408, and a body
     cut short (too slow, or the client gone) never saves part of a note;
   - long polls hold at most half a worker's threads, one per runner; beyond that 429 at
-    once, with Retry-After.
+    once, with Retry-After;
+  - a refusal is answered on the headers alone, never after waiting for the body, and a
+    caller let in has only a few bodies still arriving at once (429 beyond that).
 """
 
 from __future__ import annotations
 
 import http.client
 import json
+import select
 import socket
 import threading
 import time
@@ -34,6 +37,19 @@ def small_web(data_dir):
     server = WebServer(data_dir, COMMONPLACE_AUTH="serve", COMMONPLACE_OWNERS=OWNER,
                        COMMONPLACE_HOSTS=SERVE_HOST, COMMONPLACE_WEB_WORKERS="1",
                        COMMONPLACE_WEB_THREADS="4")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+@pytest.fixture
+def patient_web(data_dir):
+    """One worker with four threads, which waits ten minutes for a body before cutting it
+    off: any answer a test gets within BOUND was given without waiting for the body."""
+    server = WebServer(data_dir, COMMONPLACE_AUTH="serve", COMMONPLACE_OWNERS=OWNER,
+                       COMMONPLACE_HOSTS=SERVE_HOST, COMMONPLACE_WEB_WORKERS="1",
+                       COMMONPLACE_WEB_THREADS="4", COMMONPLACE_BODY_GRACE="600")
     try:
         yield server
     finally:
@@ -60,6 +76,18 @@ def open_post(port: int, path: str, length: int, headers: dict[str, str]) -> soc
     head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
     sock.sendall(f"POST {path} HTTP/1.1\r\nHost: 127.0.0.1\r\n{head}"
                  f"Content-Length: {length}\r\n\r\n".encode())
+    return sock
+
+
+def open_post_via_serve(path: str, socket_path: str, length: int,
+                        headers: dict[str, str]) -> socket.socket:
+    """A POST as serve forwards it, its headers and the first bytes of its body sent."""
+    sock = socket.socket(socket.AF_UNIX, socket.SOCK_STREAM)
+    sock.settimeout(BOUND)
+    sock.connect(socket_path)
+    head = "".join(f"{k}: {v}\r\n" for k, v in headers.items())
+    sock.sendall(f"POST {path} HTTP/1.1\r\n{head}Content-Length: {length}\r\n\r\n"
+                 "title=x&".encode())
     return sock
 
 
@@ -198,3 +226,57 @@ def wait_for(condition, bound: float = BOUND) -> None:
         if time.monotonic() > deadline:
             raise TimeoutError("the web did not get there within the bound")
         time.sleep(0.1)
+
+
+def test_refused_trickled_bodies_are_answered_at_once(patient_web):
+    """24 tailnet strangers each promise a 60 kB form and send it a byte a second: each is
+    refused (403) on its headers, without the web waiting for the rest of its body, and the
+    owner's home page and /healthz are answered while all 24 are still sending."""
+    stranger = {**as_serve_sends("stranger@example.net"),
+                "Content-Type": "application/x-www-form-urlencoded"}
+    sockets = [open_post_via_serve("/entries/new", patient_web.socket_path, 60_000, stranger)
+               for _ in range(24)]
+    stop = threading.Event()
+    sender = threading.Thread(target=trickle, args=(sockets, stop), daemon=True)
+    sender.start()
+    try:
+        assert fetch(patient_web.base + "/healthz")[0] == 200
+        assert patient_web.via_serve("/", as_serve_sends(OWNER))[0] == 200
+        for sock in sockets:
+            answer = answer_then_hang_up(sock)
+            assert answer.startswith(b"HTTP/1.1 403 "), answer[:200]
+    finally:
+        stop.set()
+        sender.join(timeout=BOUND)
+        for sock in sockets:
+            sock.close()
+    assert entries(patient_web) == []
+
+
+def test_a_callers_bodies_still_arriving_are_capped(patient_web, data_dir):
+    """One runner token opens six registrations and trickles their bodies: the worker reads
+    at most one body still arriving (a quarter of its four threads); the other five are
+    told 429 with Retry-After at once, and pages and /healthz are answered meanwhile."""
+    runner = bearer(token(data_dir, "runner-0", "runner"))
+    sockets = [open_post(patient_web.port, "/api/v1/runner/register", 60_000,
+                         {**runner, "Content-Type": "application/json"}) for _ in range(6)]
+    stop = threading.Event()
+    sender = threading.Thread(target=trickle, args=(sockets, stop), daemon=True)
+    sender.start()
+    answers: dict[socket.socket, bytes] = {}
+    try:
+        deadline = time.monotonic() + BOUND
+        while len(answers) < 5 and time.monotonic() < deadline:
+            ready, _, _ = select.select([s for s in sockets if s not in answers], [], [], 1)
+            for sock in ready:
+                answers[sock] = answer_then_hang_up(sock)
+        assert fetch(patient_web.base + "/healthz")[0] == 200
+        assert patient_web.via_serve("/", as_serve_sends(OWNER))[0] == 200
+    finally:
+        stop.set()
+        sender.join(timeout=BOUND)
+        for sock in sockets:
+            sock.close()
+    refused = [a for a in answers.values() if a.startswith(b"HTTP/1.1 429 ")]
+    assert len(refused) == 5, [a[:40] for a in answers.values()]
+    assert all(b"Retry-After: 5" in a for a in refused)

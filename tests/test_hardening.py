@@ -6,15 +6,18 @@ from __future__ import annotations
 
 import io
 import itertools
+import socket
 import subprocess
 import sys
+import threading
+import time
 
 import pytest
 from werkzeug.exceptions import ClientDisconnected, RequestTimeout
 
 from app import config
 from app.models import Entry
-from app.web import hardening
+from app.web import bodies, hardening
 from tests.helpers import AS_OWNER, OWNER, ROOT, add_token, bearer, count
 from tests.tailnet import notebook_state
 
@@ -194,11 +197,11 @@ def test_a_long_poll_over_the_budget_is_429_at_once(make_app):
     lambda body: [body.readline() for _ in range(3)], lambda body: list(body),
 ])
 def test_a_body_shorter_than_it_said_raises_and_never_reads_as_a_short_body(reads):
-    body = hardening.CountedBody(io.BytesIO(b"title=Ha"), length=20)
+    body = bodies.CountedBody(io.BytesIO(b"title=Ha"), length=20)
     with pytest.raises(ClientDisconnected):
         reads(body)
         reads(body)
-    cut = hardening.CountedBody(io.BytesIO(b"title=Ha"), length=20)
+    cut = bodies.CountedBody(io.BytesIO(b"title=Ha"), length=20)
     cut.timed_out = True  # what the watcher marks before it stops reading
     with pytest.raises(RequestTimeout):
         reads(cut)
@@ -207,11 +210,11 @@ def test_a_body_shorter_than_it_said_raises_and_never_reads_as_a_short_body(read
 
 def test_a_whole_body_reads_through_and_counts():
     data = bytes(range(256)) * 1000  # several of CountedBody's pieces
-    body = hardening.CountedBody(io.BytesIO(data), length=len(data))
+    body = bodies.CountedBody(io.BytesIO(data), length=len(data))
     assert body.read(10) == data[:10] and not body.done
     assert body.read() == data[10:] and body.done and body.received == len(data)
     assert body.read() == b""
-    chunked = hardening.CountedBody(io.BytesIO(b"a\nb"), length=None)
+    chunked = bodies.CountedBody(io.BytesIO(b"a\nb"), length=None)
     assert chunked.readline() == b"a\n" and chunked.read() == b"b" and chunked.done
 
 
@@ -309,3 +312,33 @@ def test_web_refuses_a_non_loopback_bind_and_says_why(data_dir, bind, mode):
     assert proc.returncode == 2
     assert "refusing to listen on" in err
     assert ("--allow-non-loopback" in err) or ("dev mode" in err)
+
+
+def test_a_body_that_arrived_whole_is_never_cut_off_however_late_it_is_read():
+    """Only time spent waiting for the client counts against a body: an app that gets to a
+    body late (busy elsewhere) reads all of it, even past the grace, on a real connection
+    (a body larger than the sockets' buffers, so the client's send waits on the app)."""
+    data = b"x" * 8_000_000
+    listener = socket.create_server(("127.0.0.1", 0))
+    client = socket.create_connection(listener.getsockname())
+    conn, _ = listener.accept()
+    sender = threading.Thread(target=client.sendall, args=(data,), daemon=True)
+    sender.start()
+    got = []
+
+    def late_app(environ, start_response):
+        time.sleep(1.0)  # busy elsewhere (a locked database) for many watcher ticks
+        got.append(environ["wsgi.input"].read())
+        start_response("200 OK", [])
+        return [b""]
+
+    slow = bodies.SlowBodies(late_app, grace=0.05, min_rate=1024 * 1024, tick=0.01)
+    try:
+        environ = {"gunicorn.socket": conn, "wsgi.input": conn.makefile("rb"),
+                   "CONTENT_LENGTH": str(len(data))}
+        slow(environ, lambda status, headers, exc_info=None: None)
+        assert got == [data]
+    finally:
+        sender.join(timeout=30)
+        for sock in (client, conn, listener):
+            sock.close()

@@ -374,3 +374,20 @@ def test_every_page_has_the_csp_and_no_inline_script(client, db, path):
     response = client.get(path)
     assert response.status_code in (200, 400, 404)
     assert_strict_page(response)
+
+
+def test_compare_changes_read_sensibly():
+    """A signed quantity or one from nothing gets no ratio ("-524%" read as nonsense); a
+    share (MFU) changes in points, and a small one is not shown as 0%."""
+    from app.web.pages.run_summary import Metric, change
+
+    def metric(value, **kw):
+        return Metric("m", value, str(value), "lower", **kw)
+
+    assert change(metric(0.00089), metric(-0.00382)) == ("", "")  # unexplained time
+    assert change(metric(0.0), metric(0.5)) == ("", "")
+    assert change(metric(2.0), metric(1.0)) == ("-50%", "better")
+    mfu = lambda v: Metric("MFU", v, "", "higher", fraction=True)  # noqa: E731
+    assert change(mfu(0.004), mfu(0.00512)) == ("+0.1 pt", "better")
+    assert change(mfu(0.30), mfu(0.25)) == ("-5.0 pt", "worse")
+    assert change(mfu(0.30), mfu(0.30)) == ("±0 pt", "same")

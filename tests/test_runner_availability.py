@@ -1,6 +1,6 @@
 """A run no registered runner can take is answered at submit, not left to expire a day
-later: the form refuses it (unless the owner insists), the API queues it and says why it
-will wait, and the run page says so while it waits. An idle runner is seen without
+later: the form and the API refuse it (unless the owner insists: then the API says why it
+will wait), and the run page says so while it waits. An idle runner is seen without
 committing on every poll."""
 
 import datetime as dt
@@ -35,10 +35,17 @@ def test_the_form_refuses_a_gpu_run_when_only_cpu_runners_are_registered(client,
     assert "Waiting: no registered runner has 2 GPUs" in page
 
 
-def test_the_api_queues_it_and_says_why_it_waits(client, db):
+def test_the_api_refuses_it_as_the_form_does_unless_told_to_queue_it(client, db):
     register(client, db, "laptop", CPU)
-    r = client.post("/api/v1/runs", json={"experiment": "gemm_roofline",
-                                          "params": {"device": "cuda"}})
+    cuda = {"experiment": "gemm_roofline", "params": {"device": "cuda"}}
+    refused = client.post("/api/v1/runs", json=cuda)
+    assert refused.status_code == 422 and count(db, Run) == 0
+    error = refused.get_json()["error"]
+    assert error["field"] == "requires" and "queue_anyway" in error["message"]
+    assert "no registered runner has 1 GPU" in error["message"]
+    bad = client.post("/api/v1/runs", json={**cuda, "queue_anyway": "yes"})
+    assert bad.status_code == 422 and count(db, Run) == 0
+    r = client.post("/api/v1/runs", json={**cuda, "queue_anyway": True})
     assert r.status_code == 201
     assert r.get_json()["waiting"].startswith("no registered runner has 1 GPU")
     ok = client.post("/api/v1/runs", json={"experiment": "gemm_roofline",

@@ -134,3 +134,4 @@ def test_skipped_fires_are_visible(client, db):
     assert f'href="/runs/{ids[1]}"' in listing and "skipped" in listing
     assert f'href="/runs/{ids[2]}"' not in listing
     assert "Sunday sweep" in listing  # "Runs of “Sunday sweep”"
+

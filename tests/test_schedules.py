@@ -90,7 +90,7 @@ def test_fire_while_previous_unfinished_is_a_visible_skip(client, db):
 
 
 def test_disabled_schedules_do_not_fire(client, db):
-    s = new_schedule(client, cron="* * * * *")
+    s = new_schedule(client, cron="*/10 * * * *")
     client.put(f"/api/v1/schedules/{s['id']}", json={"enabled": False})
     assert fire(db, s["id"], utc(2030, 1, 1)) is None
 
@@ -126,3 +126,21 @@ def test_phrases_it_cannot_read_are_refused_and_say_what_it_can(client, db, phra
                                                "timezone": "UTC"})
     assert r.status_code == 422 and r.get_json()["error"]["field"] == "cron"
     assert count(db, Schedule) == 0
+
+
+@pytest.mark.parametrize("cron, every", [
+    ("* * * * *", "every 1 minute"), ("*/5 * * * *", "every 5 minutes"),
+    ("0,1 12 * * *", "every 1 minute"), ("0-4 * * * *", "every 1 minute"),
+    ("every 5 minutes", "every 5 minutes"),
+])
+def test_a_schedule_fires_at_most_every_ten_minutes(client, db, cron, every):
+    r = client.post("/api/v1/schedules", json={"experiment": "collectives", "cron": cron,
+                                               "timezone": "UTC"})
+    assert r.status_code == 422
+    error = r.get_json()["error"]
+    assert error["field"] == "cron" and every in error["message"]
+    assert "at most every 10 minutes" in error["message"]
+    assert client.get("/api/v1/schedules").get_json()["schedules"] == []
+    ok = new_schedule(client, cron="*/10 * * * *")
+    assert client.put(f"/api/v1/schedules/{ok['id']}", json={"cron": "* * * * *"}) \
+        .status_code == 422

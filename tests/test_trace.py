@@ -200,3 +200,22 @@ def test_a_file_of_nothing_but_junk_has_no_trace(app, client, pipeline_out, tmp_
 def test_tracks_are_shared_only_by_spans_that_do_not_overlap():
     assert assign_tracks([(0, 10), (10, 20), (5, 15), (12, 13)]) == [0, 0, 1, 2]
     assert assign_tracks([(0, 10)] * 3, limit=2) == [0, 1, None]
+
+
+def test_a_runs_views_are_made_once_per_version_of_its_events(app, client, pipeline_out):
+    """The trace file and the run page's timeline are built from the events once, then
+    served from the parsed file's cache while the file is unchanged: a big events file
+    costs its parse and its views once, not on every view."""
+    run_id = store_run(app, "pipeline", pipeline_out)
+    first = client.get(f"/api/v1/runs/{run_id}/trace.json")
+    page = client.get(f"/runs/{run_id}")
+    assert first.status_code == 200 and page.status_code == 200
+    with app.extensions["db"].read() as session:
+        found = rank_events.run_events(app.config["DATA_DIR"], session, run_id)
+    made = dict(found._derived)
+    assert {key[0] for key in made} == {"trace.json", "rank_views"}
+    again = client.get(f"/api/v1/runs/{run_id}/trace.json")
+    assert again.data == first.data
+    assert client.get(f"/runs/{run_id}").text == page.text
+    assert found._derived.keys() == made.keys()  # nothing was made again
+    assert all(found._derived[key] is value for key, value in made.items())

@@ -75,3 +75,33 @@ def test_a_draft_that_links_to_a_page_is_in_its_backlinks_for_owners_only(served
     assert [b["title"] for b in by_owner["backlinks"]] == ["Shown source", "Hidden source"]
     assert [b["title"] for b in by_viewer["backlinks"]] == ["Shown source"]
     assert (by_owner["total"], by_viewer["total"]) == (2, 1)  # a draft is not even counted
+
+
+def test_a_draft_revision_stays_the_owners_after_publishing(served):
+    """Created as a draft, published later with new text: a viewer reads the published
+    text, and the draft's text through no revision path (the API's list and revision, the
+    history page, a diff) and no search snippet. The owner still sees every revision."""
+    owner, viewer = served.as_user(OWNER), served.as_user(VIEWER)
+    made = owner("post", "/api/v1/entries", json={
+        "title": "Plan", "body": "draftonly words", "status": "draft"}).get_json()
+    owner("put", f"/api/v1/entries/{made['id']}",
+          json={"body": "public words", "status": "published",
+                "base_revision": made["revision"]})
+    base = f"/api/v1/entries/{made['id']}"
+    listed = viewer("get", f"{base}/revisions").get_json()["revisions"]
+    assert [r["number"] for r in listed] == [2]
+    assert viewer("get", f"{base}/revisions/1").status_code == 404
+    assert viewer("get", f"{base}/revisions/2").get_json()["body"] == "public words"
+    for path in (f"/entries/{made['id']}/diff?a=1&b=2", f"/entries/{made['id']}/diff?a=2&b=1"):
+        answer = viewer("get", path)
+        assert answer.status_code == 404 and "draftonly" not in answer.text
+    history = viewer("get", f"/entries/{made['id']}/history")
+    assert history.status_code == 200 and 'value="1"' not in history.text
+    assert viewer("get", "/api/v1/search?q=draftonly").get_json()["results"] == []
+    found = viewer("get", "/api/v1/search?q=public").get_json()["results"]
+    assert len(found) == 1 and "draftonly" not in str(found)
+    assert "draftonly" not in viewer("get", "/search?q=public").text
+    assert owner("get", f"{base}/revisions/1").get_json()["body"] == "draftonly words"
+    assert owner("get", f"/entries/{made['id']}/diff?a=1&b=2").status_code == 200
+    assert [r["number"] for r in owner("get", f"{base}/revisions").get_json()["revisions"]] \
+        == [2, 1]

@@ -12,6 +12,7 @@ import json
 import pytest
 
 from app.web.auth import tailscaled
+from tests.helpers import OWNER as SERVED_OWNER
 from tests.helpers import add_token, bearer
 from tests.tailnet import (
     NETNS_ADDR,
@@ -301,3 +302,22 @@ def test_real_server_in_whois_mode(data_dir, localapi):
         assert status == 403 and "could not ask tailscaled" in text
     finally:
         server.close()
+
+
+@pytest.mark.parametrize("login", [OWNER + "\u00a0", OWNER + "\u3000", "\u2003" + OWNER,
+                                   OWNER + "\n", " " + OWNER])
+def test_a_login_with_any_space_around_it_is_not_the_owner(whois_app, localapi, login):
+    """A login is compared as tailscaled gives it: no space of any kind is trimmed."""
+    localapi.peers["100.101.102.103"] = sample("user", login=login)
+    whois_app.config["OWNERS"] = [OWNER]
+    assert whois_app.test_client().get("/", environ_base=PHONE).status_code == 403
+
+
+@pytest.mark.parametrize("value", [f"=?utf-8?q?{SERVED_OWNER}=C2=A0?=",
+                                   f"=?utf-8?q?{SERVED_OWNER}=E3=80=80?=",
+                                   f"=?utf-8?q?=E2=80=83{SERVED_OWNER}?="])
+def test_a_serve_login_with_a_unicode_space_is_not_the_owner(served, value):
+    """serve sends a login with a non-ASCII space as an encoded word, decoded only to be
+    shown: it is not the owner's login."""
+    answer = served.client.get("/", headers={"Tailscale-User-Login": value})
+    assert answer.status_code == 403

@@ -21,6 +21,10 @@ from app.models import Run, Schedule, utcnow
 from base import statuses
 
 MAX_GRACE_S = 7 * 24 * 3600
+# A schedule starts a run at most this often: each fire is a run, and a minutely cron (or
+# thirty of them) would queue runs faster than any runner takes them.
+MIN_INTERVAL = dt.timedelta(minutes=10)
+FIRES_CHECKED = 48  # enough consecutive fires to see a cron's closest pair
 FIELDS = ("name", "experiment", "params", "cron", "timezone", "enabled", "misfire_grace_s")
 
 
@@ -97,13 +101,25 @@ def _clean(data: dict, current: Schedule | None = None) -> dict:
         raise Invalid(f"misfire_grace_s is whole seconds from 0 to {MAX_GRACE_S}",
                       "misfire_grace_s")
     merged["cron"] = cron_phrases.to_cron(merged["cron"])
-    if not next_fires(merged["cron"], merged["timezone"], 1):
+    fires = next_fires(merged["cron"], merged["timezone"], FIRES_CHECKED)
+    if not fires:
         raise Invalid(f"cron {merged['cron']!r} never fires", "cron")
+    closest = min((b - a for a, b in zip(fires, fires[1:], strict=False)), default=None)
+    if closest is not None and closest < MIN_INTERVAL:
+        minutes = int(MIN_INTERVAL.total_seconds() // 60)
+        raise Invalid(f"cron {merged['cron']!r} fires every {_span(closest)}; a schedule may "
+                      f"start a run at most every {minutes} minutes", "cron")
     experiment = merged["experiment"]
     merged["params"] = runs.check_params(experiment, merged["params"])
     merged["cron"] = " ".join(merged["cron"].split())
     merged["name"] = name.strip() or f"{experiment} ({merged['cron']})"
     return merged
+
+
+def _span(delta: dt.timedelta) -> str:
+    seconds = int(delta.total_seconds())
+    return f"{seconds // 60} minute{'s' if seconds // 60 != 1 else ''}" if seconds >= 60 \
+        else f"{seconds} seconds"
 
 
 def create(session: Session, data: dict) -> Schedule:

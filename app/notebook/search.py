@@ -33,10 +33,12 @@ from app.notebook import browse, ranking
 from app.notebook.entry_rows import LISTED, EntryRow, rows
 from app.notebook.isoweeks import WEEK_RE
 from app.notebook.ranking import run as _run
+from app.notebook.search_budget import check_size, folded_terms, time_limit
 from app.notebook.search_index import LETTER_TOKEN, has_index
 
 FILTERS = {"tag", "from", "to", "week", "kind"}
 MAX_QUERY = 500
+FILTER_NAME_RE = re.compile(r"[a-z]{2,}")
 TOKEN_RE = re.compile(r'"[^"]*"|\S+')
 MARK_OPEN, MARK_CLOSE = "\x02", "\x03"
 
@@ -79,6 +81,10 @@ def parse(text: str) -> Query:
         if sep and name.lower() in FILTERS and not token.startswith('"'):
             _apply_filter(query, name.lower(), value)
             continue
+        if sep and FILTER_NAME_RE.fullmatch(name) and value and not value.startswith("/"):
+            raise BadQuery(f"{name}: is not a filter here (they are "
+                           f"{', '.join(f'{f}:' for f in sorted(FILTERS))}); to search for "
+                           f'the text, put it in quotes: "{token}"')
         if token == "OR":
             if not query.terms or pending_or:
                 raise BadQuery("OR needs a word on each side")
@@ -111,6 +117,8 @@ def parse(text: str) -> Query:
         pending_or = False
     if pending_or:
         raise BadQuery("OR needs a word on each side")
+    query.terms = folded_terms(query.terms)
+    check_size(query.terms)
     return query
 
 
@@ -153,8 +161,15 @@ HITS = Prepared(sa.select(*HIT).where(Entry.id.in_(sa.bindparam("ids", expanding
 
 
 def search(session: Session, text: str, *, limit: int = 20, offset: int = 0,
-           include_drafts: bool = True) -> Results:
+           include_drafts: bool = True, seconds: float | None = None) -> Results:
+    """One page of results; `seconds` bounds the index's work (TooSlow past it)."""
     query = parse(text)
+    with time_limit(session, seconds):
+        return _search(session, query, limit, offset, include_drafts)
+
+
+def _search(session: Session, query: Query, limit: int, offset: int,
+            include_drafts: bool) -> Results:
     if not query.terms and not (query.tags or query.date_from or query.date_to
                                 or query.week or query.kind):
         return Results(query, [], False)
@@ -230,12 +245,20 @@ def _page(session: Session, query: Query, top: list) -> list:
         return []
     terms, cut = _snippet_terms(query.terms)
     snippets = ranking.matches(session, terms, " ".join(terms), [i for i, _ in top],
-                               "snippet(entry_fts, 2, :o, :c, '…', 16)",
+                               f"CASE WHEN length(body) <= {SNIPPET_MAX_CHARS} THEN "
+                               "snippet(entry_fts, 2, :o, :c, '…', 16) END",
                                o=MARK_OPEN, c=MARK_CLOSE)
+    snippets = {i: snippet for i, snippet in snippets.items() if snippet is not None}
     if cut:
         snippets = {i: _unmark(snippet, cut) for i, snippet in snippets.items()}
     found = {e.id: e for e in rows(session, HITS, {"ids": [i for i, _ in top]})}
     return [(found[i], score, snippets.get(i, "")) for i, score in top if i in found]
+
+
+# FTS5's snippet() weighs every window of the text around every match: quadratic in the
+# matches, which a hostile note makes the whole of its text (40,000 "`a " took 9 s for
+# "a*", in one SQLite step no time limit can stop). A longer text shows its lead instead.
+SNIPPET_MAX_CHARS = 20_000
 
 
 # A word prefix longer than the index keeps ("check*"): FTS5 merges the doclists of every

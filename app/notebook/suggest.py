@@ -103,10 +103,14 @@ def _visible(query, include_drafts: bool):
 
 
 def _this_week_and_today(text: str, today: dt.date) -> list[Suggestion]:
+    """Offered for what starts their address, or the words they are shown with: `[[tod`
+    is today, `[[this` this week."""
     week = iso_week(today)
     offered = [Suggestion(week, week, "this week's letter", "week"),
                Suggestion(today.isoformat(), today.isoformat(), "today", "date")]
-    return [s for s in offered if s.insert.lower().startswith(text.lower())]
+    typed = text.lower()
+    return [s for s in offered if s.insert.lower().startswith(typed)
+            or (typed and s.detail.startswith(typed))]
 
 
 def _weeks(session: Session, text: str, limit: int, include_drafts: bool) -> list[Suggestion]:

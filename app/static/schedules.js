@@ -33,11 +33,16 @@
     }
   }
 
+  // A form sent back with the server's word on "when" shows it beside the field: the
+  // preview says nothing until the value changes, and then speaks alone.
+  const served = document.getElementById("s-cron-error");
+
   function soon() {
+    if (served) served.hidden = true;
     clearTimeout(timer);
     timer = setTimeout(preview, 250);
   }
   input.addEventListener("input", soon);
   if (zone) zone.addEventListener("change", soon);
-  preview();
+  if (!served) preview();
 })();

@@ -10,8 +10,8 @@ from flask import abort, g
 
 from app.db import get_reader, get_session
 from app.errors import NotFound
-from app.models import Entry
-from app.notebook import entries, entry_rows
+from app.models import Entry, Revision
+from app.notebook import browse, entries, entry_rows
 from app.notebook.entry_rows import EntryRow
 
 
@@ -45,6 +45,23 @@ def readable_entry(entry_id: int) -> EntryRow:
     if not visible(entry):
         raise NotFound(f"no entry {entry_id}")
     return entry
+
+
+def visible_revisions(entry: Entry) -> list[Revision]:
+    """An entry's revisions, newest first, as this identity may see them: a revision saved
+    as a draft is the owner's, like the draft itself, even after the entry is published."""
+    revisions = browse.revisions(get_session(), entry)
+    if can_write():
+        return revisions
+    return [rev for rev in revisions if rev.status == "published"]
+
+
+def visible_revision(entry: Entry, number: int) -> Revision:
+    """One revision, or NotFound: a draft revision does not exist for a reader."""
+    rev = browse.revision(get_session(), entry, number)
+    if rev.status != "published" and not can_write():
+        raise NotFound(f"entry {entry.id} has no revision {number}")
+    return rev
 
 
 def author() -> str:

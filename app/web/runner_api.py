@@ -9,6 +9,7 @@ protocol is docs/RUNNER.md.
 
 from __future__ import annotations
 
+import threading
 import time
 from pathlib import Path
 
@@ -22,6 +23,9 @@ from app.models import Run, Runner, utcnow
 from app.web.parsing import json_body
 
 bp = Blueprint("runner", __name__, url_prefix="/api/v1/runner")
+# Set when this worker is told to stop (gunicorn.conf.py's worker_int): a long poll answers
+# 204 at once instead of keeping the worker, and Ctrl-C, waiting out its wait.
+STOPPING = threading.Event()
 
 
 def timings() -> dict:
@@ -88,9 +92,9 @@ def lease():
                 if run.nodes > 1:
                     spec["gang"] = gangs.spec(session, run, gangs.member(session, run, runner))
                 return jsonify(run=spec, **timings())
-        if time.monotonic() >= deadline:
+        if time.monotonic() >= deadline or STOPPING.is_set():
             return "", 204
-        time.sleep(min(0.5, max(0.0, deadline - time.monotonic())))
+        STOPPING.wait(min(0.5, max(0.0, deadline - time.monotonic())))
 
 
 def _held(session, run_id: int, data: dict) -> tuple[Run, Runner]:

@@ -7,6 +7,7 @@ import datetime as dt
 import re
 
 import click
+from rich.padding import Padding
 from rich.text import Text
 
 from cpl.context import Ctx, done, json_option, pass_ctx, print_json
@@ -187,7 +188,7 @@ def search(ctx: Ctx, query, limit, as_json):
             continue
         out.print(Text.assemble((f"{hit['id']:>5}", "id"), "  ", (hit["title"], "title"), "  ",
                                 (hit["date"], "date"), "  ", tags_text(hit.get("tags", []))))
-        line = snippet(hit.get("snippet", ""), True)
-        out.print(Text("       ") + line if isinstance(line, Text) else line)
+        # indented as a block: a snippet wider than the terminal wraps under itself
+        out.print(Padding(snippet(hit.get("snippet", ""), True), (0, 0, 0, 7)))
     if data.get("has_more") and out.tty:
         out.print(Text(f"more results: -n {min(100, limit * 2)}", style="muted"))

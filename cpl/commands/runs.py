@@ -105,13 +105,15 @@ def experiments(ctx: Ctx, name, as_json):
               help="What the host must have: gpu_model=H200, gpu_count=2.")
 @click.option("--nodes", "-n", type=click.IntRange(1), default=None,
               help="Hosts that run it together (world_size / nodes ranks each) [default: 1].")
+@click.option("--anyway", is_flag=True, help="Queue it even if no registered runner can "
+              "take it.")
 @click.option("--watch", "-w", "watching", is_flag=True, help="Follow it until it ends "
               "(with --json: the ended run's JSON).")
 @exit_status_option
 @interval_option
 @json_option
 @pass_ctx
-def run(ctx: Ctx, experiment, params, requires, nodes, watching, exit_status, interval,
+def run(ctx: Ctx, experiment, params, requires, nodes, anyway, watching, exit_status, interval,
         as_json):
     """Start a run of EXPERIMENT and print its id; --watch follows it.
 
@@ -139,7 +141,11 @@ def run(ctx: Ctx, experiment, params, requires, nodes, watching, exit_status, in
         body["requires"] = {k: int(v) if v.isdecimal() else v for k, v in needs.items()}
     if nodes is not None:
         body["nodes"] = nodes
+    if anyway:
+        body["queue_anyway"] = True
     started = ctx.api.post("/api/v1/runs", body)
+    if started.get("waiting"):
+        click.echo(f"warning: {started['waiting']}", err=True)
     follow_up(ctx, started, watching or exit_status, exit_status, interval, as_json)
 
 

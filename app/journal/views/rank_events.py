@@ -118,6 +118,9 @@ def parse_line(line: str | bytes) -> Event | None:
                  op=_word(raw.get("op")), asynchronous=raw.get("asynchronous") is True)
 
 
+MAX_DERIVED = 32
+
+
 class RunEvents:
     """The parsed events of one run, sorted by start time, grouped for the views.
     Shared between requests by the cache: treat it as read-only."""
@@ -134,6 +137,21 @@ class RunEvents:
             groups[(e.strategy, e.step)].append(e)
         self.groups = {key: tuple(evs) for key, evs in groups.items()}
         self.strategies = tuple(dict.fromkeys(e.strategy for e in self.events))
+        self._derived: dict = {}
+
+    def derived(self, key, make):
+        """What a view makes of these events (a trace file, a page's timeline), made once
+        per key while this version of the file is cached: parsed once was not enough, as
+        building the views of megabytes of events took seconds on every view."""
+        try:
+            return self._derived[key]
+        except KeyError:
+            pass
+        value = make()
+        if len(self._derived) >= MAX_DERIVED:  # keys carry query arguments: keep it small
+            self._derived.clear()
+        self._derived[key] = value
+        return value
 
     def __len__(self) -> int:
         return len(self.events)

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import datetime as dt
+import json
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -131,10 +132,21 @@ def list_runs():
 @bp.post("/runs")
 def create_run():
     data = json_body()
-    refuse_unknown(data, ("experiment", "params", "requires", "nodes"))
+    refuse_unknown(data, ("experiment", "params", "requires", "nodes", "queue_anyway"))
+    anyway = data.get("queue_anyway", False)
+    if not isinstance(anyway, bool):
+        raise Invalid("queue_anyway is true or false", "queue_anyway")
     session = get_session()
     run = runs.create(session, data.get("experiment"), data.get("params", {}),
                       actor=author(), requires=data.get("requires"), nodes=data.get("nodes"))
+    # As the run form does: a run no registered runner can take would wait a day and
+    # expire, so it is refused unless the caller insists. Anything else worth knowing (no
+    # runner yet, the able one not seen lately) is the queued run's `waiting`.
+    servable, why = runners.availability(session, run.requires)
+    if not servable and not anyway:
+        session.rollback()
+        raise Invalid(f"no runner can take this run: {why}; send queue_anyway: true to "
+                      "queue it all the same", "requires")
     session.commit()
     return jsonify(run_json(run, full=True)), 201, {"Location": f"/runs/{run.id}"}
 
@@ -200,11 +212,12 @@ def run_trace(run_id: int):
     found = rank_events.run_events(Path(current_app.config["DATA_DIR"]), session, run.id)
     if found is None:
         raise NotFound(f"run {run.id} logged no events")
-    body = trace.trace(found, {"run_id": run.id, "experiment": run.experiment,
-                               "status": run.status, "params": run.params,
-                               "strategies": list(found.strategies),
-                               "url": f"/runs/{run.id}"})
-    response = jsonify(body)
+    other = {"run_id": run.id, "experiment": run.experiment, "status": run.status,
+             "params": run.params, "strategies": list(found.strategies),
+             "url": f"/runs/{run.id}"}
+    key = ("trace.json", json.dumps(other, sort_keys=True, default=str))
+    body = found.derived(key, lambda: json.dumps(trace.trace(found, other)))
+    response = current_app.response_class(body, mimetype="application/json")
     response.headers["Content-Disposition"] = f'attachment; filename="run-{run.id}-trace.json"'
     return response
 

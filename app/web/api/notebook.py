@@ -12,7 +12,15 @@ from app.errors import Invalid, NotFound, refuse_unknown
 from app.models import Entry, Revision
 from app.notebook import addresses, attachments, browse, entries, isoweeks, letters, render, search
 from app.notebook.entry_rows import EntryRow
-from app.web.access import author, can_write, readable_entry, visible, visible_entry
+from app.web.access import (
+    author,
+    can_write,
+    readable_entry,
+    visible,
+    visible_entry,
+    visible_revision,
+    visible_revisions,
+)
 from app.web.api import idempotency
 from app.web.api.blueprint import bp
 from app.web.api.openapi import document
@@ -65,7 +73,8 @@ def list_entries():
     text = " ".join(p for p in parts if p)
     if text:
         results = search.search(get_session(), text, limit=limit, offset=offset,
-                                include_drafts=can_write())
+                                include_drafts=can_write(),
+                                seconds=current_app.config["SEARCH_TIME_LIMIT_S"])
         items = [entry_json(hit.entry, full=False) for hit in results.hits]
         has_more = results.has_more
     else:
@@ -148,14 +157,14 @@ def delete_entry(entry_id: int):
 @bp.get("/entries/<int:entry_id>/revisions")
 def list_revisions(entry_id: int):
     entry = visible_entry(entry_id)
-    revs = browse.revisions(get_session(), entry)
+    revs = visible_revisions(entry)
     return jsonify(entry_id=entry.id, revisions=[revision_json(r) for r in revs])
 
 
 @bp.get("/entries/<int:entry_id>/revisions/<int:number>")
 def get_revision(entry_id: int, number: int):
     entry = visible_entry(entry_id)
-    return jsonify(revision_json(browse.revision(get_session(), entry, number), full=True))
+    return jsonify(revision_json(visible_revision(entry, number), full=True))
 
 
 @bp.post("/entries/<int:entry_id>/restore")
@@ -226,7 +235,8 @@ def search_entries():
     limit = int_arg("limit", 20, 1, 100)
     offset = int_arg("offset", 0, 0, 100_000)
     results = search.search(get_session(), request.args.get("q", ""), limit=limit,
-                            offset=offset, include_drafts=can_write())
+                            offset=offset, include_drafts=can_write(),
+                            seconds=current_app.config["SEARCH_TIME_LIMIT_S"])
     return jsonify(
         q=request.args.get("q", ""),
         results=[{**entry_json(h.entry, full=False), "snippet": h.snippet_html,

@@ -64,7 +64,9 @@ def parse_whois(doc: object) -> Peer:
         raise WhoisUnavailable("whois answer has unreadable Node.Addresses")
     node_name = node.get("ComputedName") or str(node.get("Name") or "").rstrip(".")
     display = clean_name(str(profile.get("DisplayName") or ""))
-    return Peer(login=ascii_lower(login.strip()), name=display,
+    # As tailscaled gives it: str.strip() would turn "owner@x\u00a0" (a trailing no-break
+    # space, any Unicode space or a newline) into the owner.
+    return Peer(login=ascii_lower(login), name=display,
                 node=clean_name(str(node_name)), tags=tuple(str(t) for t in tags),
                 addresses=tuple(str(a).split("/")[0] for a in addresses))
 

@@ -12,7 +12,7 @@ from app.db import get_session
 from app.errors import Conflict, Invalid, Refusal
 from app.models import Entry, Revision
 from app.notebook import addresses, browse, entries
-from app.web.access import author, require_owner, visible_entry
+from app.web.access import author, require_owner, visible_entry, visible_revision, visible_revisions
 from app.web.pages.blueprints import notes as bp
 from app.web.pages.chrome import today
 from app.web.pages.diffing import field_changes, line_diff, stats
@@ -207,7 +207,7 @@ def delete_entry(entry_id: int):
 @bp.get("/entries/<int:entry_id>/history")
 def history(entry_id: int):
     entry = visible_entry(entry_id)
-    revisions = browse.revisions(get_session(), entry)
+    revisions = visible_revisions(entry)
     return render_template("notes/history.html", entry=entry, revisions=revisions)
 
 
@@ -224,8 +224,7 @@ def diff(entry_id: int):
     a, b = _revision_arg("a"), _revision_arg("b")
     if a > b:  # always read a diff forwards in time
         a, b = b, a
-    session = get_session()
-    old, new = browse.revision(session, entry, a), browse.revision(session, entry, b)
+    old, new = visible_revision(entry, a), visible_revision(entry, b)
     rows = line_diff(old.body_md, new.body_md)
     fields = field_changes(Draft.of(old).short_fields(), Draft.of(new).short_fields())
     return render_template("notes/diff.html", entry=entry, old=old, new=new, rows=rows,

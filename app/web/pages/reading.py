@@ -220,7 +220,8 @@ def search_page():
     results, error = None, None
     try:
         results = search.search(get_session(), q, limit=SEARCH_PAGE, offset=offset,
-                                include_drafts=can_write())
+                                include_drafts=can_write(),
+                                seconds=current_app.config["SEARCH_TIME_LIMIT_S"])
     except BadQuery as exc:
         error = str(exc)
     body = render_template("notes/search.html", q=q, results=results, error=error,

@@ -60,6 +60,7 @@ class Metric:
     value: float | None
     text: str
     better: str = ""  # "higher" or "lower": which way a change is an improvement
+    fraction: bool = False  # a share of a whole (MFU): a change is in percentage points
 
 
 def _num(value) -> float | None:
@@ -94,7 +95,7 @@ def headline(run: Run) -> dict[str, list[Metric]]:
                 Metric("memory / predicted", memory, numbers.ratio(memory)),
                 Metric("tokens/s", _num(s.get("tokens_per_s")),
                        numbers.si(_num(s.get("tokens_per_s"))), "higher"),
-                Metric("MFU", mfu, numbers.percent(mfu), "higher"),
+                Metric("MFU", mfu, _share(mfu), "higher", fraction=True),
                 Metric("correct", None, "✓" if check.get("passed") else
                        ("✗" if check else "–")),
             ]
@@ -111,27 +112,44 @@ def headline(run: Run) -> dict[str, list[Metric]]:
         for key, label, fmt, better in (
                 ("tokens_per_s", "tokens/s", numbers.si, "higher"),
                 ("achieved_flops", "achieved", lambda v: numbers.si(v, "FLOP/s"), "higher"),
-                ("mfu", "MFU", numbers.percent, "higher"),
+                ("mfu", "MFU", _share, "higher"),
                 ("peak_flops", "peak", lambda v: numbers.si(v, "FLOP/s"), "higher"),
                 ("copy_bandwidth_Bps", "copy bandwidth", lambda v: numbers.si(v, "B/s"),
                  "higher")):
             value = _num(result.get(key))
             if value is not None:
-                items.append(Metric(label, value, fmt(value), better))
+                items.append(Metric(label, value, fmt(value), better, fraction=key == "mfu"))
         if items:
             groups["result"] = items
     return groups
 
 
+def _share(value: float | None) -> str:
+    """A fraction as a percentage, a small one not rounded to 0%."""
+    if value is None:
+        return "–"
+    return f"{value:.1%}" if abs(value) < 0.1 else f"{value:.0%}"
+
+
 def change(base: Metric | None, other: Metric | None) -> tuple[str, str]:
-    """(text, class) for `other` beside `base`: "+12%" marked better or worse."""
-    if base is None or other is None or not base.value or other.value is None:
+    """(text, class) for `other` beside `base`: "+12%" marked better or worse; for a share
+    (MFU), the change in points ("+1.2 pt"). None for a quantity that is signed (time left
+    unexplained) or starts from nothing: a ratio of those reads as nonsense ("-524%")."""
+    if base is None or other is None or base.value is None or other.value is None:
         return "", ""
-    delta = other.value / base.value - 1
-    if abs(delta) < 0.005:
-        return "±0%", "same"
+    if base.fraction:
+        delta, text = other.value - base.value, f"{(other.value - base.value) * 100:+.1f} pt"
+        if abs(delta) < 0.0005:
+            return "±0 pt", "same"
+    else:
+        if base.value <= 0 or other.value < 0:
+            return "", ""
+        delta = other.value / base.value - 1
+        if abs(delta) < 0.005:
+            return "±0%", "same"
+        text = f"{delta:+.0%}"
     good = (delta > 0) == (base.better == "higher")
-    return f"{delta:+.0%}", ("" if not base.better else ("better" if good else "worse"))
+    return text, ("" if not base.better else ("better" if good else "worse"))
 
 
 # -- correctness --------------------------------------------------------------------------

@@ -11,6 +11,8 @@ median timed step) and says so, rather than failing the whole page.
 
 from __future__ import annotations
 
+import json
+
 from flask import current_app, request, url_for
 from markupsafe import Markup
 
@@ -114,7 +116,17 @@ def _heatmaps(run: Run, found) -> list[dict]:
 def rank_views(run: Run) -> dict | None:
     """Everything _run_views.html shows, or None when the run logged no timed events."""
     found = rank_events.run_events(current_app.config["DATA_DIR"], get_session(), run.id)
-    strategies = [s for s in found.strategies if found.timed_steps(s)] if found else []
+    if found is None:
+        return None
+    key = ("rank_views", run.id, run.status, json.dumps(run.params, sort_keys=True,
+                                                        default=str),
+           json.dumps(run.result, sort_keys=True, default=str),
+           request.args.get("tl_strategy"), request.args.get("tl_step"))
+    return found.derived(key, lambda: _rank_views(run, found))
+
+
+def _rank_views(run: Run, found: rank_events.RunEvents) -> dict | None:
+    strategies = [s for s in found.strategies if found.timed_steps(s)]
     if not strategies:
         return None
     strategy, step, note = _pick(strategies, found)

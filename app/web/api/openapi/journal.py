@@ -134,8 +134,13 @@ def paths() -> dict:
                                                    "maximum": gangs.MAX_NODES,
                                                    "description": "hosts that run it "
                                                    "together, world_size / nodes ranks "
-                                                   "each (default 1)"}}}),
-                     "responses": {"201": json_response(OBJ, "Queued"), **ERRORS}}},
+                                                   "each (default 1)"},
+                                               "queue_anyway": {
+                                                   "type": "boolean", "description":
+                                                   "queue it even if no registered runner "
+                                                   "can take it (else 422)"}}}),
+                     "responses": {"201": json_response(OBJ, "Queued; `waiting` says what "
+                                                        "may keep it waiting"), **ERRORS}}},
         "/api/v1/runs/{run_id}": {"parameters": [RUN_ID], "get": {
             "summary": "Status, reason, progress, result, events, environment",
             "responses": {"200": json_response(OBJ), **ERRORS}}},

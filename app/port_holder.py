@@ -1,0 +1,80 @@
+"""Whether the web's TCP address is free, and if not, who holds it. Without this check a
+busy port made `commonplace up` announce a server that was someone else's: the scheduler
+talked to that one, the runner got 401s, and gunicorn gave up seconds later without a hint.
+"""
+
+from __future__ import annotations
+
+import errno
+import os
+import socket
+from pathlib import Path
+
+LISTEN = "0A"  # the LISTEN state in /proc/net/tcp
+
+
+def port_problem(bind: str) -> str | None:
+    """Why nothing can listen on `bind` (host:port) now, naming what holds it; or None."""
+    if bind.startswith("unix:") or ":" not in bind:
+        return None
+    host, _, port_text = bind.rpartition(":")
+    host = host.strip("[]") or "0.0.0.0"
+    try:
+        port = int(port_text)
+    except ValueError:
+        return f"COMMONPLACE_BIND={bind} does not end in a port number"
+    family = socket.AF_INET6 if ":" in host else socket.AF_INET
+    with socket.socket(family, socket.SOCK_STREAM) as probe:
+        # as gunicorn binds: a port whose last connections are in TIME_WAIT is free
+        probe.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+        try:
+            probe.bind((host, port))
+        except OSError as exc:
+            if exc.errno != errno.EADDRINUSE:
+                return f"cannot listen on {bind}: {exc.strerror}"
+            return (f"port {port} is already in use, by {holder(port)}. Stop that, or set "
+                    f"COMMONPLACE_BIND to a free address (e.g. {host}:{port + 1})")
+    return None
+
+
+def holder(port: int) -> str:
+    """The process listening on TCP `port`, as far as /proc shows it (a process of another
+    user's hides its sockets)."""
+    inodes = _listening_inodes(port)
+    for pid_dir in Path("/proc").glob("[0-9]*"):
+        try:
+            fds = list((pid_dir / "fd").iterdir())
+        except OSError:
+            continue
+        for fd in fds:
+            try:
+                target = os.readlink(fd)
+            except OSError:
+                continue
+            if target.startswith("socket:[") and target[8:-1] in inodes:
+                return f"process {pid_dir.name} ({_command(pid_dir)})"
+    return "a process this user cannot see (another user's, or another container's)"
+
+
+def _listening_inodes(port: int) -> set[str]:
+    found = set()
+    for table in ("/proc/net/tcp", "/proc/net/tcp6"):
+        try:
+            lines = Path(table).read_text().splitlines()[1:]
+        except OSError:
+            continue
+        for line in lines:
+            fields = line.split()
+            if len(fields) > 9 and fields[3] == LISTEN and int(fields[1].rsplit(":", 1)[1],
+                                                                 16) == port:
+                found.add(fields[9])
+    return found
+
+
+def _command(pid_dir: Path) -> str:
+    try:
+        raw = (pid_dir / "cmdline").read_bytes()
+    except OSError:
+        return "?"
+    command = raw.replace(b"\0", b" ").decode("utf-8", "replace").strip()
+    return command[:120] or "?"
