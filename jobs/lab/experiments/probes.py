@@ -127,9 +127,17 @@ def peak_for(ctx: Context, dtype: str, given_tflops: float = 0.0) -> tuple[float
         for key, value in DENSE_BF16_PEAKS.items():
             if key in name:
                 return value, f"{key} dense bf16 datasheet"
-    edge = 4096 if ctx.is_cuda else 512
-    rate, _ = gemm_flops(ctx, edge, edge, edge, dtype=getattr(torch, dtype))
-    return rate, f"measured {edge}^3 {dtype} GEMM"
+    return peak_sample(ctx, dtype), f"measured {PEAK_EDGE[ctx.is_cuda]}^3 {dtype} GEMM"
+
+
+PEAK_EDGE = {True: 4096, False: 512}  # by is_cuda
+
+
+def peak_sample(ctx: Context, dtype: str) -> float:
+    """One try at the measured peak: a square GEMM's FLOP/s on this rank. The run takes
+    several, between its timed steps, and keeps the best (see training.py)."""
+    edge = PEAK_EDGE[ctx.is_cuda]
+    return gemm_flops(ctx, edge, edge, edge, dtype=getattr(torch, dtype), iters=3)[0]
 
 
 def _matrix(ctx: Context, shape: tuple, layout: str, dtype: torch.dtype) -> torch.Tensor:
@@ -282,6 +290,7 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
     peak = min(p for p in ctx.gather(peak))
     return costmodel.Calibration(
         flops=rate, peak_flops=max(peak, rate) if name.startswith("measured") else peak,
+        peak_samples=[peak] if name.startswith("measured") else [],
         links=links, n=ctx.world, peak_name=name, gemm_s=gemm_s, attention_s=attention_s,
         op_s=op_s, dtensor_op_s=max(r["dtensor"] for r in everyone), bandwidth=bandwidth)
 

@@ -9,6 +9,7 @@ import statistics
 from typing import Any
 
 from jobs.lab import strategies
+from jobs.lab.experiments import timing
 from jobs.lab.strategies.base import TrainSpec
 
 
@@ -97,17 +98,31 @@ def summarise(entry: dict, reports: list[dict], prediction: dict, spec: TrainSpe
     residual = step - prediction["step_time_s"]
     unmodelled = list(cls.unmodelled) + ([] if is_cuda or not prediction["terms_s"].get("comm")
                                          else ["gloo's threads taking cores from compute"])
+    steps = per_step(reports)
+    spread = timing.spread([st["time_s"] for st in steps])
+    for i in spread["outliers"]:
+        steps[i]["outlier"] = True
+    mfu = flops_step / step / (cal.peak_flops * len(act))
+    # no rank's step can be shorter than its own GEMMs: if it is, the probes were slowed
+    gemm_floor = max(sum(ph["gemm"] for ph in r["compute"].values()) for r in act)
+    problems = timing.validity(mfu, step, gemm_floor, cal.peak_samples)
     entry.update({
         "ranks": len(act),
         "step_time_s": {"median": step, "p10": _pct(slowest["step_times_s"], 0.1),
                         "p90": _pct(slowest["step_times_s"], 0.9),
-                        "per_rank_median": medians},
-        "per_step": per_step(reports),
+                        "per_rank_median": medians,
+                        **{k: spread[k] for k in ("n", "q1", "q3", "iqr_fraction",
+                                                  "outliers")},
+                        "stopped": act[0].get("timing_stopped"),
+                        "spread_target": timing.SPREAD_TARGET},
+        "per_step": steps,
         "tokens_per_s": spec.tokens / step,
-        "mfu": {"value": flops_step / step / (cal.peak_flops * len(act)),
+        "mfu": {"value": mfu, "valid": mfu <= 1.0,
                 "flops_per_step": flops_step, "peak_flops_per_rank": cal.peak_flops,
                 "peak_name": cal.peak_name, "dtype": spec.cfg.dtype,
                 "basis": "fraction of " + cal.peak_name},
+        "gemm_floor_s": gemm_floor,
+        "invalid": problems,
         "comm": _comm(act, bool(cls.instrumented)),
         "memory": mem,
         "compute_per_rank": [{"rank": r["rank"], "phases": r["compute"]} for r in act],

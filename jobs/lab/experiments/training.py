@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import statistics
+import time
 from typing import Any
 
 import torch
@@ -25,7 +26,8 @@ import torch
 from jobs.lab import strategies
 from jobs.lab.census import LiveStorage, OpCensus, freeze_startup
 from jobs.lab.correctness import TOLERANCES, gate, gate_batches, reference_steps
-from jobs.lab.experiments.probes import calibrate
+from jobs.lab.experiments import timing
+from jobs.lab.experiments.probes import calibrate, peak_sample
 from jobs.lab.experiments.recompute_versus import add_versus_single
 from jobs.lab.experiments.summary import counted_kinds, summarise
 from jobs.lab.instrument import SavedActivations
@@ -143,6 +145,39 @@ def time_step(ctx: Context, state: dict, i: int, warmup: int, spec: TrainSpec, b
              tokens_per_s=spec.tokens / (t1 - t0) if state["active"] else None)
 
 
+def timing_rounds(ctx: Context, timed: list[dict], cal, warmup: int, steps: int,
+                  dtype: str, step) -> None:
+    """Round-robin: step i of every strategy before step i+1 of any, so that a noisy
+    machine slows all of them alike and their ratios stay meaningful; past the steps
+    asked, only the strategies whose times have not settled go on (timing.verdict, on
+    the slowest rank's times: every rank decides alike). A measured peak is probed again
+    after every timed round, in the same conditions as the steps around it."""
+    measured_peak = bool(cal.peak_samples)
+    samples: list[float] = []
+    going, i, t0 = list(timed), 0, time.monotonic()
+    while going:
+        for st in going:
+            step(st, i)
+        if i >= warmup and measured_peak:
+            samples.append(peak_sample(ctx, dtype))
+        i += 1
+        if i < warmup + steps:
+            continue
+        every = ctx.gather({"times": [st["times"] for st in going],
+                            "elapsed": time.monotonic() - t0})
+        elapsed = max(r["elapsed"] for r in every)
+        still = []
+        for k, st in enumerate(going):
+            slowest = [max(r["times"][k][j] for r in every) for j in range(len(st["times"]))]
+            st["stopped"] = timing.verdict(slowest, steps, elapsed)
+            if st["stopped"] is None:
+                still.append(st)
+        going = still
+    # each round's figure is its slowest rank's (they probe at once, as they compute)
+    rounds = ctx.gather(samples)
+    cal.add_peak_samples([min(r[j] for r in rounds) for j in range(len(samples))])
+
+
 def timed_report(ctx: Context, state: dict, cal, params: dict) -> None:
     """What this rank measured while timing, and what the cost model says (asked while
     the instance still exists): every rank prices its own census, rank 0 composes."""
@@ -166,7 +201,8 @@ def timed_report(ctx: Context, state: dict, cal, params: dict) -> None:
         "census_wrapper": state["census_wrapper"],
         "compute": mine,
         "predicted_comm": strat.predicted_comm() if active else None,
-        "idle_fraction": _idle_fraction(ctx, name, range(params["steps"])) if active else None,
+        "idle_fraction": _idle_fraction(ctx, name, range(len(times))) if active else None,
+        "timing_stopped": state.get("stopped"),
         "timeline": {k: v for k, v in tl.summary(strategy=name).items()},
     }
     state["prediction"] = strat.predict(cal, compute) if ctx.rank == 0 else None
@@ -262,8 +298,8 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
     counter = [0]
 
     def progress(**fields: Any) -> None:
-        counter[0] += 1
-        ctx.progress(counter[0], total, **fields)
+        counter[0] += 1  # steps beyond those asked (timing.py) raise the total
+        ctx.progress(counter[0], max(total, counter[0]), **fields)
 
     states = [prepare(ctx, n, spec, batches, ref, tol, progress) for n in names]
     del ref, batches
@@ -277,11 +313,8 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
             f"{cal.op_s * 1e6:.1f} us, copy {cal.bandwidth / 1e9:.1f} GB/s; "
             + ", ".join(f"{op}: alpha={f.alpha * 1e3:.3f} ms W={f.bandwidth / 1e9:.3f} GB/s "
                         f"(fit rms {f.rms_rel_error:.0%})" for op, f in cal.links.items()))
-    # round-robin: step i of every strategy before step i+1 of any, so that a noisy
-    # machine slows all of them alike and their ratios stay meaningful
-    for i in range(warmup + steps):
-        for st in timed:
-            time_step(ctx, st, i, warmup, spec, batch, progress)
+    timing_rounds(ctx, timed, cal, warmup, steps, spec.cfg.dtype, lambda st, i: time_step(
+        ctx, st, i, warmup, spec, batch, progress))
     for st in timed:
         timed_report(ctx, st, cal, params)
     for st in states:
