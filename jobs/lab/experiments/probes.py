@@ -14,6 +14,7 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
@@ -25,21 +26,25 @@ from jobs.lab.instrument import Comm
 from jobs.lab.memorymodel import RECIPES
 from jobs.lab.model import ModelConfig, build_model, loss_fn, make_batch
 from jobs.lab.optim import make_optimizer
-from jobs.lab.runtime import Context
+from jobs.lab.runtime import NATIVE, Context, devices_served
 
 DENSE_BF16_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all")
 
 
-def collective(ctx: Context, op: str, nbytes: int, comm: Comm | None = None) -> Callable[[], None]:
+def collective(ctx: Context, op: str, nbytes: int, comm: Comm | None = None,
+               group: tuple[Any, list[int]] | None = None) -> Callable[[], None]:
     """A closure running `op` once on an S=nbytes buffer (nccl-tests sizing), either
-    through raw torch.distributed or through the counting wrapper `comm`."""
-    w, r, dev, g = ctx.world, ctx.rank, ctx.device, ctx.group
-    n = max(w, nbytes // 4 // w * w)  # fp32 elements, divisible by the world size
+    through raw torch.distributed or through the counting wrapper `comm`; over the whole
+    world, or `group`: (a subgroup, its ranks)."""
+    g, members = group or (ctx.group, list(range(ctx.world)))
+    w, dev = len(members), ctx.device
+    i = members.index(ctx.rank)
+    n = max(w, nbytes // 4 // w * w)  # fp32 elements, divisible by the group's size
     full = torch.ones(n, device=dev)
     part = torch.ones(n // w, device=dev)
     out = torch.empty_like(full)
-    nxt, prv = (r + 1) % w, (r - 1) % w
+    nxt, prv = members[(i + 1) % w], members[(i - 1) % w]
     if op == "all_reduce":
         return (lambda: comm.all_reduce(full)) if comm else \
             (lambda: dist.all_reduce(full, group=g))
@@ -222,8 +227,25 @@ def link_sizes(largest: int, world: int) -> list[int]:
     return sizes + [top]
 
 
+def subgroups(ctx: Context, n: int) -> tuple[Any, list[int]]:
+    """This rank's group of n consecutive ranks (every rank creates every group, in one
+    order), and its ranks: every group probes at once, as a mesh dimension's groups all
+    run at once in a step. On one host where in the world a group sits changes nothing;
+    across hosts a group's placement would matter, and is not probed."""
+    backend = None if ctx.device.type in devices_served(ctx.backend) \
+        else NATIVE[ctx.device.type]
+    mine = None
+    for start in range(0, ctx.world - n + 1, n):
+        ranks = list(range(start, start + n))
+        g = dist.new_group(ranks, backend=backend)
+        if ctx.rank in ranks:
+            mine = (g, ranks)
+    return mine
+
+
 def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
-               burst: int = 4) -> costmodel.LinkFit:
+               burst: int = 4, group: tuple[Any, list[int]] | None = None
+               ) -> costmodel.LinkFit:
     """alpha and W of `op`, fitted to the time per call of bursts of `burst` calls in a
     row on as many different buffers - as a step issues them: one after another, not each
     after a barrier, and each on its own tensor (gloo costs about twice as much per call
@@ -231,7 +253,7 @@ def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
     round-robin `repeats` times, in turn up and down the sizes, so that the machine's
     drift and whatever a burst leaves behind hit them alike; with the fit's error
     against the expected times (``expected``)."""
-    fns = {S: [collective(ctx, op, S) for _ in range(burst)] for S in sizes}
+    fns = {S: [collective(ctx, op, S, group=group) for _ in range(burst)] for S in sizes}
     times: dict[int, list[float]] = {S: [] for S in sizes}
 
     def run(S: int) -> Callable[[], None]:
@@ -244,9 +266,10 @@ def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
         for S in (sizes if r % 2 == 0 else sizes[::-1]):
             times[S] += [t / burst for t in time_fn(ctx, run(S), 2, warmup=1)]
     means = ctx.gather([expected(times[S]) for S in sizes])
-    samples = [(message_bytes(op, S, ctx.world), max(m[i] for m in means))
+    n = len(group[1]) if group else ctx.world
+    samples = [(message_bytes(op, S, n), max(m[i] for m in means))
                for i, S in enumerate(sizes)]
-    return costmodel.fit_link(op, ctx.world, samples)
+    return costmodel.fit_link(op, n, samples)
 
 
 def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
@@ -260,8 +283,11 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
     at the size of an operator's tensors."""
     links = {}
     if ctx.world > 1:
-        for op, largest in sorted(needs["links"].items()):
-            links[op] = sweep_link(ctx, op, link_sizes(largest, ctx.world))
+        for key, largest in sorted(needs["links"].items()):  # op, or op@n for n ranks
+            op, _, n = key.partition("@")
+            group = subgroups(ctx, int(n)) if n else None
+            links[key] = sweep_link(ctx, op, link_sizes(largest, int(n or ctx.world)),
+                                    group=group)
     tiny, tiny_phase = tiny_step(ctx, needs["kind"], precision)
     gemms = sorted(set(needs["gemm"]) | set(tiny_phase["gemm"]))
     attns = sorted({(k[1], k[2]) for k in set(needs["attention"]) | set(tiny_phase["attention"])})

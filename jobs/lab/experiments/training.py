@@ -26,6 +26,7 @@ import torch
 from jobs.lab import strategies
 from jobs.lab.census import LiveStorage, OpCensus, freeze_startup
 from jobs.lab.correctness import TOLERANCES, gate, gate_batches, reference_steps
+from jobs.lab.costmodel import link_key
 from jobs.lab.experiments import timing
 from jobs.lab.experiments.probes import calibrate, peak_sample
 from jobs.lab.experiments.recompute_versus import add_versus_single
@@ -109,7 +110,10 @@ def needs_of(ctx: Context, states: list[dict]) -> dict:
             mine["dtensor"] |= phase["dtensor_ops"] > 0
         for kind, c in census["collectives"].items():
             op = "send_recv" if kind in ("send", "recv") else kind
-            mine["links"][op] = max(mine["links"].get(op, 0), c["largest"])
+            for n, largest in c.get("largest_by_size", {0: c["largest"]}).items():
+                # a subgroup's collective gets its own link; the world's and p2p the world's
+                key = link_key(op, n, ctx.world)
+                mine["links"][key] = max(mine["links"].get(key, 0), largest)
     every = ctx.gather(mine)
     links: dict[str, int] = {}
     for r in every:
