@@ -14,7 +14,7 @@ from html import escape
 import feedparser
 import pytest
 
-from app.journal import card_training, cards, charts, lessons, posting, results
+from app.journal import advice, card_training, cards, charts, lessons, posting, results
 from app.models import Run
 from app.notebook import atom
 from tests.helpers import OWNER, TAILNET_PEER, add_token, load
@@ -133,6 +133,7 @@ def test_the_pipeline_lesson_weighs_micro_batch_overhead_against_the_bubble(tmp_
     """Told as the owner saw it: GPipe slower than naive model parallel. The step times are
     set so (whatever this machine measured); the terms are the run's own."""
     result = copy.deepcopy(result_of(tmp_path_factory, "pipeline"))
+    result["calibration"]["concurrency"]["slowdown_all_at_once"] = 1.0  # a core per rank
     by_name = {s["strategy"]: s for s in result["strategies"]}
     naive, gpipe = by_name["naive_mp"], by_name["gpipe"]
     for s in result["strategies"]:
@@ -145,6 +146,49 @@ def test_the_pipeline_lesson_weighs_micro_batch_overhead_against_the_bubble(tmp_
     assert sentence.startswith("gpipe is slower than naive model parallel here (90 ms vs 10 ms")
     assert f"into {m} micro-batches adds {charts.seconds(extra)}" in sentence
     assert f"{charts.seconds(extra / m)} per micro-batch × {m}" in sentence
+
+
+def test_one_verdict_decides_what_dominated_and_the_advice_follows_it(tmp_path_factory):
+    """As the owner saw it on the ZeRO card: an unmodelled cost "dominated", then
+    "Communication dominates: overlap it (bucketed DDP)". The step times are set so."""
+    result = copy.deepcopy(result_of(tmp_path_factory, "zero"))
+    for s in result["strategies"]:
+        s["step_time_s"]["median"] = s["prediction"]["step_time_s"]
+    slow = result["strategies"][-1]
+    slow["step_time_s"]["median"] = 10 * slow["prediction"]["step_time_s"]
+    slow["prediction"]["off"] = {"term": "communication", "why": "communication: 9 ms "
+                                 "measured against 1 ms predicted"}
+    told = lessons.training(result)
+    assert any(f"{slow['strategy']} took" in t and "off on communication: 9 ms" in t
+               for t in told), told
+    assert told[-1].startswith(f"To see where {slow['strategy']}'s unexplained")
+    assert not any("dominates" in t for t in told), told
+
+
+@pytest.mark.parametrize("name,words", [
+    ("dp_naive", "one all-reduce per gradient (12 calls): bucket them"),
+    ("ddp", "batch_size 8 → 32 makes compute the larger share"),
+    ("zero3", "1.5× data parallel's bytes"),
+    ("tp_megatron", "on the critical path of every layer (12 calls a step)"),
+    ("1f1b", "larger micro-batches")])
+def test_communication_advice_is_the_strategys_own(name, words):
+    comm = {"per_rank": [{"per_step": {"all_reduce": {"count": 12, "bytes": 1}}}]}
+    text = advice.communication(name, comm, 0.00785, 8)
+    assert text.startswith(f"Communication (7.85 ms a step) dominates {name}")
+    assert words in text
+    assert advice.communication(name, "hostile", 0.001, None)  # whatever a runner sent
+
+
+def test_on_shared_cores_the_pipeline_lesson_says_the_host_cannot_show_it(tmp_path_factory):
+    result = copy.deepcopy(result_of(tmp_path_factory, "pipeline"))
+    result["calibration"]["concurrency"]["slowdown_all_at_once"] = 3.7  # 8 users, 2 cores
+    by_name = {s["strategy"]: s for s in result["strategies"]}
+    by_name["naive_mp"]["step_time_s"]["median"] = 0.43
+    by_name["gpipe"]["step_time_s"]["median"] = 0.56
+    sentence = lessons.training(result)[0]
+    assert sentence.startswith("gpipe is slower than naive model parallel here (560 ms vs "
+                               "430 ms a step) because this host cannot run the stages")
+    assert "slowed each rank 3.7×" in sentence and "−" not in sentence
 
 
 def test_the_pipeline_card_shows_bubble_layers_and_activations_per_stage(tmp_path_factory):

@@ -145,6 +145,25 @@ def peak_sample(ctx: Context, dtype: str) -> float:
     return gemm_flops(ctx, edge, edge, edge, dtype=getattr(torch, dtype), iters=3)[0]
 
 
+def concurrency(ctx: Context, edge: int = 256, iters: int = 5) -> dict[str, float]:
+    """How much slower a rank computes when every rank computes at once than alone: 1.0
+    when each has a core (or a device) of its own, up to the world size when they take
+    turns on shared cores - then stages cannot overlap and a pipeline cannot beat naive
+    model parallelism, whatever its schedule. Each rank times a GEMM alone (the others
+    wait at a barrier), then all at once; the slowest rank's ratio is kept."""
+    a = torch.randn(edge, edge, device=ctx.device)
+    solo = []
+    for r in range(ctx.world):
+        ctx.barrier()
+        if ctx.rank == r:
+            solo = time_fn(ctx, lambda: torch.mm(a, a), iters, warmup=1, fence=False)
+        ctx.barrier()
+    ctx.barrier()
+    together = time_fn(ctx, lambda: torch.mm(a, a), iters, warmup=1, fence=False)
+    ratios = ctx.gather(statistics.median(together) / statistics.median(solo))
+    return {"slowdown_all_at_once": max(ratios), "ranks": ctx.world}
+
+
 def _matrix(ctx: Context, shape: tuple, layout: str, dtype: torch.dtype) -> torch.Tensor:
     """A random tensor of `shape`, row-major ('n') or the transpose of one ('t')."""
     if layout == "n":

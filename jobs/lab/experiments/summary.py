@@ -76,6 +76,34 @@ def _memory(r: dict) -> dict[str, Any]:
             "cuda_allocated_before_build": r["cuda_allocated_before_build"]}
 
 
+COMPUTE = ("gemm", "attention", "op_overhead", "memory_traffic")
+
+
+def off_term(step: float, prediction: dict, comm: dict) -> dict[str, Any] | None:
+    """Outside 1.5x: which side of the prediction was off - the communication (what the
+    counting wrapper timed on the slowest rank, against the priced collectives) or the
+    rest of the step (compute, and a pipeline's bubble). PyTorch's own collectives are
+    counted, not timed: then the two cannot be told apart, and the result says so."""
+    pred = prediction["step_time_s"]
+    if not pred or 1 / 1.5 <= step / pred <= 1.5:
+        return None
+    terms = prediction["terms_s"]
+    pred_comm = sum(v for k, v in terms.items() if k == "comm" or k.endswith("_comm"))
+    if not comm["instrumented"]:
+        return {"term": None, "measured_s": step, "predicted_s": pred,
+                "why": "PyTorch's own collectives are counted, not timed: compute and "
+                       "communication cannot be told apart"}
+    meas_comm = max((sum(v.get("time_s", 0.0) for v in r["per_step"].values())
+                     for r in comm["per_rank"]), default=0.0)
+    sides = {"communication": (meas_comm, pred_comm),
+             "compute" + (" and bubble" if "bubble" in terms else ""):
+                 (step - meas_comm, pred - pred_comm)}
+    term, (measured, predicted) = max(sides.items(), key=lambda kv: abs(kv[1][0] - kv[1][1]))
+    return {"term": term, "measured_s": measured, "predicted_s": predicted,
+            "why": f"{term}: {measured * 1e3:.3g} ms measured against {predicted * 1e3:.3g} "
+                   "ms predicted"}
+
+
 def per_step(reports: list[dict]) -> list[dict[str, Any]]:
     """Each timed step: its time on the slowest rank, and the global loss (the ranks'
     weighted shares summed, as the correctness gate sums them)."""
@@ -123,14 +151,14 @@ def summarise(entry: dict, reports: list[dict], prediction: dict, spec: TrainSpe
                 "basis": "fraction of " + cal.peak_name},
         "gemm_floor_s": gemm_floor,
         "invalid": problems,
-        "comm": _comm(act, bool(cls.instrumented)),
+        "comm": (comm := _comm(act, bool(cls.instrumented))),
         "memory": mem,
         "compute_per_rank": [{"rank": r["rank"], "phases": r["compute"]} for r in act],
         "timeline": [{"rank": r["rank"], "by_kind": r["timeline"]} for r in act],
         "extra": [{"rank": r["rank"], **r["extra"]} for r in act if r["extra"]],
         "prediction": {**prediction, "residual_s": residual,
                        "residual_fraction": residual / step if step else None,
-                       "unmodelled": unmodelled},
+                       "unmodelled": unmodelled, "off": off_term(step, prediction, comm)},
         "ratios": {"step_time": step / prediction["step_time_s"],
                    "memory": max((m["ratio"] for m in mem if m["ratio"]), default=None),
                    "memory_peak": max((m["peak"]["ratio"] for m in mem if m["peak"]["ratio"]),

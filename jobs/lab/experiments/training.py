@@ -28,7 +28,7 @@ from jobs.lab.census import LiveStorage, OpCensus, freeze_startup
 from jobs.lab.correctness import TOLERANCES, gate, gate_batches, reference_steps
 from jobs.lab.costmodel import link_key
 from jobs.lab.experiments import timing
-from jobs.lab.experiments.probes import calibrate, peak_sample
+from jobs.lab.experiments.probes import calibrate, concurrency, peak_sample
 from jobs.lab.experiments.recompute_versus import add_versus_single
 from jobs.lab.experiments.summary import counted_kinds, summarise
 from jobs.lab.instrument import SavedActivations
@@ -313,6 +313,7 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
         census_step(ctx, st, batch)
     cal = calibrate(ctx, {**needs_of(ctx, timed), "kind": spec.cfg.kind}, spec.cfg.dtype,
                     spec.precision)
+    shared = concurrency(ctx) if ctx.world > 1 else None
     ctx.log(f"calibrated: {len(cal.gemm_s)} GEMM shapes, per-operator overhead "
             f"{cal.op_s * 1e6:.1f} us, copy {cal.bandwidth / 1e9:.1f} GB/s; "
             + ", ".join(f"{op}: alpha={f.alpha * 1e3:.3f} ms W={f.bandwidth / 1e9:.3f} GB/s "
@@ -334,7 +335,7 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
         "model": {**c.as_dict(), "params": c.param_count(),
                   "flops_per_token": c.flops_per_token(), "precision": spec.precision},
         "tokens_per_step": spec.tokens,
-        "calibration": cal.as_dict(),
+        "calibration": {**cal.as_dict(), "concurrency": shared},
         "strategies": entries,
         "failed": [e["strategy"] for e in entries if not e["correctness"]["passed"]],
     }
