@@ -20,7 +20,7 @@ from typing import Any
 
 MIN_STEPS = 5  # fewer (asked for explicitly: quick checks) are kept, but never "settled"
 SPREAD_TARGET = 0.10  # IQR / median
-TIME_CAP_S = 30.0  # of timed stepping beyond the steps asked, all strategies together
+TIME_CAP_S = 30.0  # of timing in all (warm-up included), all strategies together
 STEP_CAP_FACTOR = 4
 OUTLIER_FLOOR = 0.05  # of the median: a step this close is jitter, not an outlier
 
