@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.lab import costmodel
-from jobs.lab.experiments import timing
+from jobs.lab.experiments import summary, timing
 
 # fsdp2 in a suggested first run: one preempted step among quick ones
 PREEMPTED = [0.0195, 0.0190, 0.721, 0.0201, 0.0188]
@@ -61,3 +61,20 @@ def test_the_peak_is_the_best_of_its_tries_with_their_spread():
     assert cal.peak_flops == 99.8e9
     spread = cal.as_dict()["peak_spread"]
     assert spread == {"n": 3, "min": 17.8e9, "median": 60e9, "max": 99.8e9, "kept": "best"}
+
+
+def test_outside_one_and_a_half_the_result_names_the_term_that_was_off():
+    # tp_megatron in a bench run: 71 ms measured, 16.7 ms predicted, 57 ms in all-reduces
+    pred = {"step_time_s": 0.0167, "terms_s": {"gemm": 0.0022, "op_overhead": 0.0078,
+                                               "memory_traffic": 0.0004, "comm": 0.0054}}
+    timed = {"instrumented": True,
+             "per_rank": [{"per_step": {"all_reduce": {"time_s": 0.0573}}},
+                          {"per_step": {"all_reduce": {"time_s": 0.0401}}}]}
+    off = summary.off_term(0.0712, pred, timed)
+    assert off["term"] == "communication"
+    assert off["why"] == "communication: 57.3 ms measured against 5.4 ms predicted"
+    assert summary.off_term(0.020, pred, timed) is None  # within 1.5x: nothing to name
+    counted = {"instrumented": False, "per_rank": []}  # PyTorch's own: counted, not timed
+    assert summary.off_term(0.0712, pred, counted)["term"] is None
+    piped = {**pred, "terms_s": {**pred["terms_s"], "bubble": 0.004}}
+    assert "cannot be told apart" in summary.off_term(0.0712, piped, timed)["why"]
