@@ -97,18 +97,20 @@ def _pipeline(runs: list[Timed], m: float | None, slowdown: float | None) -> str
                 "cores or GPUs the bubble formula's saving appears.")
     extra = slow.terms.get("op_overhead", 0) - naive.terms.get("op_overhead", 0)
     saved = naive.terms.get("bubble", 0) - slow.terms.get("bubble", 0)
+    head = (f"{slow.name} is slower than naive model parallel here ({seconds(slow.step)} vs "
+            f"{seconds(naive.step)} a step)")
+    if saved > max(extra, 0):  # the model expected a net saving: the stages did not overlap
+        return (f"{head}, although the cost model expected micro-batches to save "
+                f"{seconds(saved - max(extra, 0))} net ({seconds(saved)} of bubble): its stages "
+                "did not run side by side as the formula assumes, as when other work shares "
+                "the cores.")
     if extra <= 0:
         return None
     why = (f"splitting the batch into {m:g} micro-batches adds {seconds(extra)} of "
            f"per-operator overhead ({seconds(extra / m)} per micro-batch × {m:g})")
-    if saved <= 0:  # the model's bubble did not shrink: nothing saved to weigh against
-        verdict = "and in the cost model it saves no bubble time"
-    else:
-        verdict = (f"more than the {seconds(saved)} of bubble it saves" if saved < extra
-                   else f"against {seconds(saved)} of bubble saved")
-    return (f"{slow.name} is slower than naive model parallel here ({seconds(slow.step)} vs "
-            f"{seconds(naive.step)} a step): {why}, {verdict}; each micro-batch is too small "
-            "to fill the device.")
+    verdict = ("and in the cost model it saves no bubble time" if saved <= 0
+               else f"more than the {seconds(saved)} of bubble it saves")
+    return f"{head}: {why}, {verdict}; each micro-batch is too small to fill the device."
 
 
 def _gap(runs: list[Timed]) -> str | None:

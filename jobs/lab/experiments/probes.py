@@ -145,23 +145,27 @@ def peak_sample(ctx: Context, dtype: str) -> float:
     return gemm_flops(ctx, edge, edge, edge, dtype=getattr(torch, dtype), iters=3)[0]
 
 
-def concurrency(ctx: Context, edge: int = 256, iters: int = 5) -> dict[str, float]:
+def concurrency(ctx: Context, edge: int = 384, iters: int = 5,
+                rounds: int = 3) -> dict[str, float]:
     """How much slower a rank computes when every rank computes at once than alone: 1.0
     when each has a core (or a device) of its own, up to the world size when they take
     turns on shared cores - then stages cannot overlap and a pipeline cannot beat naive
     model parallelism, whatever its schedule. Each rank times a GEMM alone (the others
-    wait at a barrier), then all at once; the slowest rank's ratio is kept."""
+    wait at a barrier), then all at once, `rounds` times in turn (other work on the host
+    comes and goes); the median round's ratio, the slowest rank's, is kept."""
     a = torch.randn(edge, edge, device=ctx.device)
-    solo = []
-    for r in range(ctx.world):
-        ctx.barrier()
-        if ctx.rank == r:
-            solo = time_fn(ctx, lambda: torch.mm(a, a), iters, warmup=1, fence=False)
-        ctx.barrier()
-    ctx.barrier()
-    together = time_fn(ctx, lambda: torch.mm(a, a), iters, warmup=1, fence=False)
-    ratios = ctx.gather(statistics.median(together) / statistics.median(solo))
-    return {"slowdown_all_at_once": max(ratios), "ranks": ctx.world}
+    ratios = []
+    for _ in range(rounds):
+        solo = []
+        for r in range(ctx.world):
+            ctx.barrier()
+            if ctx.rank == r:
+                solo = time_fn(ctx, lambda: torch.mm(a, a), iters, warmup=1, fence=False)
+            ctx.barrier()
+        together = time_fn(ctx, lambda: torch.mm(a, a), iters, warmup=1, fence=False)
+        ratios.append(statistics.median(together) / statistics.median(solo))
+    every = ctx.gather(statistics.median(ratios))
+    return {"slowdown_all_at_once": max(every), "ranks": ctx.world}
 
 
 def _matrix(ctx: Context, shape: tuple, layout: str, dtype: torch.dtype) -> torch.Tensor:
