@@ -4,6 +4,7 @@ times on a shared CPU box mean little).
 
     .venv/bin/python bench/lab.py [--world-size 2] [--steps 10] [--precision fp32_sgd]
                                   [--keep DIR] [--quick] [--combined] [--only EXP ...]
+                                  [--repeat N] [--small] [--mesh-world 8]
 
 1. predicted / measured step time of every strategy, after the run's calibration
    (goal: within 1.5x), with the term that dominates and what is left unexplained
@@ -29,6 +30,9 @@ from pathlib import Path
 ROOT = Path(__file__).resolve().parents[1]
 MODEL = {"hidden": 256, "heads": 8, "layers": 8, "seq_len": 64, "vocab": 512,
          "batch_size": 16, "device": "cpu"}
+# --small: the scaled-down run for a shared 2-core box (say so beside its figures)
+SMALL = {"hidden": 64, "heads": 4, "layers": 4, "seq_len": 32, "vocab": 256,
+         "batch_size": 8, "device": "cpu"}
 RUNS = {  # experiment -> strategies, run once each
     "data_parallel": ["single", "dp_naive", "dp_bucket", "ddp"],
     "zero": ["zero1", "zero2", "zero3", "fsdp2"],
@@ -87,6 +91,28 @@ def prediction_table(results: dict[str, dict]) -> None:
             print(f"{s['strategy']:<{W}} {ms(s['step_time_s']['median']):>11} "
                   f"{ms(p['step_time_s']):>9} {r:9.2f}  {ok}  {p['dominant']:<14} "
                   f"{p['residual_s'] * 1e3:+9.1f} ms  {terms}  [{exp}]")
+
+
+def repeat_table(repeats: list[dict[str, dict]]) -> None:
+    """measured / predicted of every strategy over repeated runs: the median, the range,
+    and how many strategies fall within 1.5x and within 3x."""
+    print(f"\n== step time measured / predicted over {len(repeats)} repeated runs "
+          "(goal: >= 90% within 1.5x, none beyond 3x)")
+    keys = [(exp, s["strategy"]) for exp, r in repeats[0].items() for s in r["strategies"]
+            if "ratios" in s]
+    inside = beyond = 0
+    for exp, name in keys:
+        ratios = sorted(next(s for s in rep[exp]["strategies"] if s["strategy"] == name)
+                        ["ratios"]["step_time"] for rep in repeats)
+        med = ratios[len(ratios) // 2] if len(ratios) % 2 else \
+            (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
+        ok = 1 / 1.5 <= med <= 1.5
+        inside += ok
+        beyond += not 1 / 3 <= med <= 3
+        print(f"{name:<{W}} {exp:<16} median {med:6.2f}  range {ratios[0]:.2f}-"
+              f"{ratios[-1]:.2f}  {'ok' if ok else 'OFF'}")
+    print(f"within 1.5x: {inside} of {len(keys)} ({inside / max(1, len(keys)):.0%}); "
+          f"beyond 3x: {beyond}")
 
 
 def pairs_table(by_name: dict[str, dict]) -> None:
@@ -202,19 +228,34 @@ def main() -> int:
     ap.add_argument("--combined", action="store_true", help="also the combined experiments: "
                     "mesh (4 ranks), recompute, sequence, experts")
     ap.add_argument("--only", nargs="+", choices=list(RUNS), help="run only these experiments")
+    ap.add_argument("--repeat", type=int, default=1, help="run every experiment this often "
+                    "and tabulate measured/predicted over the repeats")
+    ap.add_argument("--small", action="store_true", help="the scaled-down model (SMALL)")
+    ap.add_argument("--mesh-world", type=int, default=None, help="ranks of the mesh run "
+                    "(8: dp2 x pp2 x tp2)")
     args = ap.parse_args()
     base = args.keep or Path(tempfile.mkdtemp(prefix="bench_lab_"))
     base.mkdir(parents=True, exist_ok=True)
     w = args.world_size
-    common = {**MODEL, "world_size": w, "steps": args.steps, "warmup": 3,
+    model = SMALL if args.small else MODEL
+    common = {**model, "world_size": w, "steps": args.steps, "warmup": 3,
               "precision": args.precision}
     print(f"parallelism lab bench: world_size={w}, gloo on CPU, {args.precision}, model "
-          f"{MODEL}, {args.steps} timed steps (median, p10/p90)")
-    results = {}
+          f"{model}, {args.steps} timed steps (median, p10/p90)")
     chosen = args.only or [e for e in RUNS if args.combined or e not in COMBINED]
-    for exp in chosen:
-        params = {**common, **EXTRA.get(exp, {}), "strategies": RUNS[exp]}
-        results[exp] = run(exp, params, base / exp)
+    repeats = []
+    for k in range(args.repeat):
+        results = {}
+        for exp in chosen:
+            extra = {**EXTRA.get(exp, {})}
+            if exp == "mesh" and args.mesh_world:  # dp x micro-batches must divide the batch
+                extra.update(world_size=args.mesh_world,
+                             batch_size=max(common["batch_size"], 2 * args.mesh_world))
+            params = {**common, **extra, "strategies": RUNS[exp]}
+            results[exp] = run(exp, params, base / f"{exp}.{k}")
+        repeats.append(results)
+    if args.repeat > 1:
+        repeat_table(repeats)
     by_name: dict[str, dict] = {}  # a name a second experiment repeats is name@experiment
     for exp, r in results.items():
         for s in r["strategies"]:

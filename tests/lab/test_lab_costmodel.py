@@ -39,6 +39,25 @@ def test_one_rank_communicates_for_free():
     assert cal.comm({"all_reduce": {"bytes": 1 << 20, "count": 3}}) == 0.0
 
 
+def test_a_collective_is_priced_with_its_own_group_sizes_link():
+    world = cost.LinkFit(alpha=14.8e-3, bandwidth=1e8)  # 8 ranks on 2 shared cores
+    pair = cost.LinkFit(alpha=0.5e-3, bandwidth=1e9)
+    cal = cost.Calibration(flops=1e9, peak_flops=1e9, n=8,
+                                links={"all_reduce": world, "all_reduce@2": pair})
+    assert cost.link_key("all_reduce", 2, 8) == "all_reduce@2"
+    assert cost.link_key("all_reduce", 8, 8) == cost.link_key("all_reduce", 0, 8) \
+        == "all_reduce"
+    assert cost.link_key("send_recv", 2, 8) == "send_recv"  # the world's ring probes p2p
+    S = 1 << 16
+    assert cal.coll("all_reduce", S, 4, n=2) == pytest.approx(4 * pair.time("all_reduce", S / 4, 2))
+    assert cal.coll("all_reduce", S, 4) == pytest.approx(4 * world.time("all_reduce", S / 4, 8))
+    table = {"all_reduce": {"bytes": S, "count": 4}}
+    assert cal.comm(table, 2) < cal.comm(table) / 10
+    del cal.links["all_reduce@2"]  # none calibrated for the group: the world's, at n ranks
+    assert cal.coll("all_reduce", S, 4, n=2) == \
+        pytest.approx(4 * world.time("all_reduce", S / 4, 2))
+
+
 @pytest.mark.parametrize("kind", ["gpt", "mlp"])
 @pytest.mark.parametrize("L,p", [(4, 2), (5, 2), (7, 4), (4, 4)])
 def test_stage_params_partition_the_model(kind, L, p):

@@ -1,6 +1,8 @@
 """The correctness gate catches what a one-step, name-level, absolute-tolerance gate let
 through: a ZeRO-1 that forgets its momentum, a shard with a hole, a 1F1B that runs in
-GPipe's order, a ZeRO-2 whose hook did not fire. Broken strategies are injected the way
+GPipe's order, a ZeRO-2 whose hook did not fire, and in bf16 a loss or gradients off by
+the same factor everywhere (per-tensor tolerances at bf16's width let those through).
+Broken strategies are injected the way
 broken_dp.py is (COMMONPLACE_LAB_PLUGIN)."""
 
 from __future__ import annotations
@@ -62,6 +64,40 @@ def test_zero2_whose_hook_did_not_fire_is_an_error(tmp_path):
     assert run.result["reason"]["code"] == "rank_failed"
     assert "ZeRO-2 bucket 0: its reduce-scatter hook did not fire" in \
         run.result["reason"]["message"]
+
+
+BF16 = {**TINY, "world_size": 2, "steps": 1, "warmup": 0, "precision": "bf16_adamw"}
+
+
+def test_a_1f1b_whose_loss_is_m_over_m_plus_1_fails_in_bf16_on_the_loss(tmp_path):
+    run = launch("pipeline", {**BF16, "micro_batches": 8, "strategies": ["gpipe", "1f1b"]},
+                 tmp_path, env=_plugin("scaled_by_a_little.py"))
+    assert run.rc == 3, run.stderr[-2000:]
+    assert run.result["failed"] == ["1f1b"]
+    c = run.strategy("1f1b")["correctness"]
+    assert c["tolerance"] == "bf16_compute" and c["steps_checked"] == 1
+    # every tensor within bf16's per-tensor tolerance, the loss 1/9 low
+    assert c["max_rel_error"] < 0.3
+    assert c["reason"].startswith("loss differs from the single-device reference at step 1")
+    assert c["loss"] / c["reference_loss"] == pytest.approx(8 / 9, rel=1e-3)
+    assert c["grad_norm_ratios"][0] == pytest.approx(8 / 9, rel=5e-3)
+    right = run.strategy("gpipe")["correctness"]
+    assert right["passed"] and right["steps_checked"] == GATE_STEPS
+    assert max(right["loss_rel_errors"]) < right["loss_rtol"] / 10
+    assert all(abs(r - 1) < right["norm_rtol"] / 4 for r in right["grad_norm_ratios"])
+
+
+def test_gradients_one_percent_low_fail_in_bf16_on_the_gradient_norm(tmp_path):
+    run = launch("data_parallel", {**BF16, "strategies": ["dp_naive", "dp_bucket"]},
+                 tmp_path, env=_plugin("scaled_by_a_little.py"))
+    assert run.rc == 3, run.stderr[-2000:]
+    assert run.result["failed"] == ["dp_bucket"]
+    c = run.strategy("dp_bucket")["correctness"]
+    assert c["max_rel_error"] < TOLERANCES["bf16_compute"].rtol  # no tensor looks wrong
+    assert c["loss_rel_errors"] == [pytest.approx(0, abs=1e-4)]  # nor does the loss
+    assert c["reason"].startswith("global gradient norm differs from the single-device "
+                                  "reference at step 1 of 3: 0.990")
+    assert run.strategy("dp_naive")["correctness"]["passed"]
 
 
 def test_tolerances_are_per_tensor_relative_and_absolute():

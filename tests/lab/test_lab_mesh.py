@@ -97,6 +97,11 @@ def test_three_dimensions_at_world_eight_pass_the_gate_with_bytes_exact_per_dime
         assert mesh["dims"]["tp"]["link"] == "intra" and mesh["dims"]["dp"]["link"] == "inter"
     for m in s["memory"]:
         assert 0.9 <= m["peak"]["ratio"] <= 1.1, (m["rank"], m["peak"])
+    # each dimension priced with its own group's link: tp's and dp's 2-rank all-reduces
+    # calibrated on 2-rank groups, not the 8-rank world's
+    links = run.result["calibration"]["links"]
+    assert "all_reduce@2" in links and "all_reduce" not in links
+    assert s["prediction"]["terms_s"]["tp_comm"] > 0
 
 
 def test_the_card_names_the_dimension_whose_traffic_dominates():

@@ -62,6 +62,24 @@ def _residual(s: dict) -> str:
     return text + (f" ({share:+.0%})".replace("-", "−") if share is not None else "")
 
 
+def _spread(s: dict) -> str:
+    """The median's spread, as ±half the interquartile range over the median."""
+    iqr = num(s, "step_time_s", "iqr_fraction")
+    return f" <small>±{iqr / 2:.0%}</small>" if iqr is not None else ""
+
+
+def invalid(s: dict) -> list[str]:
+    """What the run itself says makes this strategy's efficiency figures untrustworthy."""
+    found = s.get("invalid")
+    return [str(x)[:300] for x in found[:4]] if isinstance(found, list) else []
+
+
+def warnings(strategies: list[dict]) -> str:
+    lines = [f"<li>{escape(_name(s))}: {escape(x)}</li>" for s in strategies
+             for x in invalid(s)]
+    return (f'<ul class="card-warn" role="note">{"".join(lines)}</ul>' if lines else "")
+
+
 def key_table(strategies: list[dict]) -> str:
     rows = []
     for s in strategies:
@@ -69,13 +87,16 @@ def key_table(strategies: list[dict]) -> str:
         mark = ('<span class="ok-mark">✓</span>' if ok else '<span class="fail-mark">✗</span>')
         name = escape(_name(s)).replace("_", "_<wbr>")
         rows.append(f'<tr><td class="card-name">{name}</td><td>{mark}</td>'
-                    f'<td class="num">{seconds(num(s, "step_time_s", "median"))}</td>'
+                    f'<td class="num">{seconds(num(s, "step_time_s", "median"))}'
+                    f'{_spread(s)}</td>'
                     f'<td class="num">{ratio(num(s, "ratios", "step_time"))}</td>'
                     f'<td class="num">{si(num(s, "tokens_per_s"))}</td></tr>')
     return ('<table class="run-table card-keys"><thead><tr><th scope="col">strategy</th>'
             '<th scope="col"><abbr title="passed the correctness gate">ok</abbr></th>'
-            '<th scope="col">step</th><th scope="col"><abbr title="measured / predicted '
-            'step time">meas/<wbr>pred</abbr></th><th scope="col">tokens/s</th></tr></thead>'
+            '<th scope="col"><abbr title="median of the timed steps, ± half their '
+            'interquartile range">step</abbr></th><th scope="col"><abbr title="measured / '
+            'predicted step time">meas/<wbr>pred</abbr></th><th scope="col">tokens/s</th>'
+            '</tr></thead>'
             f"<tbody>{''.join(rows)}</tbody></table>")
 
 
@@ -123,14 +144,19 @@ def per_step(strategies: list[dict]) -> str:
     timed = [s for s in strategies if _per_step(s)]
     if not timed:
         return ""
+    # an outlier stays in the numbers below, marked, but out of the curve it would squash
     made = [charts.lines(title, [(_name(s), [(num(p, "step"), num(p, key)) for p in
-                                            _per_step(s)]) for s in timed], fmt, "timed step")
-            for title, key, fmt in (("Step time at each timed step", "time_s", seconds),
+                                            _per_step(s) if key != "time_s"
+                                            or not p.get("outlier")]) for s in timed],
+                         fmt, "timed step")
+            for title, key, fmt in (("Step time at each timed step (outliers left out)",
+                                     "time_s", seconds),
                                     ("Training loss at each timed step", "loss",
                                      lambda v: f"{v:.3g}"))]
     numbers = "".join(
         f"<dt>{escape(_name(s))}</dt><dd>"
-        + escape(", ".join(seconds(num(p, "time_s")) for p in _per_step(s)[:12]))
+        + escape(", ".join(seconds(num(p, "time_s")) + (" (outlier)" if p.get("outlier")
+                                                        else "") for p in _per_step(s)[:12]))
         + "; loss " + escape(", ".join(f"{v:.4g}" if (v := num(p, "loss")) is not None
                                        else "–" for p in _per_step(s)[:12])) + "</dd>"
         for s in timed)
@@ -255,6 +281,17 @@ def _state_text(s: dict) -> str:
                             for k in ("params", "grads", "optimizer")))
 
 
+def _timing_note(s: dict) -> str:
+    n, outliers = num(s, "step_time_s", "n"), (s.get("step_time_s") or {}).get("outliers")
+    stopped = (s.get("step_time_s") or {}).get("stopped")
+    parts = [f"{n:g} timed steps"] if n is not None else []
+    if isinstance(outliers, list) and outliers:
+        parts.append(f"{len(outliers)} outlier{'s' if len(outliers) > 1 else ''} marked")
+    if isinstance(stopped, str) and stopped != "settled":
+        parts.append(f"spread not settled ({stopped[:40]})")
+    return f"; {', '.join(parts)}" if parts else ""
+
+
 def _facts(s: dict) -> str:
     pred = s.get("prediction") if isinstance(s.get("prediction"), dict) else {}
     missing = [str(x)[:200] for x in (pred.get("unmodelled") or [])[:8]
@@ -263,16 +300,18 @@ def _facts(s: dict) -> str:
     exact = (s.get("comm") or {}).get("all_exact") if isinstance(s.get("comm"), dict) else None
     facts = [
         ("correct", escape(_check(s))),
-        ("step time (p10–p90)", f"{seconds(num(s, 'step_time_s', 'median'))} "
-                                f"({seconds(num(s, 'step_time_s', 'p10'))}–"
-                                f"{seconds(num(s, 'step_time_s', 'p90'))})"),
+        ("step time: median (p10–p90)", f"{seconds(num(s, 'step_time_s', 'median'))} "
+                                         f"({seconds(num(s, 'step_time_s', 'p10'))}–"
+                                         f"{seconds(num(s, 'step_time_s', 'p90'))})"
+                                         + escape(_timing_note(s))),
         ("predicted", seconds(num(pred, "step_time_s"))),
         ("measured/predicted", ratio(num(s, "ratios", "step_time"))),
         ("dominant term", escape(str(pred.get("dominant") or "–")[:40])),
         ("unexplained", escape(_residual(s)) + (
             f" <small>not modelled: {escape('; '.join(missing))}</small>" if missing else "")),
         ("tokens/s", si(num(s, "tokens_per_s"))),
-        ("MFU", percent(num(mfu, "value")) + (
+        ("MFU", ("invalid (see above)" if mfu.get("valid") is False
+                 else percent(num(mfu, "value"))) + (
             f" <small>of {escape(str(mfu['peak_name'])[:80])}</small>"
             if mfu.get("peak_name") else "")),
         ("comm bytes vs model", "–" if exact is None else ("exact" if exact else "differs")),
@@ -289,7 +328,7 @@ def body(result: dict) -> Body:
     timed = [s for s in strategies if _passed(s)]
     step, memory = step_chart(timed), memory_chart(timed)
     made = [c for c in (step, memory) if c]
-    html = (key_table(strategies)
+    html = (key_table(strategies) + warnings(timed)
             + (f'<div class="card-charts">{"".join(c.svg() for c in made)}</div>'
                if made else "")
             + mesh(timed) + experts(timed) + per_step(timed) + pipeline(timed) + throughput(timed)

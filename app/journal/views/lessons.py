@@ -13,6 +13,7 @@ import math
 from dataclasses import dataclass
 
 from app.journal.numbers import finite, percent, ratio, seconds, si
+from app.journal.views.advice import communication
 
 TERMS = {"gemm": "matrix multiplies", "attention": "attention", "op_overhead":
          "per-operator overhead", "memory_traffic": "memory traffic", "comm":
@@ -79,24 +80,37 @@ def _failed(result: dict) -> str | None:
             f"correctness gate and {'was' if len(bad) == 1 else 'were'} not timed: {reason}.")
 
 
-def _pipeline(runs: list[Timed], m: float | None) -> str | None:
-    """Micro-batches against no micro-batches: the overhead they add vs the bubble they save."""
+def _pipeline(runs: list[Timed], m: float | None, slowdown: float | None) -> str | None:
+    """Micro-batches against no micro-batches: the overhead they add vs the bubble they
+    save - or, when the ranks took turns on shared cores, that no schedule can overlap
+    stages here."""
     naive = next((t for t in runs if t.name == "naive_mp"), None)
     split = [t for t in runs if t.name != "naive_mp" and t.step > (naive.step if naive else 0)]
     if naive is None or not split or not m or m < 2:
         return None
     slow = max(split, key=lambda t: t.step)
+    if slowdown and slowdown > 1.5:
+        return (f"{slow.name} is slower than naive model parallel here ({seconds(slow.step)} "
+                f"vs {seconds(naive.step)} a step) because this host cannot run the stages "
+                f"at once: computing together slowed each rank {slowdown:.2g}× (1× when each "
+                "has a core of its own), so micro-batches only add their overhead; on free "
+                "cores or GPUs the bubble formula's saving appears.")
     extra = slow.terms.get("op_overhead", 0) - naive.terms.get("op_overhead", 0)
     saved = naive.terms.get("bubble", 0) - slow.terms.get("bubble", 0)
+    head = (f"{slow.name} is slower than naive model parallel here ({seconds(slow.step)} vs "
+            f"{seconds(naive.step)} a step)")
+    if saved > max(extra, 0):  # the model expected a net saving: the stages did not overlap
+        return (f"{head}, although the cost model expected micro-batches to save "
+                f"{seconds(saved - max(extra, 0))} net ({seconds(saved)} of bubble): its stages "
+                "did not run side by side as the formula assumes, as when other work shares "
+                "the cores.")
     if extra <= 0:
         return None
     why = (f"splitting the batch into {m:g} micro-batches adds {seconds(extra)} of "
            f"per-operator overhead ({seconds(extra / m)} per micro-batch × {m:g})")
-    verdict = (f"more than the {seconds(saved)} of bubble it saves" if saved < extra
-               else f"against {seconds(saved)} of bubble saved")
-    return (f"{slow.name} is slower than naive model parallel here ({seconds(slow.step)} vs "
-            f"{seconds(naive.step)} a step): {why}, {verdict}; each micro-batch is too small "
-            "to fill the device.")
+    verdict = ("and in the cost model it saves no bubble time" if saved <= 0
+               else f"more than the {seconds(saved)} of bubble it saves")
+    return f"{head}: {why}, {verdict}; each micro-batch is too small to fill the device."
 
 
 def _gap(runs: list[Timed]) -> str | None:
@@ -117,12 +131,48 @@ def _gap(runs: list[Timed]) -> str | None:
     return text + "."
 
 
+@dataclass
+class Verdict:
+    """The one analysis of what dominated, which the story and the advice both use: the
+    strategy the model explains worst when one is outside 1.5x, else the slowest; what
+    dominated it is the unexplained residual when that outweighs every predicted term,
+    else its largest predicted term."""
+
+    subject: Timed
+    term: str  # a key of TERMS, a mesh's *_comm, or "unexplained"
+    seconds: float
+
+
+def _worst(runs: list[Timed]) -> Timed | None:
+    judged = [t for t in runs if t.predicted and t.predicted > 0]
+    return max(judged, key=lambda t: abs(math.log(t.step / t.predicted)), default=None)
+
+
+def verdict(runs: list[Timed]) -> Verdict | None:
+    worst = _worst(runs)
+    if worst is None:
+        return None
+    subject = worst if not 0.67 <= worst.step / worst.predicted <= 1.5 else \
+        max((t for t in runs if t.predicted and t.predicted > 0), key=lambda t: t.step)
+    dom = subject.dominant
+    residual = subject.step - subject.predicted
+    if dom is None or residual > dom[1]:
+        return Verdict(subject, "unexplained", residual)
+    return Verdict(subject, *dom)
+
+
+def _off(t: Timed) -> str:
+    """Which side of the prediction was off (the lab's own analysis), as a clause."""
+    off = (t.raw.get("prediction") or {}).get("off")
+    why = off.get("why") if isinstance(off, dict) else None
+    return f"; off on {name_of(why, 160)}" if isinstance(why, str) else ""
+
+
 def _model(runs: list[Timed]) -> str | None:
     """The strategy the model explains worst, and whether its residual outweighs every term."""
-    judged = [t for t in runs if t.predicted and t.predicted > 0]
-    if not judged:
+    worst = _worst(runs)
+    if worst is None:
         return None
-    worst = max(judged, key=lambda t: abs(math.log(t.step / t.predicted)))
     r = worst.step / worst.predicted
     dom = worst.dominant
     if 0.67 <= r <= 1.5:
@@ -134,7 +184,7 @@ def _model(runs: list[Timed]) -> str | None:
                 f"predicted{share}.")
     residual = worst.step - worst.predicted
     text = (f"{worst.name} took {seconds(worst.step)} against {seconds(worst.predicted)} "
-            f"predicted ({ratio(r)})")
+            f"predicted ({ratio(r)}){_off(worst)}")
     if dom and residual > dom[1]:
         missing = (worst.raw.get("prediction") or {}).get("unmodelled") or []
         lacks = f" ({name_of(missing[0], 90)})" if isinstance(missing, list) and missing else ""
@@ -189,12 +239,18 @@ def _scaling(runs: list[Timed], ranks: float | None) -> str | None:
 
 
 def _change_training(result: dict, runs: list[Timed]) -> str | None:
-    """What to change to see the textbook effect, from what dominated."""
+    """What to change, from the one verdict of what dominated (verdict())."""
     params = result.get("params") if isinstance(result.get("params"), dict) else {}
-    doms = [t.dominant for t in runs if t.dominant]
-    if not doms:
+    found = verdict(runs)
+    if found is None:
         return None
-    term, value = max(doms, key=lambda d: d[1])
+    term, value = found.term, found.seconds
+    if term == "unexplained":
+        missing = (found.subject.raw.get("prediction") or {}).get("unmodelled") or []
+        lacks = name_of(missing[0], 90) if isinstance(missing, list) and missing else \
+            "a cost it does not model"
+        return (f"To see where {found.subject.name}'s unexplained {seconds(value)} went, open "
+                f"its timeline: the model lacks {lacks}.")
     hidden, batch = num(params, "hidden"), num(params, "batch_size")
     m, p = num(params, "micro_batches"), num(params, "world_size")
     device = name_of((result.get("environment") or {}).get("device") or "device"
@@ -208,9 +264,9 @@ def _change_training(result: dict, runs: list[Timed]) -> str | None:
             else ""
         return (f"To see the textbook effect, give each operator more work ({more}) so that "
                 f"compute, not {TERMS[term]} ({seconds(value)}), fills the {device}{tail}.")
-    if term == "comm":
-        return (f"Communication ({seconds(value)}) dominates: overlap it with backward "
-                "(bucketed DDP), or grow the model so compute can hide it.")
+    if term == "comm" or term.endswith("_comm"):
+        return communication(found.subject.name, found.subject.raw.get("comm"), value,
+                             batch)
     if term == "bubble" and m and p:
         return (f"The bubble ({seconds(value)}) dominates: raise micro_batches from {m:g} to "
                 f"{4 * m:g} and the formula's idle share falls from "
@@ -232,7 +288,8 @@ def _bubble(runs: list[Timed]) -> str | None:
 def training(result: dict) -> list[str]:
     runs = timed(result)
     params = result.get("params") if isinstance(result.get("params"), dict) else {}
-    why = [x for x in (_failed(result), _pipeline(runs, num(params, "micro_batches")),
+    slowdown = num(result, "calibration", "concurrency", "slowdown_all_at_once")
+    why = [x for x in (_failed(result), _pipeline(runs, num(params, "micro_batches"), slowdown),
                        _memory(runs), _model(runs), _gap(runs), _bubble(runs),
                        _scaling(runs, num(params, "world_size"))) if x]
     change = _change_training(result, runs)

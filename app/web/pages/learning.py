@@ -15,9 +15,14 @@ from dataclasses import dataclass, field
 from jobs.lab.catalogue import registry
 
 # What every first run shares: CPU ranks over gloo (any runner can take it), a model small
-# enough that a step is milliseconds, a couple of steps, one untimed warm-up.
-_TINY = {"device": "cpu", "steps": 2, "warmup": 1, "batch_size": 4, "seq_len": 16,
+# enough that a step is milliseconds, five timed steps (the fewest whose median and spread
+# the lab trusts: jobs/lab/experiments/timing.py), one untimed warm-up.
+_TINY = {"device": "cpu", "steps": 5, "warmup": 1, "batch_size": 4, "seq_len": 16,
          "hidden": 32, "layers": 2, "heads": 2, "vocab": 64}
+# A pipeline's micro-batch must carry more compute than its per-operator overhead and its
+# two messages, or splitting the batch only adds them: a wider model, a larger batch.
+_PIPELINE = {**_TINY, "world_size": 2, "micro_batches": 4, "batch_size": 16, "seq_len": 32,
+             "hidden": 256, "layers": 4, "heads": 4, "vocab": 256}
 
 
 @dataclass(frozen=True)
@@ -49,10 +54,9 @@ GUIDES: dict[str, Guide] = {
         "all-reduce of the gradients per step.",
     ),
     "pipeline": Guide(
-        "The model cut into two stages that pass micro-batches along, and how much of each "
-        "step a stage sits idle (the bubble) with GPipe and with 1F1B.",
-        {**_TINY, "world_size": 2, "micro_batches": 4,
-         "strategies": ["naive_mp", "gpipe", "1f1b"]},
+        "Two stages passing micro-batches, the idle share (bubble) of GPipe and 1F1B against "
+        "naive model parallel; they can win only when each rank has a core (or GPU) free.",
+        {**_PIPELINE, "strategies": ["naive_mp", "gpipe", "1f1b"]},
         "Now the model itself is split, by layers: stages wait on each other, and "
         "micro-batches are how you keep them busy.",
     ),

@@ -36,10 +36,26 @@ from collections.abc import Callable
 from typing import Any
 
 import torch
+import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
 from torch.utils._pytree import tree_leaves
 
 aten = torch.ops.aten
+
+
+def group_size(args: tuple) -> int:
+    """Ranks in the process group a collective's arguments name: a c10d operator carries
+    the group itself (a ScriptObject), a functional one its registered name. 0: none."""
+    for a in args:
+        if type(a).__name__ == "ScriptObject" and \
+                a._type().qualified_name().endswith(".ProcessGroup"):
+            return dist.ProcessGroup.unbox(a).size()
+        if isinstance(a, str):
+            try:
+                return dist.distributed_c10d._resolve_process_group(a).size()
+            except (ValueError, RuntimeError, KeyError):
+                continue  # a reduce op's name, not a group's
+    return 0
 
 
 def is_dtensor(types: Any) -> bool:
@@ -140,6 +156,11 @@ class OpCensus(_Mode):
             c["bytes"] += size
             c["count"] += 1
             c["largest"] = max(c["largest"], size)
+            # per group size: a mesh's 2-rank all-reduce is not the world's (the probes
+            # calibrate a link per collective and group size)
+            ranks = group_size(args)
+            by_size = c.setdefault("largest_by_size", {})
+            by_size[ranks] = max(by_size.get(ranks, 0), size)
             return
         if func.namespace in ("c10d", "_c10d_functional"):
             return  # waits, barriers, autograd wrappers: no data of their own

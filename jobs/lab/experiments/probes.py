@@ -14,13 +14,14 @@ from __future__ import annotations
 import statistics
 import time
 from collections.abc import Callable
+from typing import Any
 
 import torch
 import torch.distributed as dist
 import torch.nn.functional as F
 
 from jobs.lab.components.census import OpCensus
-from jobs.lab.components.context import Context
+from jobs.lab.components.context import NATIVE, Context, devices_served
 from jobs.lab.components.instrument import Comm
 from jobs.lab.components.model import ModelConfig, build_model, loss_fn, make_batch
 from jobs.lab.components.optim import make_optimizer
@@ -31,15 +32,19 @@ DENSE_BF16_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all")
 
 
-def collective(ctx: Context, op: str, nbytes: int, comm: Comm | None = None) -> Callable[[], None]:
+def collective(ctx: Context, op: str, nbytes: int, comm: Comm | None = None,
+               group: tuple[Any, list[int]] | None = None) -> Callable[[], None]:
     """A closure running `op` once on an S=nbytes buffer (nccl-tests sizing), either
-    through raw torch.distributed or through the counting wrapper `comm`."""
-    w, r, dev, g = ctx.world, ctx.rank, ctx.device, ctx.group
-    n = max(w, nbytes // 4 // w * w)  # fp32 elements, divisible by the world size
+    through raw torch.distributed or through the counting wrapper `comm`; over the whole
+    world, or `group`: (a subgroup, its ranks)."""
+    g, members = group or (ctx.group, list(range(ctx.world)))
+    w, dev = len(members), ctx.device
+    i = members.index(ctx.rank)
+    n = max(w, nbytes // 4 // w * w)  # fp32 elements, divisible by the group's size
     full = torch.ones(n, device=dev)
     part = torch.ones(n // w, device=dev)
     out = torch.empty_like(full)
-    nxt, prv = (r + 1) % w, (r - 1) % w
+    nxt, prv = members[(i + 1) % w], members[(i - 1) % w]
     if op == "all_reduce":
         return (lambda: comm.all_reduce(full)) if comm else \
             (lambda: dist.all_reduce(full, group=g))
@@ -127,9 +132,40 @@ def peak_for(ctx: Context, dtype: str, given_tflops: float = 0.0) -> tuple[float
         for key, value in DENSE_BF16_PEAKS.items():
             if key in name:
                 return value, f"{key} dense bf16 datasheet"
-    edge = 4096 if ctx.is_cuda else 512
-    rate, _ = gemm_flops(ctx, edge, edge, edge, dtype=getattr(torch, dtype))
-    return rate, f"measured {edge}^3 {dtype} GEMM"
+    return peak_sample(ctx, dtype), f"measured {PEAK_EDGE[ctx.is_cuda]}^3 {dtype} GEMM"
+
+
+PEAK_EDGE = {True: 4096, False: 512}  # by is_cuda
+
+
+def peak_sample(ctx: Context, dtype: str) -> float:
+    """One try at the measured peak: a square GEMM's FLOP/s on this rank. The run takes
+    several, between its timed steps, and keeps the best (see training.py)."""
+    edge = PEAK_EDGE[ctx.is_cuda]
+    return gemm_flops(ctx, edge, edge, edge, dtype=getattr(torch, dtype), iters=3)[0]
+
+
+def concurrency(ctx: Context, edge: int = 384, iters: int = 5,
+                rounds: int = 3) -> dict[str, float]:
+    """How much slower a rank computes when every rank computes at once than alone: 1.0
+    when each has a core (or a device) of its own, up to the world size when they take
+    turns on shared cores - then stages cannot overlap and a pipeline cannot beat naive
+    model parallelism, whatever its schedule. Each rank times a GEMM alone (the others
+    wait at a barrier), then all at once, `rounds` times in turn (other work on the host
+    comes and goes); the median round's ratio, the slowest rank's, is kept."""
+    a = torch.randn(edge, edge, device=ctx.device)
+    ratios = []
+    for _ in range(rounds):
+        solo = []
+        for r in range(ctx.world):
+            ctx.barrier()
+            if ctx.rank == r:
+                solo = time_fn(ctx, lambda: torch.mm(a, a), iters, warmup=1, fence=False)
+            ctx.barrier()
+        together = time_fn(ctx, lambda: torch.mm(a, a), iters, warmup=1, fence=False)
+        ratios.append(statistics.median(together) / statistics.median(solo))
+    every = ctx.gather(statistics.median(ratios))
+    return {"slowdown_all_at_once": max(every), "ranks": ctx.world}
 
 
 def _matrix(ctx: Context, shape: tuple, layout: str, dtype: torch.dtype) -> torch.Tensor:
@@ -214,8 +250,25 @@ def link_sizes(largest: int, world: int) -> list[int]:
     return sizes + [top]
 
 
+def subgroups(ctx: Context, n: int) -> tuple[Any, list[int]]:
+    """This rank's group of n consecutive ranks (every rank creates every group, in one
+    order), and its ranks: every group probes at once, as a mesh dimension's groups all
+    run at once in a step. On one host where in the world a group sits changes nothing;
+    across hosts a group's placement would matter, and is not probed."""
+    backend = None if ctx.device.type in devices_served(ctx.backend) \
+        else NATIVE[ctx.device.type]
+    mine = None
+    for start in range(0, ctx.world - n + 1, n):
+        ranks = list(range(start, start + n))
+        g = dist.new_group(ranks, backend=backend)
+        if ctx.rank in ranks:
+            mine = (g, ranks)
+    return mine
+
+
 def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
-               burst: int = 4) -> cost.LinkFit:
+               burst: int = 4, group: tuple[Any, list[int]] | None = None
+               ) -> cost.LinkFit:
     """alpha and W of `op`, fitted to the time per call of bursts of `burst` calls in a
     row on as many different buffers - as a step issues them: one after another, not each
     after a barrier, and each on its own tensor (gloo costs about twice as much per call
@@ -223,7 +276,7 @@ def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
     round-robin `repeats` times, in turn up and down the sizes, so that the machine's
     drift and whatever a burst leaves behind hit them alike; with the fit's error
     against the expected times (``expected``)."""
-    fns = {S: [collective(ctx, op, S) for _ in range(burst)] for S in sizes}
+    fns = {S: [collective(ctx, op, S, group=group) for _ in range(burst)] for S in sizes}
     times: dict[int, list[float]] = {S: [] for S in sizes}
 
     def run(S: int) -> Callable[[], None]:
@@ -236,9 +289,10 @@ def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
         for S in (sizes if r % 2 == 0 else sizes[::-1]):
             times[S] += [t / burst for t in time_fn(ctx, run(S), 2, warmup=1)]
     means = ctx.gather([expected(times[S]) for S in sizes])
-    samples = [(message_bytes(op, S, ctx.world), max(m[i] for m in means))
+    n = len(group[1]) if group else ctx.world
+    samples = [(message_bytes(op, S, n), max(m[i] for m in means))
                for i, S in enumerate(sizes)]
-    return cost.fit_link(op, ctx.world, samples)
+    return cost.fit_link(op, n, samples)
 
 
 def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
@@ -252,8 +306,11 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
     at the size of an operator's tensors."""
     links = {}
     if ctx.world > 1:
-        for op, largest in sorted(needs["links"].items()):
-            links[op] = sweep_link(ctx, op, link_sizes(largest, ctx.world))
+        for key, largest in sorted(needs["links"].items()):  # op, or op@n for n ranks
+            op, _, n = key.partition("@")
+            group = subgroups(ctx, int(n)) if n else None
+            links[key] = sweep_link(ctx, op, link_sizes(largest, int(n or ctx.world)),
+                                    group=group)
     tiny, tiny_phase = tiny_step(ctx, needs["kind"], precision)
     gemms = sorted(set(needs["gemm"]) | set(tiny_phase["gemm"]))
     attns = sorted({(k[1], k[2]) for k in set(needs["attention"]) | set(tiny_phase["attention"])})
@@ -282,6 +339,7 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
     peak = min(p for p in ctx.gather(peak))
     return cost.Calibration(
         flops=rate, peak_flops=max(peak, rate) if name.startswith("measured") else peak,
+        peak_samples=[peak] if name.startswith("measured") else [],
         links=links, n=ctx.world, peak_name=name, gemm_s=gemm_s, attention_s=attention_s,
         op_s=op_s, dtensor_op_s=max(r["dtensor"] for r in everyone), bandwidth=bandwidth)
 

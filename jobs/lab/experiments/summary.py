@@ -9,6 +9,7 @@ import statistics
 from typing import Any
 
 from jobs.lab import strategies
+from jobs.lab.experiments import timing
 from jobs.lab.strategies.base import TrainSpec
 
 
@@ -75,6 +76,39 @@ def _memory(r: dict) -> dict[str, Any]:
             "cuda_allocated_before_build": r["cuda_allocated_before_build"]}
 
 
+COMPUTE = ("gemm", "attention", "op_overhead", "memory_traffic")
+
+
+def off_term(step: float, prediction: dict, comm: dict) -> dict[str, Any] | None:
+    """Outside 1.5x: which side of the prediction was off - the communication (what the
+    counting wrapper timed on the slowest rank, against the priced collectives) or the
+    rest of the step (compute, and a pipeline's bubble). PyTorch's own collectives are
+    counted, not timed: then the two cannot be told apart, and the result says so."""
+    pred = prediction["step_time_s"]
+    if not pred or 1 / 1.5 <= step / pred <= 1.5:
+        return None
+    terms = prediction["terms_s"]
+    pred_comm = sum(v for k, v in terms.items() if k == "comm" or k.endswith("_comm"))
+    if not comm["instrumented"]:
+        return {"term": None, "measured_s": step, "predicted_s": pred,
+                "why": "PyTorch's own collectives are counted, not timed: compute and "
+                       "communication cannot be told apart"}
+    meas_comm = max((sum(v.get("time_s", 0.0) for v in r["per_step"].values())
+                     for r in comm["per_rank"]), default=0.0)
+    if "bubble" in terms or meas_comm >= step:
+        # a pipeline's receives wait out its neighbour (the bubble) and its sends run
+        # beside compute; an async collective's time runs from launch to wait
+        return {"term": None, "measured_s": step, "predicted_s": pred,
+                "why": "its timed collectives overlap compute and waits, so compute and "
+                       "communication cannot be told apart"}
+    sides = {"communication": (meas_comm, pred_comm),
+             "compute": (step - meas_comm, pred - pred_comm)}
+    term, (measured, predicted) = max(sides.items(), key=lambda kv: abs(kv[1][0] - kv[1][1]))
+    return {"term": term, "measured_s": measured, "predicted_s": predicted,
+            "why": f"{term}: {measured * 1e3:.3g} ms measured against {predicted * 1e3:.3g} "
+                   "ms predicted"}
+
+
 def per_step(reports: list[dict]) -> list[dict[str, Any]]:
     """Each timed step: its time on the slowest rank, and the global loss (the ranks'
     weighted shares summed, as the correctness gate sums them)."""
@@ -97,25 +131,39 @@ def summarise(entry: dict, reports: list[dict], prediction: dict, spec: TrainSpe
     residual = step - prediction["step_time_s"]
     unmodelled = list(cls.unmodelled) + ([] if is_cuda or not prediction["terms_s"].get("comm")
                                          else ["gloo's threads taking cores from compute"])
+    steps = per_step(reports)
+    spread = timing.spread([st["time_s"] for st in steps])
+    for i in spread["outliers"]:
+        steps[i]["outlier"] = True
+    mfu = flops_step / step / (cal.peak_flops * len(act))
+    # no rank's step can be shorter than its own GEMMs: if it is, the probes were slowed
+    gemm_floor = max(sum(ph["gemm"] for ph in r["compute"].values()) for r in act)
+    problems = timing.validity(mfu, step, gemm_floor, cal.peak_samples)
     entry.update({
         "ranks": len(act),
         "step_time_s": {"median": step, "p10": _pct(slowest["step_times_s"], 0.1),
                         "p90": _pct(slowest["step_times_s"], 0.9),
-                        "per_rank_median": medians},
-        "per_step": per_step(reports),
+                        "per_rank_median": medians,
+                        **{k: spread[k] for k in ("n", "q1", "q3", "iqr_fraction",
+                                                  "outliers")},
+                        "stopped": act[0].get("timing_stopped"),
+                        "spread_target": timing.SPREAD_TARGET},
+        "per_step": steps,
         "tokens_per_s": spec.tokens / step,
-        "mfu": {"value": flops_step / step / (cal.peak_flops * len(act)),
+        "mfu": {"value": mfu, "valid": mfu <= 1.0,
                 "flops_per_step": flops_step, "peak_flops_per_rank": cal.peak_flops,
                 "peak_name": cal.peak_name, "dtype": spec.cfg.dtype,
                 "basis": "fraction of " + cal.peak_name},
-        "comm": _comm(act, bool(cls.instrumented)),
+        "gemm_floor_s": gemm_floor,
+        "invalid": problems,
+        "comm": (comm := _comm(act, bool(cls.instrumented))),
         "memory": mem,
         "compute_per_rank": [{"rank": r["rank"], "phases": r["compute"]} for r in act],
         "timeline": [{"rank": r["rank"], "by_kind": r["timeline"]} for r in act],
         "extra": [{"rank": r["rank"], **r["extra"]} for r in act if r["extra"]],
         "prediction": {**prediction, "residual_s": residual,
                        "residual_fraction": residual / step if step else None,
-                       "unmodelled": unmodelled},
+                       "unmodelled": unmodelled, "off": off_term(step, prediction, comm)},
         "ratios": {"step_time": step / prediction["step_time_s"],
                    "memory": max((m["ratio"] for m in mem if m["ratio"]), default=None),
                    "memory_peak": max((m["peak"]["ratio"] for m in mem if m["peak"]["ratio"]),

@@ -18,6 +18,7 @@ from __future__ import annotations
 import contextlib
 import gc
 import statistics
+import time
 from typing import Any
 
 import torch
@@ -27,9 +28,11 @@ from jobs.lab.components.census import LiveStorage, OpCensus, freeze_startup
 from jobs.lab.components.context import Context
 from jobs.lab.components.instrument import SavedActivations
 from jobs.lab.components.model import ModelConfig, make_batch
-from jobs.lab.experiments.probes import calibrate
+from jobs.lab.experiments import timing
+from jobs.lab.experiments.probes import calibrate, concurrency, peak_sample
 from jobs.lab.experiments.recompute_versus import add_versus_single
 from jobs.lab.experiments.summary import counted_kinds, summarise
+from jobs.lab.predict.cost import link_key
 from jobs.lab.predict.memory import RECIPES
 from jobs.lab.strategies.base import Strategy, TrainSpec
 from jobs.lab.strategies.correctness import TOLERANCES, gate, gate_batches, reference_steps
@@ -107,7 +110,10 @@ def needs_of(ctx: Context, states: list[dict]) -> dict:
             mine["dtensor"] |= phase["dtensor_ops"] > 0
         for kind, c in census["collectives"].items():
             op = "send_recv" if kind in ("send", "recv") else kind
-            mine["links"][op] = max(mine["links"].get(op, 0), c["largest"])
+            for n, largest in c.get("largest_by_size", {0: c["largest"]}).items():
+                # a subgroup's collective gets its own link; the world's and p2p the world's
+                key = link_key(op, n, ctx.world)
+                mine["links"][key] = max(mine["links"].get(key, 0), largest)
     every = ctx.gather(mine)
     links: dict[str, int] = {}
     for r in every:
@@ -143,6 +149,39 @@ def time_step(ctx: Context, state: dict, i: int, warmup: int, spec: TrainSpec, b
              tokens_per_s=spec.tokens / (t1 - t0) if state["active"] else None)
 
 
+def timing_rounds(ctx: Context, timed: list[dict], cal, warmup: int, steps: int,
+                  dtype: str, step) -> None:
+    """Round-robin: step i of every strategy before step i+1 of any, so that a noisy
+    machine slows all of them alike and their ratios stay meaningful; past the steps
+    asked, only the strategies whose times have not settled go on (timing.verdict, on
+    the slowest rank's times: every rank decides alike). A measured peak is probed again
+    after every timed round, in the same conditions as the steps around it."""
+    measured_peak = bool(cal.peak_samples)
+    samples: list[float] = []
+    going, i, t0 = list(timed), 0, time.monotonic()
+    while going:
+        for st in going:
+            step(st, i)
+        if i >= warmup and measured_peak:
+            samples.append(peak_sample(ctx, dtype))
+        i += 1
+        if i < warmup + steps:
+            continue
+        every = ctx.gather({"times": [st["times"] for st in going],
+                            "elapsed": time.monotonic() - t0})
+        elapsed = max(r["elapsed"] for r in every)
+        still = []
+        for k, st in enumerate(going):
+            slowest = [max(r["times"][k][j] for r in every) for j in range(len(st["times"]))]
+            st["stopped"] = timing.verdict(slowest, steps, elapsed)
+            if st["stopped"] is None:
+                still.append(st)
+        going = still
+    # each round's figure is its slowest rank's (they probe at once, as they compute)
+    rounds = ctx.gather(samples)
+    cal.add_peak_samples([min(r[j] for r in rounds) for j in range(len(samples))])
+
+
 def timed_report(ctx: Context, state: dict, cal, params: dict) -> None:
     """What this rank measured while timing, and what the cost model says (asked while
     the instance still exists): every rank prices its own census, rank 0 composes."""
@@ -166,7 +205,8 @@ def timed_report(ctx: Context, state: dict, cal, params: dict) -> None:
         "census_wrapper": state["census_wrapper"],
         "compute": mine,
         "predicted_comm": strat.predicted_comm() if active else None,
-        "idle_fraction": _idle_fraction(ctx, name, range(params["steps"])) if active else None,
+        "idle_fraction": _idle_fraction(ctx, name, range(len(times))) if active else None,
+        "timing_stopped": state.get("stopped"),
         "timeline": {k: v for k, v in tl.summary(strategy=name).items()},
     }
     state["prediction"] = strat.predict(cal, compute) if ctx.rank == 0 else None
@@ -262,8 +302,8 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
     counter = [0]
 
     def progress(**fields: Any) -> None:
-        counter[0] += 1
-        ctx.progress(counter[0], total, **fields)
+        counter[0] += 1  # steps beyond those asked (timing.py) raise the total
+        ctx.progress(counter[0], max(total, counter[0]), **fields)
 
     states = [prepare(ctx, n, spec, batches, ref, tol, progress) for n in names]
     del ref, batches
@@ -273,15 +313,13 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
         census_step(ctx, st, batch)
     cal = calibrate(ctx, {**needs_of(ctx, timed), "kind": spec.cfg.kind}, spec.cfg.dtype,
                     spec.precision)
+    shared = concurrency(ctx) if ctx.world > 1 else None
     ctx.log(f"calibrated: {len(cal.gemm_s)} GEMM shapes, per-operator overhead "
             f"{cal.op_s * 1e6:.1f} us, copy {cal.bandwidth / 1e9:.1f} GB/s; "
             + ", ".join(f"{op}: alpha={f.alpha * 1e3:.3f} ms W={f.bandwidth / 1e9:.3f} GB/s "
                         f"(fit rms {f.rms_rel_error:.0%})" for op, f in cal.links.items()))
-    # round-robin: step i of every strategy before step i+1 of any, so that a noisy
-    # machine slows all of them alike and their ratios stay meaningful
-    for i in range(warmup + steps):
-        for st in timed:
-            time_step(ctx, st, i, warmup, spec, batch, progress)
+    timing_rounds(ctx, timed, cal, warmup, steps, spec.cfg.dtype, lambda st, i: time_step(
+        ctx, st, i, warmup, spec, batch, progress))
     for st in timed:
         timed_report(ctx, st, cal, params)
     for st in states:
@@ -297,7 +335,7 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
         "model": {**c.as_dict(), "params": c.param_count(),
                   "flops_per_token": c.flops_per_token(), "precision": spec.precision},
         "tokens_per_step": spec.tokens,
-        "calibration": cal.as_dict(),
+        "calibration": {**cal.as_dict(), "concurrency": shared},
         "strategies": entries,
         "failed": [e["strategy"] for e in entries if not e["correctness"]["passed"]],
     }

@@ -26,6 +26,7 @@ and the strategy composes them (exposed communication, the pipeline's fill and d
 from __future__ import annotations
 
 import math
+import statistics
 from dataclasses import dataclass, field
 
 COMPUTE_TERMS = ("gemm", "attention", "op_overhead", "memory_traffic")
@@ -199,6 +200,13 @@ class LinkFit:
         return t_top + busbw_factor(op, n) * (S - s_top) / self.bandwidth
 
 
+def link_key(op: str, n: int, world: int) -> str:
+    """The calibration's name of op's link over groups of n ranks: the op itself for the
+    whole world (and for point-to-point, whose pairs the world's ring probes), op@n for
+    a subgroup."""
+    return op if n in (0, world) or op == "send_recv" else f"{op}@{n}"
+
+
 def fit_link(op: str, n: int, samples: list[tuple[float, float]]) -> LinkFit:
     """Fit t = alpha + f*S/W over (S, t) samples by least squares on the *relative*
     error (weights 1/t^2), so that sizes spanning decades all count; report how far the
@@ -235,19 +243,32 @@ class Calibration:
     op_s: float = 0.0  # per operator: dispatch, Python, autograd bookkeeping
     dtensor_op_s: float = 0.0  # per DTensor-level operator: its own dispatch
     bandwidth: float = float("inf")  # bytes/s read+written by the other operators
+    # every try at a measured peak (each the slowest rank's); peak_flops is the best
+    peak_samples: list[float] = field(default_factory=list)
 
-    def coll(self, op: str, S: float, count: int = 1) -> float:
-        """count calls moving S bytes in all (each S/count)."""
-        if S <= 0 or count == 0 or self.n == 1:
+    def add_peak_samples(self, samples: list[float]) -> None:
+        """More tries at the measured peak: the best of them all is the peak (a try on a
+        shared machine can only be slowed, never sped up)."""
+        self.peak_samples += samples
+        self.peak_flops = max([self.peak_flops, *samples])
+
+    def coll(self, op: str, S: float, count: int = 1, n: int | None = None) -> float:
+        """count calls moving S bytes in all (each S/count), over a group of n ranks (the
+        world's when None): priced with that group size's own link when one was
+        calibrated (a 2-rank all-reduce is not an 8-rank one), else the world's."""
+        n = self.n if n is None else n
+        if S <= 0 or count == 0 or self.n == 1 or n == 1:
             return 0.0  # one rank moves nothing (and no link was calibrated)
-        return count * self.links[op].per_call(op, S / count, self.n)
+        link = self.links.get(link_key(op, n, self.n)) or self.links[op]
+        return count * link.per_call(op, S / count, n)
 
-    def comm(self, comm: dict) -> float:
-        """Seconds of a {kind: {bytes, count}} table (send and recv ride one link)."""
+    def comm(self, comm: dict, n: int | None = None) -> float:
+        """Seconds of a {kind: {bytes, count}} table (send and recv ride one link), over a
+        group of n ranks (the world's when None)."""
         total = 0.0
         for kind, c in comm.items():
             op = "send_recv" if kind in ("send", "recv") else kind
-            total += self.coll(op, c["bytes"], c["count"] or 1)
+            total += self.coll(op, c["bytes"], c["count"] or 1, n)
         return total
 
     def compute(self, phases: dict, only: tuple[str, ...] | None = None) -> dict[str, float]:
@@ -266,7 +287,11 @@ class Calibration:
 
     def as_dict(self) -> dict:
         return {"flops": self.flops, "peak_flops": self.peak_flops, "n": self.n,
-                "peak_name": self.peak_name, "op_s": self.op_s,
+                "peak_name": self.peak_name, "peak_samples": self.peak_samples,
+                "peak_spread": {"n": len(self.peak_samples), "min": min(self.peak_samples),
+                                "median": statistics.median(self.peak_samples),
+                                "max": max(self.peak_samples), "kept": "best"}
+                if self.peak_samples else None, "op_s": self.op_s,
                 "dtensor_op_s": self.dtensor_op_s, "bandwidth_Bps": self.bandwidth,
                 "gemm_shapes": len(self.gemm_s), "attention_shapes": len(self.attention_s),
                 "links": {k: {"alpha_s": v.alpha, "busbw_Bps": v.bandwidth,

@@ -218,8 +218,13 @@ class Strategy:
         """Step time from every rank's census, priced (compute[r]: phase -> terms)."""
         totals = [{k: sum(ph[k] for ph in c.values()) for k in cost.COMPUTE_TERMS}
                   for c in compute]
-        return cost.predict_flat(totals, cal.comm(self.predicted_comm() or {}),
+        return cost.predict_flat(totals, self.priced_comm(cal),
                                       self.overlap_s(cal, compute))
+
+    def priced_comm(self, cal: cost.Calibration) -> float:
+        """Seconds of this rank's collectives a step, each over the world's link (a mesh
+        prices each dimension over its own group's)."""
+        return cal.comm(self.predicted_comm() or {})
 
     def predicted_memory(self) -> dict[str, Any]:
         """The step's peak on this rank: memory.peak(held, moments), and the model

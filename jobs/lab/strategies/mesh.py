@@ -147,6 +147,12 @@ class MeshMixin:
     def predicted_comm(self):
         return mesh.merged(self.per_dim())
 
+    def priced_comm(self, cal: cost.Calibration) -> float:
+        """Each dimension's bytes over its own group's link: a 2-rank tp all-reduce is
+        not priced as an 8-rank one."""
+        return sum(cal.comm(table, self.deg[dim]) for dim, table in self.per_dim().items()
+                   if table and dim in self.deg)
+
     def extra(self) -> dict[str, Any]:
         dims = mesh.breakdown(self.per_dim(), self.ctx.rank, self.deg, self.rpn)
         for dim, row in dims.items():
@@ -312,12 +318,13 @@ class DataPipeline(MeshMixin, OneFOneB):
                                        B=self.spec.batch_size, s=c.seq_len, h=c.hidden,
                                        e=self.spec.e, m=self.m, numels=self.numels(),
                                        cap_elems=self.spec.cap_elems) for r in ranks]
-        inside = [{"tp_comm": cal.comm(t["tp"])} if t["tp"] else {} for t in tables]
+        inside = [{"tp_comm": cal.comm(t["tp"], deg["tp"])} if t["tp"] else {}
+                  for t in tables]
         t_p2p = cal.coll("send_recv", self.mb_bytes()) if self.p > 1 else 0.0
         pred = cost.predict_pipeline([terms(compute[r], True) for r in ranks],
                                           [terms(compute[r], False) for r in ranks],
                                           self.m, t_p2p, inside)
-        dp_s = max(cal.comm(t["dp"]) if t["dp"] else 0.0 for t in tables)
+        dp_s = max(cal.comm(t["dp"], deg["dp"]) if t["dp"] else 0.0 for t in tables)
         rest = {k: v for k, v in pred.items()
                 if k not in ("step_time_s", "terms_s", "dominant", "formula")}
         return cost.prediction({**pred["terms_s"], "dp_comm": dp_s},

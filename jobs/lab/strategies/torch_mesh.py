@@ -109,6 +109,11 @@ class TorchDataTensor(Strategy):
     def predicted_comm(self):
         return mesh.merged(self.per_dim())
 
+    def priced_comm(self, cal: cost.Calibration) -> float:
+        """Each dimension's bytes over its own group's link (mesh.py's MeshMixin too)."""
+        return sum(cal.comm(table, self.deg[dim]) for dim, table in self.per_dim().items()
+                   if table and dim in self.deg)
+
     def predicted_memory(self) -> dict:
         """fsdp.py's formula over the rank's tensor-parallel share: the sharded state
         (its P/d), the root unsharded from its forward to the end of backward, activations
@@ -221,7 +226,8 @@ class TorchDataPipeline(Torch1F1B):
         dp = self.per_dim()["dp"]
         rest = {k: v for k, v in pred.items()
                 if k not in ("step_time_s", "terms_s", "dominant", "formula")}
-        return cost.prediction({**pred["terms_s"], "dp_comm": cal.comm(dp) if dp else 0.0},
+        return cost.prediction({**pred["terms_s"],
+                                     "dp_comm": cal.comm(dp, self.deg["dp"]) if dp else 0.0},
                                     pred["formula"] + " + dp all-reduce", **rest)
 
     def extra(self) -> dict[str, Any]:

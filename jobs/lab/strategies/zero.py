@@ -6,8 +6,10 @@ gradients are reduce-scattered, so each rank holds only the averaged gradient of
 its slice; it updates that slice with its slice of the optimizer state (SGD
 momentum, or the fp32 master and AdamW moments) and the slices are all-gathered
 back into every replica.
-ZeRO-1 keeps full gradients during backward and reduce-scatters at the end (then
-drops them);
+ZeRO-1 keeps full gradients, as the paper does (its (2 + 2 + K/d) P): each parameter's
+gradient is a view into a flat gradient bucket, reduce-scattered in place at the end of
+backward - the rank's slice of the bucket receives the sum - so it holds no second
+copy of its slice and stages nothing;
 ZeRO-2 reduce-scatters each bucket from a hook as soon as its gradients exist and
 drops the full gradients, so gradients too cost 1/d per rank - and so does the
 staging they are copied into: at most one reduce-scatter is in flight (the next
@@ -55,6 +57,11 @@ class Zero1(Strategy):
             bucket = {"flat": flat, "layout": layout, "lo": r * per, "hi": (r + 1) * per,
                       "grad": torch.zeros(per, device=dev, dtype=flat.dtype),
                       "state": {}, "ready": 0, "work": None, "staging": None}
+            if self.stage == 1:  # gradients accumulate in place into the flat bucket
+                bucket["grads"] = torch.zeros_like(flat)
+                bucket["grad"] = bucket["grads"][r * per:(r + 1) * per]  # this rank's slice
+                for p, off, n in layout:
+                    p.grad = bucket["grads"][off:off + n].view_as(p)
             self.buckets.append(bucket)
             if self.stage == 2:
                 for p in members:
@@ -83,6 +90,10 @@ class Zero1(Strategy):
         self.in_flight = []
 
     def _reduce_scatter(self, bucket: dict, index: int, async_op: bool) -> None:
+        if self.stage == 1:  # in place: the input is the bucket, the output its own slice
+            bucket["work"] = self.ctx.comm.reduce_scatter(bucket["grad"], bucket["grads"],
+                                                          async_op=async_op, bucket=index)
+            return
         staging = torch.zeros_like(bucket["flat"])
         for p, off, n in bucket["layout"]:
             staging[off:off + n].copy_(p.grad.reshape(-1))
@@ -93,8 +104,12 @@ class Zero1(Strategy):
     def train_step(self, batch: Batch) -> StepOut:
         ctx, tl = self.ctx, self.ctx.timeline
         local = batch.split(ctx.world)[ctx.rank].to(ctx.device)
-        for p in self.model.parameters():
-            p.grad = None
+        for bucket in self.buckets:
+            if self.stage == 1:  # backward adds into the views in place
+                bucket["grads"].zero_()
+            else:
+                for p, _, _ in bucket["layout"]:
+                    p.grad = None
         self.steps += 1
         with tl.span("forward", mb=0):
             loss = loss_fn(self.spec.cfg.kind)(self.model(local.inputs), local.targets)
@@ -112,8 +127,6 @@ class Zero1(Strategy):
                 bucket["work"].wait()
             bucket["grad"].div_(ctx.world)
             bucket["ready"], bucket["work"], bucket["staging"] = 0, None, None
-            for p, _, _ in bucket["layout"]:
-                p.grad = None  # reduce-scattered: the full gradient has served (ZeRO-1)
         self.in_flight = []
         with tl.span("optimizer"):
             for index, bucket in enumerate(self.buckets):
@@ -150,10 +163,11 @@ class Zero1(Strategy):
         return [(None, list(self.model.named_parameters()))]
 
     def model_state(self) -> dict[str, int]:
-        shards = sum(b["grad"].numel() * b["grad"].element_size() for b in self.buckets)
-        if self.stage == 1:  # its full gradients live through backward, until scattered
-            shards += sum(p.numel() * p.element_size() for p in self.parameters())
-        state = model_state(self.parameters(), None, extra_grad_bytes=shards)
+        state = model_state(self.parameters(), None)
+        # ZeRO-1: its gradient buckets (its slices among them; every gradient a view into
+        # one); ZeRO-2: the slices alone
+        state["grads"] = sum(g.numel() * g.element_size() for g in
+                             (b["grads"] if self.stage == 1 else b["grad"] for b in self.buckets))
         state["optimizer"] = sum(t.numel() * t.element_size() for b in self.buckets
                                  for t in b["state"].values())
         state["total"] = state["params"] + state["grads"] + state["optimizer"]
@@ -163,18 +177,16 @@ class Zero1(Strategy):
         return max(b["padded"] for b in self.plan) // self.ctx.world  # a slice
 
     def predicted_memory(self) -> dict:
-        e, d = self.spec.e, self.ctx.world
+        e = self.spec.e
         biggest = max(b["padded"] for b in self.plan) * e
-        shards = sum(b["padded"] for b in self.plan) // d * e
         # gloo reduce-scatters by all-reducing a copy of the whole bucket and keeping its
         # slice; the copy lives as long as the collective's work (nccl makes none). gloo's
         # worker drops the work a thread switch after it completes, so the last bucket's
         # staging and copy may still be alive when the optimizer starts: counted there
         gloo = {"gloo's reduced copy": biggest} if "nccl" not in self.ctx.backend else {}
+        if self.stage == 1:  # full gradients held in their buckets, scattered in place
+            return self.peak_memory(stage=1, grads_held=True, end=gloo, optimizer=gloo)
         late = {"last bucket's staging": biggest, **gloo}
-        if self.stage == 1:  # full gradients, then one bucket staged at a time
-            return self.peak_memory(stage=1, buffers={"grad shards": shards},
-                                    end={"staging": biggest, **gloo}, optimizer=late)
         # ZeRO-2: the shards are the gradients; a bucket's gradients are copied into its
         # staging (then dropped: gloo's copy comes later, in their place) while the
         # previous bucket's reduce-scatter may still be in flight
