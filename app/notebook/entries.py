@@ -1,8 +1,12 @@
 """Entries: the rules of saving. Every change goes through here, so every save is a
-revision, re-renders and re-indexes the entry in the same transaction, and is mirrored to
-a plain markdown file once the transaction commits.
+revision, re-renders and re-indexes the entry in the same transaction, and queues its
+plain markdown file, which the caller writes once the transaction commits
+(`mirror.commit`).
 
 Functions take an open write session and never commit: the caller owns the transaction.
+A save from the web renders before it takes the write lock (saving.py, which uses the
+rules here); `create` and `update` render inside it, for callers that work in batches of
+their own (a letter made from its template, an import, a task box's tick).
 """
 
 from __future__ import annotations
@@ -11,6 +15,7 @@ import datetime as dt
 import functools
 import re
 import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote
 
@@ -54,24 +59,35 @@ def values(thing: Entry | Revision) -> dict:
             "tags": thing.tags.split(), "status": thing.status}
 
 
-def _checked(changes: dict) -> dict:
-    """`changes` validated and in the form `values` gives (to compare with it)."""
+def checked(changes: dict) -> dict:
+    """`changes` validated and in the form `values` gives (to compare with it). Every
+    field's problem at once: Invalid names the first, and its `errors` (field → message)
+    all of them, so a form can show each next to its field."""
     checks = {"date": lambda v: parse_date(v).isoformat(), "title": check_title,
               "body": check_body, "tags": parse_tags, "status": check_status}
-    return {name: checks[name](value) for name, value in changes.items()}
+    done, errors = {}, {}
+    for name, value in changes.items():
+        try:
+            done[name] = checks[name](value)
+        except Invalid as exc:
+            errors[name] = exc.message
+    if errors:
+        first = next(iter(errors))
+        raise Invalid(errors[first], first, errors=errors)
+    return done
 
 
-def _merge_stale(session: Session, entry: Entry, changes: dict,
-                 base_revision: int) -> tuple[dict, str]:
+def merge_stale(session: Session, entry: Entry, mine: dict,
+                base_revision: int) -> tuple[dict, str]:
     """Changes made on top of an older revision, merged with everything saved since
     (three-way, app/notebook/merge.py). Changes to different lines combine; where both
     sides changed the same lines differently, Conflict carries the hunks and a merge
-    that keeps both sides. Returns the merged changes and the revision note."""
+    that keeps both sides. `mine` is checked (`checked`). Returns the merged changes and
+    the revision note."""
     base = session.scalar(sa.select(Revision).where(Revision.entry_id == entry.id,
                                                     Revision.number == base_revision))
     if base is None or base_revision > entry.revision:
         raise stale(entry, base_revision)
-    mine = _checked(changes)
     merged, conflicts = merge.merge_fields(values(base), values(entry), mine)
     if conflicts:
         raise stale(entry, base_revision, conflicts=conflicts,
@@ -184,17 +200,18 @@ def resolve(session: Session, target: str) -> Entry | None:
     )
 
 
-def _resolver(session: Session):
-    def resolve_link(target: str) -> Resolved:
-        found = resolve(session, target)
-        if found is not None:
-            return Resolved(entry_url(found), True, found.status == "draft")
-        if WEEK_RE.match(target.strip().upper()):
-            return Resolved(f"/weeks/{target.strip().upper()}", False)
-        field = "date" if DATE_RE.match(target.strip()) else "title"
-        return Resolved(f"/entries/new?{field}={quote(target.strip())}", False)
+def placed(target: str, found) -> Resolved:
+    """Where a link to `target` goes, given the entry it resolves to (or None)."""
+    if found is not None:
+        return Resolved(entry_url(found), True, found.status == "draft")
+    if WEEK_RE.match(target.strip().upper()):
+        return Resolved(f"/weeks/{target.strip().upper()}", False)
+    field = "date" if DATE_RE.match(target.strip()) else "title"
+    return Resolved(f"/entries/new?{field}={quote(target.strip())}", False)
 
-    return resolve_link
+
+def _resolver(session: Session):
+    return lambda target: placed(target, resolve(session, target))
 
 
 # -- saving -------------------------------------------------------------------------------
@@ -223,7 +240,15 @@ def _unique_slug(session: Session, entry: Entry, base: str) -> str:
     return slug
 
 
-def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: str) -> Entry:
+Renderer = Callable[[Session, Entry], Rendered]  # an entry's stored HTML, set; what it found
+
+
+def apply(session: Session, entry: Entry, fields: Fields, author: str, note: str,
+          rendered: Renderer | None = None) -> Entry:
+    """Write a save: the fields, a revision, links, tags, the index, the mirror file
+    (queued) and the entries whose links to it change. `rendered` sets the entry's HTML
+    (and that of each entry linking to it); by default they are rendered here."""
+    rendered = rendered or _render
     old_keys = keys_of(entry) if entry.id else set()
     old_status = entry.status
     old_path = mirror.relpath(entry) if entry.id else None
@@ -241,7 +266,7 @@ def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: st
         entry.slug = entry.iso_week.lower()
     session.add(entry)
     session.flush()  # an id for the links, tags and index rows below
-    rendered = _render(session, entry)
+    found = rendered(session, entry)
     session.add(
         Revision(
             entry_id=entry.id, number=entry.revision, date=entry.date, title=entry.title,
@@ -249,15 +274,20 @@ def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: st
             note=note[:200],
         )
     )
-    _store_links_and_tags(session, entry, rendered)
-    search_index.index_entry(session, entry, rendered.text)
+    _store_links_and_tags(session, entry, found)
+    search_index.index_entry(session, entry, found.text)
     mirror.queue_write(session, entry, old_path)
     # Links written before this entry existed (or under its old title) render afresh.
     # Links to a draft are marked as such, so publishing or unpublishing re-renders them all.
-    new_keys = keys_of(entry)
-    changed_keys = new_keys | old_keys if entry.status != old_status else new_keys ^ old_keys
-    _rerender_linkers(session, changed_keys, skip=entry.id)
+    changed = changed_keys(old_keys, keys_of(entry), entry.status != old_status)
+    for source in linkers(session, changed, skip=entry.id):
+        rendered(session, source)
     return entry
+
+
+def changed_keys(old: set[str], new: set[str], status_changed: bool) -> set[str]:
+    """The link keys whose links render differently after a save."""
+    return new | old if status_changed else new ^ old
 
 
 def render_body(session: Session, body: str) -> Rendered:
@@ -293,17 +323,16 @@ def _store_links_and_tags(session: Session, entry: Entry, rendered: Rendered) ->
         session.add(EntryTag(entry_id=entry.id, tag=tag))
 
 
-def _rerender_linkers(session: Session, keys: set[str], skip: int | None) -> None:
+def linkers(session: Session, keys: set[str], skip: int | None) -> list[Entry]:
+    """The entries with a link to any of `keys` (but `skip`), by id."""
     if not keys:
-        return
-    sources = session.scalars(
+        return []
+    return list(session.scalars(
         sa.select(Entry).where(
             Entry.id.in_(sa.select(Link.source_id).where(Link.target_key.in_(keys))),
             Entry.id != (skip or 0),
-        )
-    )
-    for source in sources:
-        _render(session, source)
+        ).order_by(Entry.id)
+    ))
 
 
 def create(
@@ -315,7 +344,7 @@ def create(
     entry = Entry(kind=kind, revision=0, created_at=utcnow())
     if kind == "week":
         entry.iso_week = iso_week(fields.date)
-    return _apply(session, entry, fields, author, note)
+    return apply(session, entry, fields, author, note)
 
 
 def update(session: Session, entry: Entry, changes: dict, *, base_revision, author: str,
@@ -328,7 +357,7 @@ def update(session: Session, entry: Entry, changes: dict, *, base_revision, auth
         raise Invalid("base_revision (an integer) is required", "base_revision")
     refuse_unknown(changes, FIELDS)
     if base_revision != entry.revision:
-        changes, merged_note = _merge_stale(session, entry, changes, base_revision)
+        changes, merged_note = merge_stale(session, entry, checked(changes), base_revision)
         note = f"{note}; {merged_note}" if note else merged_note
     fields = Fields(
         parse_date(changes.get("date", entry.date)),
@@ -346,28 +375,7 @@ def update(session: Session, entry: Entry, changes: dict, *, base_revision, auth
     )
     if unchanged:
         return entry  # saving the same text twice makes no empty revision
-    return _apply(session, entry, fields, author, note)
-
-
-def restore(session: Session, entry: Entry, number: int, *, base_revision, author: str) -> Entry:
-    """Bring back an old revision's text as a new revision; nothing in history is lost.
-    Unlike an edit, a restore is not merged: "make it read as revision N" asked of a text
-    that has moved on is asked again, of the text as it is now."""
-    if base_revision != entry.revision:
-        if isinstance(base_revision, bool) or not isinstance(base_revision, int):
-            raise Invalid("base_revision (an integer) is required", "base_revision")
-        raise stale(entry, base_revision)
-    old = session.scalar(
-        sa.select(Revision).where(Revision.entry_id == entry.id, Revision.number == number)
-    )
-    if old is None:
-        raise NotFound(f"entry {entry.id} has no revision {number}")
-    changes = {"title": old.title, "body": old.body_md, "tags": old.tags.split(),
-               "status": old.status}
-    if entry.kind == "entry":
-        changes["date"] = old.date
-    return update(session, entry, changes, base_revision=base_revision, author=author,
-                  note=f"restored revision {number}")
+    return apply(session, entry, fields, author, note)
 
 
 def delete(session: Session, entry: Entry, *, base_revision=None) -> None:
@@ -378,4 +386,5 @@ def delete(session: Session, entry: Entry, *, base_revision=None) -> None:
     mirror.queue_delete(session, entry)
     session.delete(entry)
     session.flush()
-    _rerender_linkers(session, keys, skip=None)
+    for source in linkers(session, keys, skip=None):
+        _render(session, source)

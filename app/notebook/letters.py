@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.db import Prepared
 from app.models import Entry, Setting
-from app.notebook import entries
+from app.notebook import entries, mirror
 from app.notebook.entry_rows import LISTED, WHOLE, EntryRow, rows
 from app.notebook.isoweeks import iso_week, today, week_bounds
 
@@ -88,6 +88,7 @@ def ensure_this_week(db, timezone: str, author: str = "commonplace") -> tuple[st
             return week, False
     with db.write() as session:
         _, created = ensure_letter(session, week, author)
+    mirror.write_queued(session)
     return week, created
 
 
@@ -102,6 +103,7 @@ def this_weeks_letter(db, session: Session, timezone: str,
     if letter is None:
         with db.write() as writing:
             ensure_letter(writing, week, author)
+        mirror.write_queued(writing)
         session.rollback()  # end the read snapshot taken before the letter existed
         letter = letter_row(session, week)
     return week, letter

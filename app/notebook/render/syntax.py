@@ -157,18 +157,20 @@ class EmbedPreprocessor(_ReadsState, Preprocessor):
                 continue
             out.append(text[index : m.start()])
             out.append(f"\n\n{self.state.embed_token(len(self.state.embed_html))}\n\n")
-            self.state.embed_html.append(self._call(name, m.group("code")))
+            self.state.embed_html.append(call_embed(self.state.embeds, name, m.group("code")))
             index = m.end()
         out.append(text[index:])
         return "".join(out).split("\n")
 
-    def _call(self, name: str, source: str) -> str:
-        try:
-            return str(self.state.embeds[name](source))
-        except Exception as exc:  # an embed must not take the whole page down
-            log.warning("embed %r failed", name, exc_info=True)
-            message = f"{name}: {type(exc).__name__}: {exc}"
-            return f'<div class="embed-error">Embed failed — {html.escape(message)}</div>'
+
+def call_embed(embeds: Mapping[str, Callable[[str], str]], name: str, source: str) -> str:
+    """An embed's HTML, or a note of why it failed: an embed must not take the page down."""
+    try:
+        return str(embeds[name](source))
+    except Exception as exc:
+        log.warning("embed %r failed", name, exc_info=True)
+        message = f"{name}: {type(exc).__name__}: {exc}"
+        return f'<div class="embed-error">Embed failed — {html.escape(message)}</div>'
 
 
 class SpacedHashHeaderProcessor(HashHeaderProcessor):
