@@ -81,10 +81,10 @@ def prepare_update(reader: Session, entry_id: int, changes: dict, *, base_revisi
     """`entries.update`'s rules, read from a snapshot: a stale base merged with what was
     saved since (Conflict where both sides changed the same lines), a letter kept in its
     week, the same text saved twice no revision."""
+    entry = entries.get(reader, entry_id)
     if isinstance(base_revision, bool) or not isinstance(base_revision, int):
         raise Invalid("base_revision (an integer) is required", "base_revision")
     refuse_unknown(changes, FIELDS)
-    entry = entries.get(reader, entry_id)
     mine = entries.checked(changes)
     if base_revision != entry.revision:
         mine, merged_note = entries.merge_stale(reader, entry, mine, base_revision)
