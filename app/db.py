@@ -127,6 +127,11 @@ def create_engine(url: str) -> sa.Engine:
     return engine
 
 
+def locked(exc: sa.exc.OperationalError) -> bool:
+    """SQLite's "database is locked": another writer held the lock past the busy timeout."""
+    return "database is locked" in str(exc.orig)
+
+
 class Database:
     """The engine plus the two ways to open a session: for reading and for writing."""
 
