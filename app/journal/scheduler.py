@@ -34,7 +34,7 @@ import sqlalchemy as sa
 from apscheduler.schedulers.blocking import BlockingScheduler
 
 from app import backups
-from app.db import locked
+from app.db import OPERATIONAL, locked
 from app.errors import Invalid
 from app.journal import gangs, liveness, posting, runs, schedules
 from app.models import Run, RunNode, Schedule, utcnow
@@ -148,7 +148,7 @@ class Scheduler:
                 lost = runs.reap(session, ttl_s=self.config["LEASE_TTL_S"],
                                  heard=lambda run: liveness.last_heard(self.data_dir, run))
                 expired = runs.expire_queued(session, self.config["MAX_QUEUE_AGE_S"])
-        except sa.exc.OperationalError as exc:
+        except OPERATIONAL as exc:
             if not locked(exc):
                 raise
             self._outage("the database is locked by another writer")

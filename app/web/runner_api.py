@@ -16,7 +16,7 @@ from pathlib import Path
 import sqlalchemy as sa
 from flask import Blueprint, current_app, g, jsonify, request
 
-from app.db import get_db, locked
+from app.db import OPERATIONAL, get_db, locked
 from app.errors import Invalid
 from app.journal import gangs, liveness, run_files, runners, runs
 from app.models import Run, Runner, utcnow
@@ -114,7 +114,7 @@ def heartbeat(run_id: int):
                 return jsonify(runs.heartbeat(session, run, runner, ttl, step=data.get("step"),
                                               total=data.get("total"),
                                               progress=data.get("progress")))
-        except sa.exc.OperationalError as exc:
+        except OPERATIONAL as exc:
             if not locked(exc):
                 raise
     with get_db().read() as reader:
