@@ -22,6 +22,7 @@ from urllib.parse import quote
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from app.db import insert_many
 from app.errors import Conflict, Invalid, NotFound, refuse_unknown
 from app.models import Entry, EntryTag, Link, Revision, link_key, utcnow
 from app.notebook import embeds, merge, mirror, search_index
@@ -313,14 +314,14 @@ def refresh_html(session: Session, entry: Entry) -> None:
 def _store_links_and_tags(session: Session, entry: Entry, rendered: Rendered) -> None:
     session.execute(sa.delete(Link).where(Link.source_id == entry.id))
     session.execute(sa.delete(EntryTag).where(EntryTag.entry_id == entry.id))
-    for link in rendered.links:
-        session.add(
-            Link(source_id=entry.id, target_key=link_key(link.target)[:200],
-                 text=link.text[:200], context=link.context[:400])
-        )
+    # In one executemany each, not as ORM objects: a note may hold thousands of links,
+    # and this runs under the write lock.
+    insert_many(session, Link.__table__, [
+        {"source_id": entry.id, "target_key": link_key(link.target)[:200],
+         "text": link.text[:200], "context": link.context[:400]} for link in rendered.links])
     tags = list(dict.fromkeys(entry.tag_list + [t for t in rendered.tags if TAG_RE.match(t)]))
-    for tag in tags:
-        session.add(EntryTag(entry_id=entry.id, tag=tag))
+    insert_many(session, EntryTag.__table__, [{"entry_id": entry.id, "tag": tag}
+                                              for tag in tags])
 
 
 def linkers(session: Session, keys: set[str], skip: int | None) -> list[Entry]:
