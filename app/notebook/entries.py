@@ -379,7 +379,9 @@ def update(session: Session, entry: Entry, changes: dict, *, base_revision, auth
     return apply(session, entry, fields, author, note)
 
 
-def delete(session: Session, entry: Entry, *, base_revision=None) -> None:
+def delete(session: Session, entry: Entry, *, base_revision=None,
+           rendered: Renderer | None = None) -> None:
+    """Delete the entry; the entries linking to it render anew (`rendered`, as in apply)."""
     if base_revision is not None and base_revision != entry.revision:
         raise stale(entry, base_revision)
     keys = keys_of(entry)
@@ -388,4 +390,4 @@ def delete(session: Session, entry: Entry, *, base_revision=None) -> None:
     session.delete(entry)
     session.flush()
     for source in linkers(session, keys, skip=None):
-        _render(session, source)
+        (rendered or _render)(session, source)

@@ -60,6 +60,7 @@ class Prepared:
     # where it could not be rendered within the budget: it keeps its HTML)
     linkers: dict[int, tuple[int, Template | None]] = field(default_factory=dict)
     keys: set[str] = field(default_factory=set)  # the link keys they were found by
+    deleting: bool = False
 
 
 # -- preparing (a read session) -------------------------------------------------------------
@@ -129,6 +130,17 @@ def prepare_restore(reader: Session, entry_id: int, number: int, *,
                           note=f"restored revision {number}")
 
 
+def prepare_delete(reader: Session, entry_id: int, *, base_revision=None) -> Prepared:
+    """A delete (refused as stale if `base_revision` is given and older), with the
+    entries that link to it rendered anew: their links go nowhere now."""
+    entry = entries.get(reader, entry_id)
+    if base_revision is not None and base_revision != entry.revision:
+        raise entries.stale(entry, base_revision)
+    keys = entries.keys_of(entry)
+    return Prepared(entry.id, entry.kind, entry.revision, None,
+                    linkers=_linkers(reader, keys, skip=entry.id), keys=keys, deleting=True)
+
+
 def render(body: str, field_name: str) -> Template:
     """The body's template, rendered under the budget; a body that cannot be is refused."""
     try:
@@ -177,7 +189,7 @@ def commit_refresh(session: Session, refreshes: dict[int, tuple[int, Template | 
 
 
 def commit(session: Session, prepared: Prepared, *, author: str) -> Entry:
-    """Write the prepared save, or raise Moved (having written nothing)."""
+    """Write the prepared save (or delete), or raise Moved (having written nothing)."""
     if prepared.entry_id is None:
         entry = Entry(kind=prepared.kind, revision=0, created_at=utcnow())
         if prepared.kind == "week":
@@ -186,7 +198,7 @@ def commit(session: Session, prepared: Prepared, *, author: str) -> Entry:
         entry = entries.get(session, prepared.entry_id)
         if entry.revision != prepared.revision:
             raise Moved
-    if prepared.fields is None:
+    if prepared.fields is None and not prepared.deleting:
         return entry
     now = {s.id: s.revision for s in entries.linkers(session, prepared.keys,
                                                      prepared.entry_id)}
@@ -201,6 +213,9 @@ def commit(session: Session, prepared: Prepared, *, author: str) -> Entry:
         target.body_html, target.toc_html = done.html, done.toc_html
         return done
 
+    if prepared.deleting:
+        entries.delete(session, entry, rendered=rendered)
+        return entry
     return entries.apply(session, entry, prepared.fields, author, prepared.note, rendered)
 
 

@@ -143,12 +143,11 @@ def update_entry(entry_id: int):
 
 @bp.delete("/entries/<int:entry_id>")
 def delete_entry(entry_id: int):
-    session = get_session()
-    entry = entries.get(session, entry_id)
     base = request.args.get("base_revision")
     if base is not None:
         base = int_arg("base_revision", 0, 0, 10**9)
-    entries.delete(session, entry, base_revision=base)
+    session, _, _ = save(lambda reader: saving.prepare_delete(
+        reader, entry_id, base_revision=base), author())
     mirror.commit(session)
     return "", 204
 

@@ -176,12 +176,13 @@ def confirm_delete(entry_id: int):
 
 @bp.post("/entries/<int:entry_id>/delete")
 def delete_entry(entry_id: int):
-    session = get_session()
-    entry = entries.get(session, entry_id)
+    base = base_revision()
     try:
-        entries.delete(session, entry, base_revision=base_revision())
+        session, _, _ = save(lambda reader: saving.prepare_delete(
+            reader, entry_id, base_revision=base), author())
     except Conflict:
         # It changed since the user looked: ask again about what it is now.
+        entry = entries.get(get_session(), entry_id)
         return render_template("notes/delete.html", entry=entry, changed=True), 409
     mirror.commit(session)
     return redirect(url_for("notes.home"), code=303)
