@@ -83,7 +83,7 @@ def tick_task(entry_id: int, index: int):
         except NotFound:
             raise Invalid(f"base_revision {base} is not a revision of this entry",
                           "base_revision") from None
-        body = tasks.tick(reader, shown.body_md, index, done == "1")
+        body = tasks.tick(shown.body_md, index, done == "1")
     try:
         session, entry, before = save(lambda reader: saving.prepare_update(
             reader, entry_id, {"body": body}, base_revision=base), author())
