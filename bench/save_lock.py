@@ -29,10 +29,12 @@ CASES = {  # name → (a note of about the issue's size, at scale 1)
     "25k wiki links": lambda n: "".join(f"[[note {i}]] " for i in range(n)),
     "*_ x300k": lambda n: "*_" * n,
     "> x500": lambda n: ">" * n + " x",
-    "plain 2 kB": lambda n: "A plain note with a [[link]].\n\n" * n,
+    "plain short": lambda n: "A plain note with a [[link]].\n\n" * n,
+    "plain long": lambda n: "A plain note with a [[link]].\n\n" * n,  # (in a child)
 }
 SIZES = {"40k headings": 40_000, "!!! note x50k": 50_000, "`a x300k": 300_000,
-         "25k wiki links": 25_000, "*_ x300k": 300_000, "> x500": 500, "plain 2 kB": 64}
+         "25k wiki links": 25_000, "*_ x300k": 300_000, "> x500": 500, "plain short": 64,
+         "plain long": 2_000}
 
 
 def rss_kib(pid: int | str = "self") -> int:

@@ -6,6 +6,8 @@ up and which runs under an address-space limit, so that a render that would eat 
 machine's memory fails there with MemoryError instead. A worker keeps a few such children,
 started when first needed (each imports only the markdown pipeline, never the web app),
 and each child exits by itself after a while without work, so a worker at rest holds none.
+The time limit counts from when the body reaches a child, so a child's start (an
+interpreter and the pipeline's imports, slow on a loaded host) never refuses a note.
 
 A short body renders in-process, with no round trip: every construct known to render in
 more than linear time (the fuzz corpus in tests/test_render_budget.py) stays well inside
@@ -112,6 +114,7 @@ class _Pool:
                 child.send_to.send(job)
             if not child.hear_from.poll(seconds):
                 child.close()
+                self._replace()
                 raise RenderRefused(f"this note took longer than {seconds:g} s to render, "
                                     f"the limit; split it, or simplify what repeats in it")
             try:
@@ -129,6 +132,19 @@ class _Pool:
             return value
         finally:
             self.slots.release()
+
+    def _replace(self) -> None:
+        """Start a child for the next long note in the background: a note stopped at the
+        limit is often followed by another (the same note saved again, an attack)."""
+        def start() -> None:
+            try:
+                child = _Child()
+            except RenderRefused:
+                return
+            with self.lock:
+                self.idle.append(child)
+
+        threading.Thread(target=start, daemon=True, name="render-child").start()
 
     def _take(self) -> _Child:
         with self.lock:
