@@ -64,9 +64,7 @@ def post_card(db, run_id: int, timezone: str, attempts: int = 5) -> int | None:
                     base_revision=letter.revision, note=f"run {run.id} finished: {run.status}")
                 refreshes = saving.prepare_refresh(embedding(reader, run.id, skip=letter.id))
         if letter is None:  # made first, in a write of its own; then read again
-            with db.write() as session:
-                letters.ensure_letter(session, week, AUTHOR)
-            mirror.write_queued(session)
+            letters.create_letter(db, week, AUTHOR)
             continue
         try:
             with db.write() as session:

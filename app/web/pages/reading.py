@@ -16,7 +16,7 @@ from markupsafe import Markup
 
 from app.db import get_reader, get_session
 from app.errors import BadQuery
-from app.notebook import addresses, browse, isoweeks, letters, mirror, search
+from app.notebook import addresses, browse, isoweeks, letters, search
 from app.notebook.entry_rows import EntryRow
 from app.notebook.render import pygments_css
 from app.web.access import author, can_write, readable_entry, require_owner, visible
@@ -148,9 +148,7 @@ def week(week: str):
 @bp.post("/weeks/<week>/letter")
 def start_letter(week: str):
     week_or_404(week)
-    session = get_session()
-    letters.ensure_letter(session, week, author=author())
-    mirror.commit(session)
+    letters.create_letter(current_app.extensions["db"], week, author())
     return redirect(url_for("notes.week", week=week), code=303)
 
 
