@@ -18,12 +18,14 @@ any other exception into a refusal. docs/ARCHITECTURE.md has the figures and the
 from __future__ import annotations
 
 import os
+import pickle
+import select
+import struct
 import subprocess
 import sys
 import threading
 import time
 from collections.abc import Callable
-from multiprocessing.connection import Connection
 from pathlib import Path
 
 from .rendered import default_tag_url
@@ -61,6 +63,43 @@ def _problem(exc: BaseException) -> str:
     return f"this note could not be rendered: {type(exc).__name__}: {exc}"[:300]
 
 
+class _Pipe:
+    """One end of a pipe carrying pickled messages, each after its length. (What
+    multiprocessing.connection does, without loading multiprocessing into every web
+    worker for it.)"""
+
+    HEAD = struct.Struct("!Q")
+
+    def __init__(self, fd: int) -> None:
+        self.fd = fd
+
+    def send(self, message) -> None:
+        data = pickle.dumps(message, pickle.HIGHEST_PROTOCOL)
+        view = memoryview(self.HEAD.pack(len(data)) + data)
+        while view:
+            view = view[os.write(self.fd, view):]
+
+    def poll(self, timeout: float) -> bool:
+        """Whether a message (or the end of the pipe) has arrived within `timeout` s."""
+        return bool(select.select([self.fd], [], [], timeout)[0])
+
+    def recv(self):
+        return pickle.loads(self._read(self._read(self.HEAD.size, self.HEAD.unpack)[0]))
+
+    def _read(self, size: int, then=bytes):
+        chunks, left = [], size
+        while left:
+            chunk = os.read(self.fd, min(left, 1 << 20))
+            if not chunk:
+                raise EOFError
+            chunks.append(chunk)
+            left -= len(chunk)
+        return then(b"".join(chunks))
+
+    def close(self) -> None:
+        os.close(self.fd)
+
+
 class _Child:
     def __init__(self) -> None:
         down_r, down_w = os.pipe()  # parent → child
@@ -74,8 +113,7 @@ class _Child:
             pass_fds=(down_r, up_w), stdin=subprocess.DEVNULL, env=env)
         os.close(down_r)
         os.close(up_w)
-        self.send_to, self.hear_from = Connection(down_w, readable=False), Connection(up_r,
-                                                                                     writable=False)
+        self.send_to, self.hear_from = _Pipe(down_w), _Pipe(up_r)
         self.last_used = time.monotonic()
         if not self.hear_from.poll(START_S) or self.hear_from.recv() != "ready":
             self.close()
@@ -166,8 +204,7 @@ def child(read_fd: int, write_fd: int) -> None:
 
     limit = MEMORY_LIMIT_MB * 1024 * 1024
     resource.setrlimit(resource.RLIMIT_AS, (limit, limit))
-    hear_from, answer = Connection(read_fd, writable=False), Connection(write_fd,
-                                                                        readable=False)
+    hear_from, answer = _Pipe(read_fd), _Pipe(write_fd)
     template("warm *up* [[x]]")  # the pipeline's imports, before the clock runs
     answer.send("ready")
     while hear_from.poll(IDLE_S):
