@@ -23,7 +23,7 @@ from app.models import Run, Runner, utcnow
 from app.web.parsing import json_body
 
 bp = Blueprint("runner", __name__, url_prefix="/api/v1/runner")
-HEARTBEAT_TRIES = 3  # each waits up to the busy timeout for the write lock
+HEARTBEAT_TRIES = 2  # each waits up to the busy timeout for the write lock
 
 
 def timings() -> dict:
