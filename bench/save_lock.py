@@ -7,7 +7,9 @@ pathological note of issue-sized inputs (times --scale) and a plain one; for eac
 the answer, the time to answer, and the longest the write lock was held during the save
 (from BEGIN IMMEDIATE to COMMIT or ROLLBACK, seen through SQLAlchemy's connection events).
 Then the resident memory of this process (the web worker's part) before the first long
-note and after, and of the render child it started (app/notebook/render/isolated.py).
+note and after, and of the render children it started (app/notebook/render/isolated.py);
+and last, each pathological note cut to isolated.SMALL characters rendered in-process, as
+a note that short is: the slowest of these is what a short note can cost a worker thread.
 """
 
 from __future__ import annotations
@@ -20,7 +22,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from app import create_app, upgrades
-from app.notebook.render import isolated
+from app.notebook.render import isolated, template
 
 CASES = {  # name → (a note of about the issue's size, at scale 1)
     "40k headings": lambda n: "".join(f"# heading {i}\n" for i in range(n)),
@@ -86,6 +88,16 @@ def main() -> None:
     print(f"this process: {before / 1024:.1f} MiB resident before the long notes, "
           f"{rss_kib() / 1024:.1f} MiB after; render children: "
           + (", ".join(f"{rss_kib(pid) / 1024:.1f} MiB" for pid in children) or "none idle"))
+    print(f"in-process, cut to {isolated.SMALL} characters:")
+    for name, make in CASES.items():
+        body = make(SIZES[name])[:isolated.SMALL]
+        start = time.perf_counter()
+        try:
+            template.template(body)
+            outcome = "rendered"
+        except RecursionError:
+            outcome = "RecursionError"
+        print(f"  {name:<16} {outcome:<15} in {(time.perf_counter() - start) * 1000:7.1f} ms")
 
 
 if __name__ == "__main__":

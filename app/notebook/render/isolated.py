@@ -10,9 +10,10 @@ The time limit counts from when the body reaches a child, so a child's start (an
 interpreter and the pipeline's imports, slow on a loaded host) never refuses a note.
 
 A short body renders in-process, with no round trip: every construct known to render in
-more than linear time (the fuzz corpus in tests/test_render_budget.py) stays well inside
-the budget at SMALL characters, and the in-process render still turns RecursionError and
-any other exception into a refusal. docs/ARCHITECTURE.md has the figures and the command.
+more than linear time (bench/save_lock.py's cases) stays well inside the budget at SMALL
+characters, and the in-process render still turns RecursionError and any other exception
+into a refusal. docs/ARCHITECTURE.md ("A save, end to end") has the figures and the
+command.
 """
 
 from __future__ import annotations
