@@ -25,7 +25,7 @@ from dataclasses import dataclass, field
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from app.errors import Conflict, Invalid, NotFound, refuse_unknown
+from app.errors import Invalid, NotFound, Refusal, refuse_unknown
 from app.models import Entry, Revision, link_key, utcnow
 from app.notebook import embeds, entries
 from app.notebook.addresses import tag_url
@@ -43,9 +43,16 @@ class Moved(Exception):
     """The notebook changed between preparing a save and committing it: prepare again."""
 
 
-def kept_moving() -> Conflict:
-    return Conflict(f"the notebook changed {ATTEMPTS} times while this was being saved; "
-                    f"nothing was saved: try again", current={})
+class KeptMoving(Refusal):
+    """Every attempt was overtaken by another save (not a conflict of this save's own)."""
+
+    status = 409
+    code = "busy"
+
+
+def kept_moving() -> KeptMoving:
+    return KeptMoving(f"the notebook changed {ATTEMPTS} times while this was being saved; "
+                      f"nothing was saved: try again")
 
 
 @dataclass
