@@ -39,6 +39,9 @@ CACHE_KIB = 1024
 # five beside the pool's five made a worker bigger, and two in all slowed the entry page
 # under many clients (more threads at once than idle connections): docs/PERFORMANCE.md.
 CONNECTIONS_KEPT = 5
+# How long a statement waits for another writer's lock before "database is locked"
+# (the DB_BUSY_TIMEOUT_S setting; tests of a held lock shorten it).
+BUSY_TIMEOUT_S = 10.0
 
 
 class IdlePool(NullPool):
@@ -92,7 +95,7 @@ class IdlePool(NullPool):
         return record
 
 
-def create_engine(url: str) -> sa.Engine:
+def create_engine(url: str, busy_timeout_s: float = BUSY_TIMEOUT_S) -> sa.Engine:
     if not url.startswith("sqlite"):
         return sa.create_engine(url, pool_pre_ping=True)
     path = sa.make_url(url).database
@@ -108,7 +111,7 @@ def create_engine(url: str) -> sa.Engine:
         dbapi_conn.isolation_level = None  # we emit BEGIN ourselves (SQLAlchemy's recipe)
         cur = dbapi_conn.cursor()
         # busy_timeout first: switching to WAL can itself meet a busy database.
-        cur.execute("PRAGMA busy_timeout = 10000")
+        cur.execute(f"PRAGMA busy_timeout = {int(busy_timeout_s * 1000)}")
         cur.execute("PRAGMA journal_mode = WAL")
         cur.execute("PRAGMA synchronous = NORMAL")
         cur.execute("PRAGMA foreign_keys = ON")
@@ -126,13 +129,24 @@ def create_engine(url: str) -> sa.Engine:
     return engine
 
 
+# What a statement raises when SQLite's lock stays taken: through SQLAlchemy, or straight
+# from sqlite3 where a transaction begins (the begin hook below).
+OPERATIONAL = (sa.exc.OperationalError, sqlite3.OperationalError)
+
+
+def locked(exc: Exception) -> bool:
+    """SQLite's "database is locked": another writer held the lock past the busy timeout."""
+    return "database is locked" in str(getattr(exc, "orig", exc))
+
+
 class Database:
     """The engine plus the two ways to open a session: for reading and for writing."""
 
-    def __init__(self, url: str, notes_dir: Path | None = None):
+    def __init__(self, url: str, notes_dir: Path | None = None,
+                 busy_timeout_s: float = BUSY_TIMEOUT_S):
         self.url = url
         self.notes_dir = notes_dir
-        self.engine = create_engine(url)
+        self.engine = create_engine(url, busy_timeout_s)
         self._write_engine = self.engine.execution_options(sqlite_immediate=True)
         # A SQLite file, that is; another database (or one in memory, a database per
         # connection) reads in sessions.
@@ -187,7 +201,8 @@ class Database:
 
 def init_app(app: Flask) -> None:
     app.extensions["db"] = Database(
-        app.config["DATABASE_URL"], Path(app.config["DATA_DIR"]) / "notes"
+        app.config["DATABASE_URL"], Path(app.config["DATA_DIR"]) / "notes",
+        app.config.get("DB_BUSY_TIMEOUT_S", BUSY_TIMEOUT_S),
     )
 
     @app.teardown_appcontext

@@ -5,7 +5,7 @@ import sqlalchemy as sa
 
 from app import errors
 from app.models import Entry, Revision
-from app.notebook import browse, entries, letters
+from app.notebook import browse, entries, letters, saving
 from tests.helpers import count
 
 
@@ -61,9 +61,10 @@ def test_restore_is_a_new_revision(db):
     with db.write() as session:
         entries.update(session, entries.get(session, entry.id), {"body": "v2", "tags": []},
                        base_revision=1, author="x")
+    with db.read() as reader:
+        prepared = saving.prepare_restore(reader, entry.id, 1, base_revision=2)
     with db.write() as session:
-        e = entries.restore(session, entries.get(session, entry.id), 1, base_revision=2,
-                            author="x")
+        e = saving.commit(session, prepared, author="x")
         assert (e.revision, e.body_md, e.tag_list) == (3, "v1", ["a"])
     with db.read() as session:
         rev = browse.revision(session, entries.get(session, entry.id), 3)

@@ -10,7 +10,7 @@ from click.testing import CliRunner
 
 from app import cli
 from app.models import Entry
-from app.notebook import entries, letters, transfer
+from app.notebook import entries, letters, mirror, transfer
 
 # -- the mirror ---------------------------------------------------------------------------
 
@@ -19,6 +19,7 @@ def test_every_save_writes_the_mirror_file_and_moves_it_on_rename(db, data_dir):
     with db.write() as session:
         entry = entries.create(session, author="x", date="2024-03-31", title="Working notes",
                                body="Hello [[World]]", tags=["ml"])
+    mirror.write_queued(session)
     path = data_dir / "notes" / "2024" / "2024-03-31-working-notes.md"
     text = path.read_text()
     front, body = text.split("---\n")[1], text.split("---\n", 2)[2]
@@ -28,10 +29,12 @@ def test_every_save_writes_the_mirror_file_and_moves_it_on_rename(db, data_dir):
     with db.write() as session:
         entries.update(session, entries.get(session, entry.id), {"title": "Renamed"},
                        base_revision=1, author="x")
+    mirror.write_queued(session)
     assert not path.exists()
     assert (data_dir / "notes" / "2024" / "2024-03-31-renamed.md").exists()
     with db.write() as session:
         entries.delete(session, entries.get(session, entry.id))
+    mirror.write_queued(session)
     assert list((data_dir / "notes").rglob("*.md")) == []
     assert [p for p in (data_dir / "notes").rglob("*") if p.name.endswith(".tmp")] == []
 
@@ -39,6 +42,7 @@ def test_every_save_writes_the_mirror_file_and_moves_it_on_rename(db, data_dir):
 def test_letters_are_mirrored_by_week(db, data_dir):
     with db.write() as session:
         letters.ensure_letter(session, "2025-W01", "x")  # ISO year 2025 starts in Dec 2024
+    mirror.write_queued(session)
     text = (data_dir / "notes" / "2025" / "2025-W01.md").read_text()
     assert "kind: week" in text and "week: 2025-W01" in text
 
@@ -51,6 +55,17 @@ def test_a_rolled_back_save_writes_no_file(db, data_dir):
     except RuntimeError:
         pass
     assert not list((data_dir / "notes").rglob("*.md"))
+
+
+def test_a_save_over_the_api_writes_its_file_once_committed(client, data_dir):
+    made = client.post("/api/v1/entries", json={"date": "2024-03-31", "title": "Via API",
+                                                "body": "text"})
+    assert made.status_code == 201
+    path = data_dir / "notes" / "2024" / "2024-03-31-via-api.md"
+    assert path.read_text().endswith("---\ntext\n")
+    refused = client.put(f"/api/v1/entries/{made.json['id']}",
+                         json={"base_revision": 1, "title": ""})
+    assert refused.status_code == 422 and path.exists()
 
 
 # -- import and export --------------------------------------------------------------------

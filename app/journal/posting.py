@@ -15,11 +15,10 @@ from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
 
-from app.errors import Conflict
 from app.journal import runs
 from app.journal.views import cards
 from app.models import Entry, Run
-from app.notebook import entries, letters
+from app.notebook import letters, mirror, saving
 from app.notebook.isoweeks import iso_week
 
 log = logging.getLogger(__name__)
@@ -50,37 +49,48 @@ def with_card(body: str, run_id: int) -> str:
 
 
 def post_card(db, run_id: int, timezone: str, attempts: int = 5) -> int | None:
-    """Append one finished run's card to its letter; returns the letter's id."""
+    """Append one finished run's card to its letter; returns the letter's id. The letter
+    is rendered before the write lock is taken (app/notebook/saving.py)."""
     for _ in range(attempts):
+        with db.read() as reader:
+            run = reader.scalar(sa.select(Run).where(Run.id == run_id, POSTABLE))
+            if run is None:
+                return None
+            finished = (run.finished_at or run.created_at).replace(tzinfo=dt.UTC)
+            week = iso_week(finished.astimezone(ZoneInfo(timezone)).date())
+            letter = letters.find_letter(reader, week)
+            if letter is not None:
+                prepared = saving.prepare_update(
+                    reader, letter.id, {"body": with_card(letter.body_md, run.id)},
+                    base_revision=letter.revision, note=f"run {run.id} finished: {run.status}")
+                refreshes = saving.prepare_refresh(
+                    reader, embedding(reader, run.id, skip=letter.id))
+        if letter is None:  # made first, in a write of its own; then read again
+            letters.create_letter(db, week, AUTHOR)
+            continue
         try:
             with db.write() as session:
                 run = session.scalar(sa.select(Run).where(Run.id == run_id, POSTABLE))
                 if run is None:
                     return None
-                finished = (run.finished_at or run.created_at).replace(tzinfo=dt.UTC)
-                week = iso_week(finished.astimezone(ZoneInfo(timezone)).date())
-                letter, _ = letters.ensure_letter(session, week, AUTHOR)
-                entries.update(session, letter, {"body": with_card(letter.body_md, run.id)},
-                               base_revision=letter.revision, author=AUTHOR,
-                               note=f"run {run.id} finished: {run.status}")
+                saving.commit(session, prepared, author=AUTHOR)
                 run.carded_entry_id = letter.id
-                refresh_embeds(session, run.id, skip=letter.id)
-                return letter.id
-        except Conflict:
+                saving.commit_refresh(session, refreshes)
+        except saving.Moved:
             continue  # the letter changed under us: read the fresh text and try again
+        mirror.write_queued(session)
+        return letter.id
     log.error("could not append run %s to its letter after %s attempts", run_id, attempts)
     return None
 
 
-def refresh_embeds(session, run_id: int, skip: int | None = None) -> None:
-    """Entries that embed this run by hand, saved while it was unfinished, show its final
-    card from now on."""
+def embedding(session, run_id: int, skip: int | None = None) -> list[Entry]:
+    """Entries that embed this run by hand, saved while it was unfinished: they show its
+    final card from now on."""
     candidates = session.scalars(sa.select(Entry).where(
         Entry.body_md.contains("```run"), Entry.body_md.contains(str(run_id)),
         Entry.id != (skip or 0)))
-    for entry in candidates:
-        if run_id in cards.embedded_runs(entry.body_md):
-            entries.refresh_html(session, entry)
+    return [entry for entry in candidates if run_id in cards.embedded_runs(entry.body_md)]
 
 
 def post_cards(db, timezone: str) -> list[int]:

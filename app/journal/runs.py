@@ -17,13 +17,14 @@ runners, whose nodes app/journal/gangs.py keeps.
 from __future__ import annotations
 
 import datetime as dt
+from collections.abc import Callable
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from app.errors import BadState, Invalid, NotFound, Stale, TooLarge
 from app.journal import gangs, results, run_metrics, runners
-from app.models import Metric, Run, RunEvent, Runner, utcnow
+from app.models import Metric, Run, RunEvent, Runner, RunNode, utcnow
 from base import contract
 from base.statuses import (
     ACTIVE,
@@ -307,11 +308,24 @@ def finish(session: Session, run: Run, runner: Runner, to: str, *, reason: str,
 # -- the scheduler's side -----------------------------------------------------------------
 
 
-def reap(session: Session, now: dt.datetime | None = None) -> list[int]:
-    """Leases that ran out become LOST (with the reason); never re-queued."""
+def reap(session: Session, now: dt.datetime | None = None, *, ttl_s: float = 0,
+         heard: Callable[[Run], dt.datetime | None] | None = None) -> list[int]:
+    """Leases that ran out become LOST (with the reason); never re-queued. A runner the
+    web heard but could not store (`heard`, liveness.py) renewed its lease when heard."""
     now = now or utcnow()
-    lost = list(session.scalars(
-        sa.select(Run).where(Run.status.in_(ACTIVE), Run.lease_expires_at < now)))
+    expired = session.scalars(
+        sa.select(Run).where(Run.status.in_(ACTIVE), Run.lease_expires_at < now))
+    lost = []
+    for run in expired:
+        when = heard(run) if heard else None
+        until = when + dt.timedelta(seconds=ttl_s) if when else None
+        if until is not None and until > now:
+            run.lease_expires_at = until
+            session.execute(sa.update(RunNode).where(  # a gang's nodes, heard as one
+                RunNode.run_id == run.id, RunNode.status.in_(gangs.HOLDING))
+                .values(lease_expires_at=until))
+            continue
+        lost.append(run)
     for run in lost:
         late = (now - run.lease_expires_at).total_seconds() if run.lease_expires_at else 0
         runner = run.runner.name if run.runner else "its runner"

@@ -10,7 +10,9 @@ truth. Its jobs only write rows:
   fire      a schedule's cron time came: schedules.fire_due inserts the QUEUED run (or a
             SKIPPED one) under the unique (schedule, fire time) key
   reap      leases that ran out → LOST; runs queued too long → EXPIRED (not while the web
-            is down: runners renew leases through it, so an outage is no runner's fault)
+            is down or the database cannot be written: runners renew leases through them,
+            so an outage is no runner's fault; nor for a runner the web heard but could
+            not store, app/journal/liveness.py)
   cards     finished runs → a card in the Experiments section of their week's letter
   letter    Monday 00:00 (our time zone): this week's letter
   backup    nightly: an archive of everything (app/backups.py), older ones pruned
@@ -32,8 +34,9 @@ import sqlalchemy as sa
 from apscheduler.schedulers.blocking import BlockingScheduler
 
 from app import backups
+from app.db import OPERATIONAL, locked
 from app.errors import Invalid
-from app.journal import gangs, posting, runs, schedules
+from app.journal import gangs, liveness, posting, runs, schedules
 from app.models import Run, RunNode, Schedule, utcnow
 from app.notebook import letters
 
@@ -95,6 +98,7 @@ class Scheduler:
             "misfire_grace_time": 6 * 3600, "coalesce": True, "max_instances": 1})
         self.known: dict[int, str] = {}  # schedule id → the version its cron job was made from
         self.web = WebWatch(app.config["BIND"])
+        self.data_dir = Path(app.config["DATA_DIR"])
 
     # -- jobs -----------------------------------------------------------------------------
 
@@ -131,26 +135,38 @@ class Scheduler:
                     log.info("schedule %s fired: run %s %s", schedule.id, run.id, run.status)
 
     def reap(self) -> None:
-        state = self.web.state()
-        if state == "down":
-            if self.web.down_since is None:
-                self.web.down_since = utcnow()
-                log.warning("the web (%s) does not answer: leases are not reaped until it "
-                            "does", self.web.url)
+        """The web is up when it answers and the database takes a write: while either
+        fails no runner can renew its lease, so none is reaped, and when both work again
+        every active lease gets one TTL from then."""
+        if self.web.state() == "down":
+            self._outage(f"the web ({self.web.url}) does not answer")
+            return
+        try:
+            if self.web.down_since is not None:
+                self.amnesty()
+            with self.db.write() as session:
+                lost = runs.reap(session, ttl_s=self.config["LEASE_TTL_S"],
+                                 heard=lambda run: liveness.last_heard(self.data_dir, run))
+                expired = runs.expire_queued(session, self.config["MAX_QUEUE_AGE_S"])
+        except OPERATIONAL as exc:
+            if not locked(exc):
+                raise
+            self._outage("the database is locked by another writer")
             return
         if self.web.down_since is not None:
             outage = (utcnow() - self.web.down_since).total_seconds()
             self.web.down_since = None
-            self.amnesty()
-            log.warning("the web answers again after %.0fs: every active lease gets one TTL "
-                        "from now", outage)
-        with self.db.write() as session:
-            lost = runs.reap(session)
-            expired = runs.expire_queued(session, self.config["MAX_QUEUE_AGE_S"])
+            log.warning("the web can renew leases again after %.0fs: every active lease got "
+                        "one TTL from then", outage)
         for run_id in lost:
             log.warning("run %s is LOST: its lease expired", run_id)
         for run_id in expired:
             log.warning("run %s EXPIRED in the queue", run_id)
+
+    def _outage(self, why: str) -> None:
+        if self.web.down_since is None:
+            self.web.down_since = utcnow()
+            log.warning("%s: leases are not reaped until it works again", why)
 
     def cards(self) -> None:
         for run_id in posting.post_cards(self.db, self.tz):

@@ -1,7 +1,8 @@
 """The notebook: dated markdown entries and weekly letters, their history, links, tags,
 search, attachments and the plain-markdown mirror. Knows nothing of runs or of HTTP.
 
-    entries.py      THE place a save happens (validate, revision, render, index, mirror)
+    entries.py      THE rules of a save (validate, revision, render, index, mirror)
+    saving.py       a save rendered before the write lock, committed under it
     letters.py      the weekly letter and its template
     isoweeks.py     ISO week arithmetic ("2024-W13")
     browse.py       read-only queries the pages share (history, backlinks, prev/next, tags)

@@ -296,7 +296,7 @@ class _Writer:
 
     def _place_again(self, session, changed: set[str], skip: set[int]) -> None:
         """Entries from earlier batches (or from before) linking to what this batch
-        changed: their links placed afresh, in this transaction (entries._rerender_linkers)."""
+        changed: their links placed afresh, in this transaction (entries.linkers)."""
         ids = set().union(*(self.by_key.get(key, ()) for key in changed)) - skip
         updates = []
         for entry_id in sorted(ids):

@@ -1,35 +1,48 @@
 """Entries: the rules of saving. Every change goes through here, so every save is a
-revision, re-renders and re-indexes the entry in the same transaction, and is mirrored to
-a plain markdown file once the transaction commits.
+revision, re-renders and re-indexes the entry in the same transaction, and queues its
+plain markdown file, which the caller writes once the transaction commits
+(`mirror.commit`).
 
 Functions take an open write session and never commit: the caller owns the transaction.
+A save from the web renders before it takes the write lock (saving.py, which uses the
+rules here); `create` and `update` render inside it, for callers that work in batches of
+their own (a letter made from its template, an import, a task box's tick).
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import functools
-import re
-import unicodedata
+from collections.abc import Callable
 from dataclasses import dataclass
 from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
+from app.db import insert_many
 from app.errors import Conflict, Invalid, NotFound, refuse_unknown
 from app.models import Entry, EntryTag, Link, Revision, link_key, utcnow
 from app.notebook import embeds, inclusions, merge, mirror, search_index
 from app.notebook.addresses import entry_url, tag_url
+from app.notebook.field_rules import (  # noqa: F401  (callers read them as entries.X)
+    DATE_RE,
+    MAX_BODY,
+    MAX_TAGS,
+    MAX_TITLE,
+    STATUSES,
+    TAG_RE,
+    check_body,
+    check_publish,
+    check_status,
+    check_title,
+    parse_date,
+    parse_tags,
+    slugify,
+)
 from app.notebook.isoweeks import WEEK_RE, iso_week
 from app.notebook.render import Rendered, Resolved, render
 
-MAX_TITLE = 200
-MAX_BODY = 1_000_000
-MAX_TAGS = 30
-TAG_RE = re.compile(r"^[a-z][a-z0-9_/-]{0,49}$")
-DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
-STATUSES = ("draft", "published")
 # What a save may change; the API, the edit form and the merge view all take these names.
 FIELDS = ("date", "title", "body", "tags", "status", "publish")
 
@@ -54,25 +67,36 @@ def values(thing: Entry | Revision) -> dict:
             "tags": thing.tags.split(), "status": thing.status, "publish": thing.publish}
 
 
-def _checked(changes: dict) -> dict:
-    """`changes` validated and in the form `values` gives (to compare with it)."""
+def checked(changes: dict) -> dict:
+    """`changes` validated and in the form `values` gives (to compare with it). Every
+    field's problem at once: Invalid names the first, and its `errors` (field → message)
+    all of them, so a form can show each next to its field."""
     checks = {"date": lambda v: parse_date(v).isoformat(), "title": check_title,
               "body": check_body, "tags": parse_tags, "status": check_status,
               "publish": check_publish}
-    return {name: checks[name](value) for name, value in changes.items()}
+    done, errors = {}, {}
+    for name, value in changes.items():
+        try:
+            done[name] = checks[name](value)
+        except Invalid as exc:
+            errors[name] = exc.message
+    if errors:
+        first = next(iter(errors))
+        raise Invalid(errors[first], first, errors=errors)
+    return done
 
 
-def _merge_stale(session: Session, entry: Entry, changes: dict,
-                 base_revision: int) -> tuple[dict, str]:
+def merge_stale(session: Session, entry: Entry, mine: dict,
+                base_revision: int) -> tuple[dict, str]:
     """Changes made on top of an older revision, merged with everything saved since
     (three-way, app/notebook/merge.py). Changes to different lines combine; where both
     sides changed the same lines differently, Conflict carries the hunks and a merge
-    that keeps both sides. Returns the merged changes and the revision note."""
+    that keeps both sides. `mine` is checked (`checked`). Returns the merged changes and
+    the revision note."""
     base = session.scalar(sa.select(Revision).where(Revision.entry_id == entry.id,
                                                     Revision.number == base_revision))
     if base is None or base_revision > entry.revision:
         raise stale(entry, base_revision)
-    mine = _checked(changes)
     merged, conflicts = merge.merge_fields(values(base), values(entry), mine)
     if conflicts:
         raise stale(entry, base_revision, conflicts=conflicts,
@@ -80,81 +104,6 @@ def _merge_stale(session: Session, entry: Entry, changes: dict,
     theirs = session.scalar(sa.select(Revision.author).where(
         Revision.entry_id == entry.id, Revision.number == entry.revision))
     return merged, f"merged with revision {entry.revision} by {theirs}"
-
-
-def parse_date(value) -> dt.date:
-    if isinstance(value, dt.date):
-        return value
-    if not isinstance(value, str) or not DATE_RE.match(value):
-        raise Invalid("date must be YYYY-MM-DD", "date")
-    try:
-        day = dt.date.fromisoformat(value)
-    except ValueError:
-        raise Invalid(f"{value} is not a calendar date", "date") from None
-    if not 1900 <= day.year <= 2999:
-        raise Invalid("date must be between 1900 and 2999", "date")
-    return day
-
-
-def parse_tags(value) -> list[str]:
-    """Tags as a list or a space/comma separated string; '#' prefixes are dropped."""
-    if value is None:
-        return []
-    if isinstance(value, str):
-        value = re.split(r"[\s,]+", value)
-    if not isinstance(value, list) or not all(isinstance(t, str) for t in value):
-        raise Invalid("tags must be a list of strings", "tags")
-    tags: list[str] = []
-    for raw in value:
-        tag = raw.strip().lstrip("#").lower()
-        if not tag:
-            continue
-        if not TAG_RE.match(tag):
-            raise Invalid(
-                f"tag {raw!r}: letters, digits, '-', '_' and '/', starting with a letter", "tags"
-            )
-        if tag not in tags:
-            tags.append(tag)
-    if len(tags) > MAX_TAGS:
-        raise Invalid(f"at most {MAX_TAGS} tags", "tags")
-    return tags
-
-
-def check_title(value) -> str:
-    if not isinstance(value, str) or not value.strip():
-        raise Invalid("title is required", "title")
-    title = " ".join(value.split())
-    if len(title) > MAX_TITLE:
-        raise Invalid(f"title is longer than {MAX_TITLE} characters", "title")
-    return title
-
-
-def check_body(value) -> str:
-    if not isinstance(value, str):
-        raise Invalid("body must be a string", "body")
-    if len(value) > MAX_BODY:
-        raise Invalid(f"body is longer than {MAX_BODY} characters", "body")
-    # Trailing blank lines are an editor's accident, not content; dropping them keeps the
-    # mirror file and an import of it byte-for-byte the same entry.
-    return value.replace("\r\n", "\n").rstrip()
-
-
-def check_status(value) -> str:
-    if value not in STATUSES:
-        raise Invalid("status must be 'draft' or 'published'", "status")
-    return value
-
-
-def check_publish(value) -> bool:
-    if not isinstance(value, bool):
-        raise Invalid("publish must be true or false", "publish")
-    return value
-
-
-def slugify(title: str) -> str:
-    text = unicodedata.normalize("NFKD", title).encode("ascii", "ignore").decode()
-    slug = re.sub(r"[^a-z0-9]+", "-", text.lower()).strip("-")[:80].strip("-")
-    return slug or "entry"
 
 
 # -- lookups ------------------------------------------------------------------------------
@@ -191,17 +140,18 @@ def resolve(session: Session, target: str) -> Entry | None:
     )
 
 
-def _resolver(session: Session):
-    def resolve_link(target: str) -> Resolved:
-        found = resolve(session, target)
-        if found is not None:
-            return Resolved(entry_url(found), True, found.status == "draft")
-        if WEEK_RE.match(target.strip().upper()):
-            return Resolved(f"/weeks/{target.strip().upper()}", False)
-        field = "date" if DATE_RE.match(target.strip()) else "title"
-        return Resolved(f"/entries/new?{field}={quote(target.strip())}", False)
+def placed(target: str, found) -> Resolved:
+    """Where a link to `target` goes, given the entry it resolves to (or None)."""
+    if found is not None:
+        return Resolved(entry_url(found), True, found.status == "draft")
+    if WEEK_RE.match(target.strip().upper()):
+        return Resolved(f"/weeks/{target.strip().upper()}", False)
+    field = "date" if DATE_RE.match(target.strip()) else "title"
+    return Resolved(f"/entries/new?{field}={quote(target.strip())}", False)
 
-    return resolve_link
+
+def _resolver(session: Session):
+    return lambda target: placed(target, resolve(session, target))
 
 
 # -- saving -------------------------------------------------------------------------------
@@ -231,7 +181,15 @@ def _unique_slug(session: Session, entry: Entry, base: str) -> str:
     return slug
 
 
-def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: str) -> Entry:
+Renderer = Callable[[Session, Entry], Rendered]  # an entry's stored HTML, set; what it found
+
+
+def apply(session: Session, entry: Entry, fields: Fields, author: str, note: str,
+          rendered: Renderer | None = None) -> Entry:
+    """Write a save: the fields, a revision, links, tags, the index, the mirror file
+    (queued) and the entries whose links to it change. `rendered` sets the entry's HTML
+    (and that of each entry linking to it); by default they are rendered here."""
+    rendered = rendered or _render
     old_keys = keys_of(entry) if entry.id else set()
     old_status = entry.status
     old_path = mirror.relpath(entry) if entry.id else None
@@ -250,7 +208,7 @@ def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: st
         entry.slug = entry.iso_week.lower()
     session.add(entry)
     session.flush()  # an id for the links, tags and index rows below
-    rendered = _render(session, entry)
+    found = rendered(session, entry)
     session.add(
         Revision(
             entry_id=entry.id, number=entry.revision, date=entry.date, title=entry.title,
@@ -259,17 +217,22 @@ def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: st
             note=note[:200],
         )
     )
-    _store_links_and_tags(session, entry, rendered)
-    search_index.index_entry(session, entry, rendered.text)
+    _store_links_and_tags(session, entry, found)
+    search_index.index_entry(session, entry, found.text)
     mirror.queue_write(session, entry, old_path)
     # Links written before this entry existed (or under its old title) render afresh.
     # Links to a draft are marked as such, so publishing or unpublishing re-renders them all.
-    new_keys = keys_of(entry)
-    changed_keys = new_keys | old_keys if entry.status != old_status else new_keys ^ old_keys
-    _rerender_linkers(session, changed_keys, skip=entry.id)
     # Notes that embed this one (![[Title]]) show its new text.
-    _rerender_linkers(session, new_keys - changed_keys, skip=entry.id, embedding=True)
+    status_changed = entry.status != old_status
+    for source in affected(session, changed_keys(old_keys, keys_of(entry), status_changed),
+                           keys_of(entry), skip=entry.id):
+        rendered(session, source)
     return entry
+
+
+def changed_keys(old: set[str], new: set[str], status_changed: bool) -> set[str]:
+    """The link keys whose links render differently after a save."""
+    return new | old if status_changed else new ^ old
 
 
 def render_body(session: Session, body: str) -> Rendered:
@@ -294,10 +257,11 @@ def refresh_html(session: Session, entry: Entry) -> None:
     _render(session, entry)
 
 
-def rerender(session: Session, entry: Entry) -> None:
+def rerender(session: Session, entry: Entry, rendered: Renderer | None = None) -> None:
     """Render the stored text again because the renderer changed: its HTML, and what the
-    render finds in it (links, tags, the searched text) with it. Not a revision."""
-    rendered = _render(session, entry)
+    render finds in it (links, tags, the searched text) with it. Not a revision.
+    `rendered` sets the HTML, as in `apply`."""
+    rendered = (rendered or _render)(session, entry)
     _store_links_and_tags(session, entry, rendered)
     search_index.index_entry(session, entry, rendered.text)
 
@@ -305,31 +269,40 @@ def rerender(session: Session, entry: Entry) -> None:
 def _store_links_and_tags(session: Session, entry: Entry, rendered: Rendered) -> None:
     session.execute(sa.delete(Link).where(Link.source_id == entry.id))
     session.execute(sa.delete(EntryTag).where(EntryTag.entry_id == entry.id))
-    for link in rendered.links:
-        session.add(
-            Link(source_id=entry.id, target_key=link_key(link.target)[:200],
-                 text=link.text[:200], context=link.context[:400])
-        )
+    # In one executemany each, not as ORM objects: a note may hold thousands of links,
+    # and this runs under the write lock.
+    insert_many(session, Link.__table__, [
+        {"source_id": entry.id, "target_key": link_key(link.target)[:200],
+         "text": link.text[:200], "context": link.context[:400]} for link in rendered.links])
     tags = list(dict.fromkeys(entry.tag_list + [t for t in rendered.tags if TAG_RE.match(t)]))
-    for tag in tags:
-        session.add(EntryTag(entry_id=entry.id, tag=tag))
+    insert_many(session, EntryTag.__table__, [{"entry_id": entry.id, "tag": tag}
+                                              for tag in tags])
 
 
-def _rerender_linkers(session: Session, keys: set[str], skip: int | None,
-                      embedding: bool = False) -> None:
-    """Render again the entries that link to any of `keys` (only those with an embed in
-    their text, when `embedding`)."""
+def linkers(session: Session, keys: set[str], skip: int | None,
+            embedding: bool = False) -> list[Entry]:
+    """The entries with a link to any of `keys` (but `skip`), by id; only those with an
+    embed in their text, when `embedding`."""
     if not keys:
-        return
+        return []
     query = sa.select(Entry).where(
         Entry.id.in_(sa.select(Link.source_id).where(Link.target_key.in_(keys))),
         Entry.id != (skip or 0),
     )
     if embedding:
         query = query.where(Entry.body_md.contains("![[", autoescape=True))
-    sources = session.scalars(query)
-    for source in sources:
-        _render(session, source)
+    return list(session.scalars(query.order_by(Entry.id)))
+
+
+def affected(session: Session, changed: set[str], embedded: set[str],
+             skip: int | None) -> list[Entry]:
+    """The entries a save renders again, by id: those whose links to it render differently
+    (`changed` keys), and those that embed it (`embedded`: its keys now), whose embed shows
+    its new text."""
+    found = {source.id: source for source in linkers(session, changed, skip)}
+    for source in linkers(session, embedded - changed, skip, embedding=True):
+        found.setdefault(source.id, source)
+    return [found[i] for i in sorted(found)]
 
 
 def create(
@@ -341,7 +314,7 @@ def create(
     entry = Entry(kind=kind, revision=0, created_at=utcnow())
     if kind == "week":
         entry.iso_week = iso_week(fields.date)
-    return _apply(session, entry, fields, author, note)
+    return apply(session, entry, fields, author, note)
 
 
 def update(session: Session, entry: Entry, changes: dict, *, base_revision, author: str,
@@ -354,7 +327,7 @@ def update(session: Session, entry: Entry, changes: dict, *, base_revision, auth
         raise Invalid("base_revision (an integer) is required", "base_revision")
     refuse_unknown(changes, FIELDS)
     if base_revision != entry.revision:
-        changes, merged_note = _merge_stale(session, entry, changes, base_revision)
+        changes, merged_note = merge_stale(session, entry, checked(changes), base_revision)
         note = f"{note}; {merged_note}" if note else merged_note
     fields = Fields(
         parse_date(changes.get("date", entry.date)),
@@ -373,31 +346,12 @@ def update(session: Session, entry: Entry, changes: dict, *, base_revision, auth
     )
     if unchanged:
         return entry  # saving the same text twice makes no empty revision
-    return _apply(session, entry, fields, author, note)
+    return apply(session, entry, fields, author, note)
 
 
-def restore(session: Session, entry: Entry, number: int, *, base_revision, author: str) -> Entry:
-    """Bring back an old revision's text as a new revision; nothing in history is lost.
-    Unlike an edit, a restore is not merged: "make it read as revision N" asked of a text
-    that has moved on is asked again, of the text as it is now."""
-    if base_revision != entry.revision:
-        if isinstance(base_revision, bool) or not isinstance(base_revision, int):
-            raise Invalid("base_revision (an integer) is required", "base_revision")
-        raise stale(entry, base_revision)
-    old = session.scalar(
-        sa.select(Revision).where(Revision.entry_id == entry.id, Revision.number == number)
-    )
-    if old is None:
-        raise NotFound(f"entry {entry.id} has no revision {number}")
-    changes = {"title": old.title, "body": old.body_md, "tags": old.tags.split(),
-               "status": old.status, "publish": old.publish}
-    if entry.kind == "entry":
-        changes["date"] = old.date
-    return update(session, entry, changes, base_revision=base_revision, author=author,
-                  note=f"restored revision {number}")
-
-
-def delete(session: Session, entry: Entry, *, base_revision=None) -> None:
+def delete(session: Session, entry: Entry, *, base_revision=None,
+           rendered: Renderer | None = None) -> None:
+    """Delete the entry; the entries linking to it render anew (`rendered`, as in apply)."""
     if base_revision is not None and base_revision != entry.revision:
         raise stale(entry, base_revision)
     keys = keys_of(entry)
@@ -405,4 +359,5 @@ def delete(session: Session, entry: Entry, *, base_revision=None) -> None:
     mirror.queue_delete(session, entry)
     session.delete(entry)
     session.flush()
-    _rerender_linkers(session, keys, skip=None)
+    for source in linkers(session, keys, skip=None):
+        (rendered or _render)(session, source)

@@ -45,7 +45,7 @@ class Op:
 
     @property
     def changed_keys(self) -> set[str]:
-        """The link keys whose linkers render again (entries._apply's rule)."""
+        """The link keys whose linkers render again (entries.changed_keys)."""
         new = keys_of(self.after)
         if self.before is None:
             return new

@@ -9,7 +9,7 @@ from sqlalchemy.orm import Session
 
 from app.db import Prepared
 from app.models import Entry, Setting
-from app.notebook import entries
+from app.notebook import entries, mirror, saving
 from app.notebook.entry_rows import LISTED, WHOLE, EntryRow, rows
 from app.notebook.isoweeks import iso_week, today, week_bounds
 
@@ -59,8 +59,9 @@ def letter_row(session: Session, week: str) -> EntryRow | None:
 
 
 def ensure_letter(session: Session, week: str, author: str) -> tuple[Entry, bool]:
-    """The letter of `week`, created from the template if it does not exist yet.
-    Must run in a write session. Returns (letter, created)."""
+    """The letter of `week`, created from the template if it does not exist yet, rendered
+    in `session`, a write session (create_letter renders before taking the lock).
+    Returns (letter, created)."""
     letter = find_letter(session, week)
     if letter:
         return letter, False
@@ -79,16 +80,35 @@ def ensure_letter(session: Session, week: str, author: str) -> tuple[Entry, bool
     return letter, True
 
 
+def create_letter(db, week: str, author: str) -> bool:
+    """The letter of `week` exists afterwards; returns whether this call made it. The write
+    lock is taken only when it is missing, and the template is rendered before
+    (saving.py), so the common case is one read."""
+    for _ in range(saving.ATTEMPTS):
+        with db.read() as reader:
+            if find_letter(reader, week):
+                return False
+            monday, _ = week_bounds(week)
+            prepared = saving.prepare_create(
+                reader, kind="week", date=monday, title=f"Week {week}",
+                body=letter_template(reader), tags=[], status="published",
+                note="created from the letter template")
+        try:
+            with db.write() as session:
+                if find_letter(session, week):
+                    return False  # made meanwhile
+                saving.commit(session, prepared, author=author)
+        except saving.Moved:
+            continue
+        mirror.write_queued(session)
+        return True
+    raise saving.kept_moving()
+
+
 def ensure_this_week(db, timezone: str, author: str = "commonplace") -> tuple[str, bool]:
-    """This week's letter exists afterwards: (week, created). The write lock is taken only
-    when the letter is missing, so the common case is one read."""
+    """This week's letter exists afterwards: (week, created)."""
     week = iso_week(today(timezone))
-    with db.read() as session:
-        if find_letter(session, week):
-            return week, False
-    with db.write() as session:
-        _, created = ensure_letter(session, week, author)
-    return week, created
+    return week, create_letter(db, week, author)
 
 
 def this_weeks_letter(db, session: Session, timezone: str,
@@ -100,8 +120,7 @@ def this_weeks_letter(db, session: Session, timezone: str,
     week = iso_week(today(timezone))
     letter = letter_row(session, week)
     if letter is None:
-        with db.write() as writing:
-            ensure_letter(writing, week, author)
+        create_letter(db, week, author)
         session.rollback()  # end the read snapshot taken before the letter existed
         letter = letter_row(session, week)
     return week, letter

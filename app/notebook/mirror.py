@@ -3,8 +3,10 @@
     <data>/notes/2024/2024-03-31-parallelism-notes.md     an entry
     <data>/notes/2024/2024-W13.md                          the letter of ISO week 2024-W13
 
-Files are written atomically (base.durable: temp file, fsync, rename) once the saving
-transaction has committed, so a rolled-back save never leaves a file behind. This module
+A save queues its file on the session (entries.apply); whoever commits the session writes
+the queue right after (`commit`, or `write_queued` after a `db.write()` block), atomically
+(base.durable: temp file, fsync, rename), so a rolled-back save never leaves a file
+behind. This module
 owns the file format (`to_text` writes it, `parse_file` reads it); moving whole folders in
 and out is app/notebook/transfer.py.
 """
@@ -20,7 +22,6 @@ from dataclasses import dataclass, field
 from pathlib import Path
 
 import yaml
-from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from app.models import Entry
@@ -70,7 +71,7 @@ def to_text(entry: Entry) -> str:
     return f"---\n{front}---\n{body}\n" if body else f"---\n{front}---\n"
 
 
-# -- queued on the session, done after commit ---------------------------------------------
+# -- queued on the session, written after the commit ------------------------------------
 
 
 @dataclass
@@ -109,12 +110,19 @@ def queue_delete(session: Session, entry: Entry) -> None:
     pending.removes.add(relpath(entry))
 
 
-@event.listens_for(Session, "after_commit")
-def _flush_mirror(session: Session) -> None:
+def commit(session: Session) -> None:
+    """Commit the session, then write the files its saves queued."""
+    session.commit()
+    write_queued(session)
+
+
+def write_queued(session: Session) -> None:
+    """Write the files queued on a session that has committed (a `db.write()` block's,
+    after the block). A session that rolled back is dropped with its queue, unwritten."""
     pending: _Pending | None = session.info.pop("mirror", None)
-    if not pending:
-        return
-    apply(Path(session.info["notes_dir"]), list(pending.writes.values()), pending.removes)
+    if pending:
+        apply(Path(session.info["notes_dir"]), list(pending.writes.values()),
+              pending.removes)
 
 
 def apply(root: Path, writes: list[tuple[Path, str]], removes: set[Path]) -> None:
@@ -159,11 +167,6 @@ def write_many(root: Path, files: list[tuple[Path, str]]) -> None:
         log.exception("could not write %d markdown mirror files under %s", len(files), root)
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
-
-
-@event.listens_for(Session, "after_rollback")
-def _drop_mirror(session: Session) -> None:
-    session.info.pop("mirror", None)
 
 
 # -- reading a file back -----------------------------------------------------------------

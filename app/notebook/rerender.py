@@ -10,7 +10,7 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from app.models import Entry, Setting
-from app.notebook import entries, render
+from app.notebook import render, saving
 
 VERSION_KEY = "render_version"
 BATCH = 200
@@ -29,13 +29,14 @@ def refresh_all(db) -> int:
         return 0
     done, after = 0, 0
     while True:
-        with db.write() as session:
-            batch = list(session.scalars(sa.select(Entry).where(Entry.id > after)
-                                         .order_by(Entry.id).limit(BATCH)))
-            for entry in batch:
-                entries.rerender(session, entry)
+        with db.read() as reader:  # rendered outside the write lock, stored under it
+            batch = list(reader.scalars(sa.select(Entry).where(Entry.id > after)
+                                        .order_by(Entry.id).limit(BATCH)))
+            refreshes = saving.prepare_refresh(reader, batch)
         if not batch:
             break
+        with db.write() as session:
+            saving.commit_refresh(session, refreshes, found=True)
         done, after = done + len(batch), batch[-1].id
     with db.write() as session:
         setting = session.get(Setting, VERSION_KEY)

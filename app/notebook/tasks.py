@@ -11,10 +11,8 @@ from __future__ import annotations
 
 import re
 
-from sqlalchemy.orm import Session
-
 from app.errors import Invalid
-from app.notebook import entries, render
+from app.notebook import render, saving
 
 # A list item (in any depth of blockquote) whose text starts with a box and goes on:
 # what pymdownx.tasklist turns into a checkbox.
@@ -47,17 +45,17 @@ def set_box(body: str, index: int, done: bool) -> str:
     return body[:offset] + ("x" if done else " ") + body[offset + 1:]
 
 
-def tick(session: Session, body: str, index: int, done: bool) -> str:
-    """`set_box`, checked against the renderer: box `index` of the page is the one that
-    changed, and nothing else did."""
-    shown = entries.render_body(session, body).tasks
+def tick(body: str, index: int, done: bool) -> str:
+    """`set_box`, checked against the renderer (under the save's budget): box `index` of
+    the page is the one that changed, and nothing else did."""
+    shown = saving.render(body, "body").tasks
     if not 0 <= index < len(shown):
         raise Invalid(f"there is no task box {index} on this page ({len(shown)} shown)",
                       "task")
     if [ticked for _, ticked in boxes(body)] != shown:
         raise _unmatched()
     changed = set_box(body, index, done)
-    if changed != body and entries.render_body(session, changed).tasks != [
+    if changed != body and saving.render(changed, "body").tasks != [
             *shown[:index], done, *shown[index + 1:]]:
         raise _unmatched()
     return changed

@@ -20,7 +20,7 @@ import yaml
 
 from app.errors import Refusal
 from app.models import Entry
-from app.notebook import bulk_import, entries
+from app.notebook import bulk_import, entries, mirror
 from app.notebook.import_plan import ImportReport
 from app.notebook.isoweeks import iso_week
 from app.notebook.mirror import parse_file, relpath, to_text
@@ -85,16 +85,17 @@ def import_folder_slowly(db, folder: Path, author: str = "import") -> ImportRepo
                     entries.create(session, author=author, kind=parsed.kind, date=parsed.date,
                                    note=f"imported from {path.name}", **fields)
                     report.created += 1
-                    continue
-                before = existing.revision
-                if parsed.kind == "entry":
-                    fields["date"] = parsed.date
-                entries.update(session, existing, fields, base_revision=existing.revision,
-                               author=author, note=f"imported from {path.name}")
-                if existing.revision == before:
-                    report.unchanged += 1
                 else:
-                    report.updated += 1
+                    before = existing.revision
+                    if parsed.kind == "entry":
+                        fields["date"] = parsed.date
+                    entries.update(session, existing, fields, base_revision=existing.revision,
+                                   author=author, note=f"imported from {path.name}")
+                    if existing.revision == before:
+                        report.unchanged += 1
+                    else:
+                        report.updated += 1
+            mirror.write_queued(session)
         except (OSError, ValueError, yaml.YAMLError, Refusal, UnicodeDecodeError) as exc:
             report.errors.append(f"{path}: {exc}")
     return report

@@ -9,6 +9,7 @@ protocol is docs/RUNNER.md.
 
 from __future__ import annotations
 
+import datetime as dt
 import threading
 import time
 from pathlib import Path
@@ -16,9 +17,9 @@ from pathlib import Path
 import sqlalchemy as sa
 from flask import Blueprint, current_app, g, jsonify, request
 
-from app.db import get_db
+from app.db import OPERATIONAL, get_db, locked
 from app.errors import Invalid
-from app.journal import gangs, run_files, runners, runs
+from app.journal import gangs, liveness, run_files, runners, runs
 from app.models import Run, Runner, utcnow
 from app.web.parsing import json_body
 
@@ -26,6 +27,7 @@ bp = Blueprint("runner", __name__, url_prefix="/api/v1/runner")
 # Set when this worker is told to stop (gunicorn.conf.py's worker_int): a long poll answers
 # 204 at once instead of keeping the worker, and Ctrl-C, waiting out its wait.
 STOPPING = threading.Event()
+HEARTBEAT_TRIES = 2  # each waits up to the busy timeout for the write lock
 
 
 def timings() -> dict:
@@ -104,13 +106,27 @@ def _held(session, run_id: int, data: dict) -> tuple[Run, Runner]:
 
 @bp.post("/runs/<int:run_id>/heartbeat")
 def heartbeat(run_id: int):
+    """Renew the lease. While another writer holds the database past the busy timeout,
+    try again a few times; then note that the runner was heard (liveness.py: the reaper
+    counts it as a renewal) and answer as a renewal would, from what can be read."""
     data = json_body()
-    with get_db().write() as session:
-        run, runner = _held(session, run_id, data)
-        answer = runs.heartbeat(session, run, runner, current_app.config["LEASE_TTL_S"],
-                                step=data.get("step"), total=data.get("total"),
-                                progress=data.get("progress"))
-    return jsonify(answer)
+    ttl = current_app.config["LEASE_TTL_S"]
+    for _ in range(HEARTBEAT_TRIES):
+        try:
+            with get_db().write() as session:
+                run, runner = _held(session, run_id, data)
+                return jsonify(runs.heartbeat(session, run, runner, ttl, step=data.get("step"),
+                                              total=data.get("total"),
+                                              progress=data.get("progress")))
+        except OPERATIONAL as exc:
+            if not locked(exc):
+                raise
+    with get_db().read() as reader:
+        run, _ = _held(reader, run_id, data)
+        liveness.heard(Path(current_app.config["DATA_DIR"]), run.id, run.lease_epoch)
+        until = utcnow() + dt.timedelta(seconds=ttl)
+        return jsonify(lease_expires_at=until.isoformat() + "Z",
+                       cancel=run.cancel_requested_at is not None, noted=True)
 
 
 @bp.post("/runs/<int:run_id>/transition")

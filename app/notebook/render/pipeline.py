@@ -85,6 +85,7 @@ def render(
     embeds: Mapping[str, Callable[[str], str]] | None = None,
     resolve_attachment: Callable[[str], str | None] | None = None,
     embed_note: Callable[[str, str | None], str | None] | None = None,
+    defer_note: Callable[[str, str | None, str], Callable[[bool], str]] | None = None,
 ) -> Rendered:
     """Render a note's markdown to sanitized HTML, collecting links, tags and text.
 
@@ -94,7 +95,8 @@ def render(
     URL of a file named as written in `![[name]]` / `[[name.pdf]]`, or None (a missing-file
     mark); `embed_note(target, fragment)` is the HTML of a note (or of its heading's section
     or block, `fragment` as written after "#") for `![[target#fragment]]`, or None (then a
-    link). Without them, no file is found and no note is embedded.
+    link). Without them, no file is found and no note is embedded. `defer_note` is
+    template.py's (RenderState).
     """
     source = _CONTROL_RE.sub("", body_md)
     nonce = secrets.token_hex(16)
@@ -102,7 +104,8 @@ def render(
         nonce = secrets.token_hex(16)
     clean = make_cleaner(nonce)
     state = RenderState(nonce, resolve_link, tag_url, embeds or {},
-                        resolve_attachment=resolve_attachment, embed_note=embed_note, clean=clean)
+                        resolve_attachment=resolve_attachment, embed_note=embed_note,
+                        defer_note=defer_note, clean=clean)
     body, toc, toc_tokens = _convert(source, state)
     toc = toc if _count_headings(toc_tokens) >= 2 else ""
 
@@ -127,10 +130,11 @@ def render(
     toc_html = _LINK_MARK_RE.sub("", toc_html)
     if embed_re:
         # Trusted HTML goes in only now, after sanitizing.
-        def embed(m: re.Match[str]) -> str:
-            return state.embed_html[int(m.group(1))]
+        def embed(m: re.Match[str], alone: bool = False) -> str:
+            shown = state.embed_html[int(m.group(1))]
+            return shown if isinstance(shown, str) else shown(alone)
 
-        html = re.sub(rf"<p>{embed_re.pattern}</p>", embed, html)
+        html = re.sub(rf"<p>{embed_re.pattern}</p>", lambda m: embed(m, True), html)
         html = embed_re.sub(embed, html)
     return Rendered(html, toc_html, list(links.values()), list(tags), found.text, tasks)
 

@@ -55,10 +55,13 @@ class RenderState:
     embeds: Mapping[str, Callable[[str], str]]
     resolve_attachment: Callable[[str], str | None] | None = None  # see pipeline.render
     embed_note: Callable[[str, str | None], str | None] | None = None
+    # template.py's: an embedded note left open, `(page, fragment, link) -> show`, where
+    # `show(alone)` is what stands for it (alone: the embed was a paragraph of its own)
+    defer_note: Callable[[str, str | None, str], Callable[[bool], str]] | None = None
     clean: Callable[[str], str] | None = None  # this render's sanitizer
     links: list[tuple[str, str]] = field(default_factory=list)  # (target, text)
     tags: list[str] = field(default_factory=list)  # as written
-    embed_html: list[str] = field(default_factory=list)
+    embed_html: list[str | Callable[[bool], str]] = field(default_factory=list)
     _resolved: dict[str, tuple[str, bool]] = field(default_factory=dict)
 
     def marker(self, kind: str, index: int) -> str:
@@ -134,18 +137,20 @@ class EmbedPreprocessor(_ReadsState, Preprocessor):
                 continue
             out.append(text[index : m.start()])
             out.append(f"\n\n{self.state.embed_token(len(self.state.embed_html))}\n\n")
-            self.state.embed_html.append(self._call(name, m.group("code")))
+            self.state.embed_html.append(call_embed(self.state.embeds, name, m.group("code")))
             index = m.end()
         out.append(text[index:])
         return "".join(out).split("\n")
 
-    def _call(self, name: str, source: str) -> str:
-        try:
-            return str(self.state.embeds[name](source))
-        except Exception as exc:  # an embed must not take the whole page down
-            log.warning("embed %r failed", name, exc_info=True)
-            message = f"{name}: {type(exc).__name__}: {exc}"
-            return f'<div class="embed-error">Embed failed — {html.escape(message)}</div>'
+
+def call_embed(embeds: Mapping[str, Callable[[str], str]], name: str, source: str) -> str:
+    """An embed's HTML, or a note of why it failed: an embed must not take the page down."""
+    try:
+        return str(embeds[name](source))
+    except Exception as exc:
+        log.warning("embed %r failed", name, exc_info=True)
+        message = f"{name}: {type(exc).__name__}: {exc}"
+        return f'<div class="embed-error">Embed failed — {html.escape(message)}</div>'
 
 
 class SpacedHashHeaderProcessor(HashHeaderProcessor):

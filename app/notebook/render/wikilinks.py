@@ -197,6 +197,13 @@ class EmbedProcessor(_Links, InlineProcessor):
 
     def _note(self, page: str, fragment: str | None, alias: str) -> etree.Element | str:
         text = alias or _label(page, fragment)
+        if self.state.defer_note is not None:  # what to show is decided when it is filled
+            link = self.page_link(page, fragment, text)
+            del link.attrib[MARKER_ATTR]
+            token = self.state.embed_token(len(self.state.embed_html))
+            self.state.embed_html.append(self.state.defer_note(
+                page, fragment, etree.tostring(link, encoding="unicode")))
+            return AtomicString(token)
         embed_note = self.state.embed_note
         body = embed_note(page, fragment) if embed_note is not None else None
         link = self.page_link(page, fragment, text)

@@ -7,10 +7,21 @@ from pathlib import Path
 import sqlalchemy as sa
 from flask import current_app, jsonify, request
 
-from app.db import get_reader, get_session
+from app.db import get_db, get_reader, get_session
 from app.errors import Invalid, NotFound, refuse_unknown
 from app.models import Entry, Revision
-from app.notebook import addresses, attachments, browse, entries, isoweeks, letters, render, search
+from app.notebook import (
+    addresses,
+    attachments,
+    browse,
+    entries,
+    isoweeks,
+    letters,
+    mirror,
+    render,
+    saving,
+    search,
+)
 from app.notebook.entry_rows import EntryRow
 from app.web.access import (
     author,
@@ -25,6 +36,7 @@ from app.web.api import idempotency
 from app.web.api.blueprint import bp
 from app.web.api.openapi import document
 from app.web.parsing import int_arg, json_body
+from app.web.saves import save
 
 
 def entry_json(entry: Entry | EntryRow, *, full: bool = True) -> dict:
@@ -94,22 +106,22 @@ def create_entry():
     data = json_body()
     refuse_unknown(data, entries.FIELDS)
     key = idempotency.requested_key()
-    session = get_session()
-    if key is not None and (made := idempotency.replay(session, key, data)) is not None:
-        return _replayed(made)
-    entry = entries.create(
-        session, author=author(),
-        date=data.get("date") or isoweeks.today(current_app.config["TIMEZONE"]).isoformat(),
-        title=data.get("title"), body=data.get("body", ""), tags=data.get("tags"),
-        status=data.get("status", "published"), publish=data.get("publish", False),
-    )
+    if key is not None:  # a repeat renders nothing
+        with get_db().read() as reader:
+            if (made := idempotency.replay(reader, key, data)) is not None:
+                return _replayed(made)
+    date = data.get("date") or isoweeks.today(current_app.config["TIMEZONE"]).isoformat()
+    session, entry, _ = save(lambda reader: saving.prepare_create(
+        reader, date=date, title=data.get("title"), body=data.get("body", ""),
+        tags=data.get("tags"), status=data.get("status", "published"),
+        publish=data.get("publish", False)), author())
     if key is not None:
         idempotency.remember(session, key, data, entry, author())
     try:
-        session.commit()
+        mirror.commit(session)
     except sa.exc.IntegrityError:
-        # A database without SQLite's write lock let a copy of this request commit the
-        # same key first: answer as its replay.
+        # A copy of this request committed the same key between our look and our write
+        # (the save renders before it takes the lock): answer as its replay.
         session.rollback()
         if key is None or (made := idempotency.replay(session, key, data)) is None:
             raise
@@ -130,12 +142,11 @@ def get_entry(entry_id: int):
 @bp.put("/entries/<int:entry_id>")
 def update_entry(entry_id: int):
     data = json_body()
-    session = get_session()
-    entry = entries.get(session, entry_id)
     changes = {k: v for k, v in data.items() if k != "base_revision"}
-    base, before = data.get("base_revision"), entry.revision
-    entries.update(session, entry, changes, base_revision=base, author=author())
-    session.commit()
+    base = data.get("base_revision")
+    session, entry, before = save(lambda reader: saving.prepare_update(
+        reader, entry_id, changes, base_revision=base), author())
+    mirror.commit(session)
     body = entry_json(entry)
     if base != before:  # saved on top of a change made meanwhile, merged line by line
         body["merged_with"] = before
@@ -144,13 +155,12 @@ def update_entry(entry_id: int):
 
 @bp.delete("/entries/<int:entry_id>")
 def delete_entry(entry_id: int):
-    session = get_session()
-    entry = entries.get(session, entry_id)
     base = request.args.get("base_revision")
     if base is not None:
         base = int_arg("base_revision", 0, 0, 10**9)
-    entries.delete(session, entry, base_revision=base)
-    session.commit()
+    session, _, _ = save(lambda reader: saving.prepare_delete(
+        reader, entry_id, base_revision=base), author())
+    mirror.commit(session)
     return "", 204
 
 
@@ -173,11 +183,9 @@ def restore_revision(entry_id: int):
     number = data.get("revision")
     if isinstance(number, bool) or not isinstance(number, int):
         raise Invalid("revision (an integer) is required", "revision")
-    session = get_session()
-    entry = entries.get(session, entry_id)
-    entries.restore(session, entry, number, base_revision=data.get("base_revision"),
-                    author=author())
-    session.commit()
+    session, entry, _ = save(lambda reader: saving.prepare_restore(
+        reader, entry_id, number, base_revision=data.get("base_revision")), author())
+    mirror.commit(session)
     return jsonify(entry_json(entry))
 
 

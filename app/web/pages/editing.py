@@ -11,11 +11,12 @@ from flask import abort, current_app, redirect, render_template, request, url_fo
 from app.db import get_session
 from app.errors import Conflict, Invalid, Refusal
 from app.models import Entry, Revision
-from app.notebook import addresses, browse, entries
+from app.notebook import addresses, browse, entries, mirror, saving
 from app.web.access import author, require_owner, visible_entry, visible_revision, visible_revisions
 from app.web.pages.blueprints import notes as bp
 from app.web.pages.chrome import today
 from app.web.pages.diffing import field_changes, line_diff, stats
+from app.web.saves import save
 
 
 @dataclass
@@ -52,17 +53,10 @@ class Draft:
                 "status": self.status, "publish": "yes" if self.publish else "no"}
 
 
-def check(draft: Draft) -> dict[str, str]:
-    """Every field's problem at once, so the form can show each next to its field."""
-    errors: dict[str, str] = {}
-    for name, checker in (("date", entries.parse_date), ("title", entries.check_title),
-                          ("tags", entries.parse_tags), ("status", entries.check_status),
-                          ("body", entries.check_body)):
-        try:
-            checker(getattr(draft, name))
-        except Invalid as exc:
-            errors[name] = exc.message
-    return errors
+def field_errors(exc: Invalid) -> dict[str, str]:
+    """What the form shows next to each field: every field's problem where the save
+    checked them all at once (entries.checked), else the one it met."""
+    return exc.details.get("errors") or {exc.field or "body": exc.message}
 
 
 def base_revision() -> int:
@@ -100,13 +94,13 @@ def create_entry():
     draft = Draft.from_form()
     draft.date = draft.date or today().isoformat()  # the home page's capture box sends none
     draft.status = draft.status or "published"
-    errors = check(draft)
-    if errors:
-        return form_page(draft, entry=None, errors=errors, status=422)
-    session = get_session()
-    entry = entries.create(session, author=author(), date=draft.date, title=draft.title,
-                           body=draft.body, tags=draft.tags, status=draft.status)
-    session.commit()
+    try:
+        session, entry, _ = save(lambda reader: saving.prepare_create(
+            reader, date=draft.date, title=draft.title, body=draft.body, tags=draft.tags,
+            status=draft.status, publish=draft.publish), author())
+    except Invalid as exc:
+        return form_page(draft, entry=None, errors=field_errors(exc), status=422)
+    mirror.commit(session)
     return redirect(addresses.entry_url(entry), code=303)
 
 
@@ -119,22 +113,17 @@ def edit_entry(entry_id: int):
 
 @bp.post("/entries/<int:entry_id>/edit")
 def update_entry(entry_id: int):
-    session = get_session()
-    entry = entries.get(session, entry_id)
     base = base_revision()
     draft = Draft.from_form()
-    errors = check(draft)
-    if errors:
-        return form_page(draft, entry=entry, errors=errors, status=422)
-    before = entry.revision
     try:
-        entries.update(session, entry, draft.changes(), base_revision=base, author=author())
+        session, entry, before = save(lambda reader: saving.prepare_update(
+            reader, entry_id, draft.changes(), base_revision=base), author())
     except Conflict as conflict:
-        return merge_page(entry, draft, base, conflict)
-    except Invalid as exc:  # rules that need the entry, e.g. a letter stays in its week
-        return form_page(draft, entry=entry, errors={exc.field or "body": exc.message},
-                         status=422)
-    session.commit()
+        return merge_page(entries.get(get_session(), entry_id), draft, base, conflict)
+    except Invalid as exc:
+        entry = entries.get(get_session(), entry_id)
+        return form_page(draft, entry=entry, errors=field_errors(exc), status=422)
+    mirror.commit(session)
     # Saved on top of a change made meanwhile: the page says so, with the diff one click away.
     merged = {"merged": before, "base": base} if base != before else {}
     return redirect(url_for_entry(entry, **merged), code=303)
@@ -190,14 +179,15 @@ def confirm_delete(entry_id: int):
 
 @bp.post("/entries/<int:entry_id>/delete")
 def delete_entry(entry_id: int):
-    session = get_session()
-    entry = entries.get(session, entry_id)
+    base = base_revision()
     try:
-        entries.delete(session, entry, base_revision=base_revision())
+        session, _, _ = save(lambda reader: saving.prepare_delete(
+            reader, entry_id, base_revision=base), author())
     except Conflict:
         # It changed since the user looked: ask again about what it is now.
+        entry = entries.get(get_session(), entry_id)
         return render_template("notes/delete.html", entry=entry, changed=True), 409
-    session.commit()
+    mirror.commit(session)
     return redirect(url_for("notes.home"), code=303)
 
 
@@ -233,13 +223,13 @@ def diff(entry_id: int):
 
 @bp.post("/entries/<int:entry_id>/restore")
 def restore(entry_id: int):
-    session = get_session()
-    entry = entries.get(session, entry_id)
     raw = request.form.get("revision", "")
     if not raw.isdecimal() or len(raw) > 9:
         raise Invalid("revision must be a revision number", "revision")
-    entries.restore(session, entry, int(raw), base_revision=base_revision(), author=author())
-    session.commit()
+    base = base_revision()
+    session, entry, _ = save(lambda reader: saving.prepare_restore(
+        reader, entry_id, int(raw), base_revision=base), author())
+    mirror.commit(session)
     return redirect(url_for("notes.history", entry_id=entry.id), code=303)
 
 
@@ -249,9 +239,10 @@ def restore(entry_id: int):
 @bp.post("/preview")
 def preview():
     """The editor's preview: the body rendered and sanitized exactly as a save would,
-    returned as an HTML fragment. Reads only, so it does not hold the write lock."""
+    returned as an HTML fragment. Reads only, so it does not hold the write lock; renders
+    under the same budget as a save, so a note too slow to save is refused here too."""
     body = entries.check_body(request.form.get("body", ""))
     with current_app.extensions["db"].read() as session:
-        rendered = entries.render_body(session, body)
+        rendered = saving.place(session, saving.render(body, "body", session))
     html = rendered.html or '<p class="muted">Nothing to preview yet.</p>'
     return html, 200, {"Content-Type": "text/html; charset=utf-8", "Cache-Control": "no-store"}

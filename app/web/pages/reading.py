@@ -148,9 +148,7 @@ def week(week: str):
 @bp.post("/weeks/<week>/letter")
 def start_letter(week: str):
     week_or_404(week)
-    session = get_session()
-    letters.ensure_letter(session, week, author=author())
-    session.commit()
+    letters.create_letter(current_app.extensions["db"], week, author())
     return redirect(url_for("notes.week", week=week), code=303)
 
 

@@ -14,13 +14,14 @@ import re
 from flask import jsonify, redirect, request
 from markupsafe import Markup
 
-from app.db import get_session
+from app.db import get_db, get_session
 from app.errors import Conflict, Invalid, NotFound
 from app.models import Entry
-from app.notebook import addresses, browse, entries, render, tasks
+from app.notebook import addresses, browse, entries, mirror, render, saving, tasks
 from app.web.access import author, can_write
 from app.web.pages.blueprints import notes as bp
 from app.web.pages.editing import Draft, base_revision, merge_page
+from app.web.saves import save
 
 # Only the pipeline writes data-task (the sanitizer drops it from user HTML), so every
 # match is a box the render numbered.
@@ -71,26 +72,26 @@ def wants_json() -> bool:
 
 @bp.post("/entries/<int:entry_id>/tasks/<int:index>")
 def tick_task(entry_id: int, index: int):
-    session = get_session()
-    entry = entries.get(session, entry_id)
     base = base_revision()
     done = request.form.get("done", "")
     if done not in ("0", "1"):
         raise Invalid("done is 1 (tick the box) or 0 (untick it)", "done")
+    with get_db().read() as reader:  # the tick is worked out outside the write lock
+        entry = entries.get(reader, entry_id)
+        try:
+            shown = browse.revision(reader, entry, base)
+        except NotFound:
+            raise Invalid(f"base_revision {base} is not a revision of this entry",
+                          "base_revision") from None
+        body = tasks.tick(shown.body_md, index, done == "1")
     try:
-        shown = browse.revision(session, entry, base)
-    except NotFound:
-        raise Invalid(f"base_revision {base} is not a revision of this entry",
-                      "base_revision") from None
-    body = tasks.tick(session, shown.body_md, index, done == "1")
-    before = entry.revision
-    try:
-        entries.update(session, entry, {"body": body}, base_revision=base, author=author())
+        session, entry, before = save(lambda reader: saving.prepare_update(
+            reader, entry_id, {"body": body}, base_revision=base), author())
     except Conflict as conflict:
         mine = Draft.of(shown)
         mine.body = body
-        return merge_page(entry, mine, base, conflict)
-    session.commit()
+        return merge_page(entries.get(get_session(), entry_id), mine, base, conflict)
+    mirror.commit(session)
     if wants_json():
         return jsonify(entry_id=entry.id, task=index, done=done == "1",
                        revision=entry.revision, merged=base != before)
