@@ -55,6 +55,12 @@ NOTES = [
     "Setext\n======\n\nSub\n---",
     "<!-- comment --> text <?pi?> <![CDATA[x]]>",
     "<script>alert(1)</script> [x](javascript:alert(1)) <img src=x onerror=alert(1)>",
+    # matches that touch: what each pattern sees looking back from the next one
+    "\\\\`code` `a``b` ``x``` y`` \\\\\\`z` `\\\\`w`",
+    "#a#b #a(#b) #a-#b #a_#b (#c)#d",
+    "[a](b)[c](d)![e](f)[g](h)[i](j)!![k](l) [m](n)![o](p)",
+    "&amp;&amp;&#1;&#x2;&copy;<b></b><i>&lt;</i><http://a.test><http://b.test>",
+    "[[a]][[b]]#t[[c]]`d`[[e]] [^1][^1]\\*\\*\\[\\]\n\n[^1]: f",
 ]
 
 _PIECES = ["\n---\n", "\n===\n", "1. ", "- ", "> ", "| a | b |\n|---|---|\n", "    ",

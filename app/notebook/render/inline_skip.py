@@ -13,6 +13,15 @@ stock processor matches, finds no definition and leaves the text as it was). A s
 try is exactly a try that returns "no match", so the HTML is the stock processor's
 (tests/test_render_fast.py renders a corpus both ways). Patterns it does not recognise
 - another class, another regex - are always tried.
+
+It also takes all of a known pattern's matches in one pass. The stock loop writes the text
+out again around every match (text before, placeholder, text after), so a paragraph of n
+code spans or links cost n copies of itself: quadratic. Here the text is searched on from
+where the last match ended and written out once. The two read the same characters, but
+for one: a match that starts right where the last one ended sees, looking back, the
+stock loop's placeholder, here the text's own last character. Patterns whose regex looks
+back are given back to the stock loop at such a point (`_LOOKS_BACK`); emphasis, which
+keeps offsets into the text it was given, is never batched.
 """
 
 from __future__ import annotations
@@ -60,6 +69,17 @@ _REFERENCES: dict[str, tuple[type | None, str]] = {
 }
 _DELIMITERS = _stock("DelimiterProcessor")  # "*" and "_" emphasis (Markdown >= 3.11)
 
+# Known patterns whose regex looks back one character before a match, and the characters
+# there that change its answer from what it answers after a placeholder (which ends in
+# "\x03"): a backslash for a code span (the escaped-backslash match ends in one), "!" for
+# a link (a link ends in ")", so never), whitespace or "(" for a tag (a tag ends in a word
+# character, so never).
+_LOOKS_BACK: dict[str, Callable[[str], bool]] = {
+    "backtick": lambda before: before == "\\",
+    "link": lambda before: before == "!",
+    "cp_tag": lambda before: before.isspace() or before == "(",
+}
+
 
 Rule = Callable[[str], bool]
 
@@ -72,6 +92,23 @@ def _all_of(needs: tuple[str, ...]) -> Rule:
         first, second = needs
         return lambda data: first in data and second in data
     return lambda data: all(part in data for part in needs)
+
+
+def _never(before: str) -> bool:
+    return False
+
+
+def _known(name: str, pattern: object) -> bool:
+    """Is this the stock (or our own) pattern of that name, class and regex?"""
+    if name in _NEEDS:
+        cls, regex, _ = _NEEDS[name]
+    elif name in _REFERENCES:
+        cls, regex = _REFERENCES[name][0], getattr(pattern, "pattern", None)
+        if regex not in (_stock("LINK_RE"), _stock("IMAGE_LINK_RE")):
+            return False
+    else:
+        return False
+    return cls is not None and type(pattern) is cls and getattr(pattern, "pattern", None) == regex
 
 
 def _rule(md: Markdown, name: str, pattern: object) -> Rule | None:
@@ -102,6 +139,7 @@ class SkippingInlineProcessor(InlineProcessor):
     """InlineProcessor whose per-text loop skips the tries that cannot match."""
 
     _rules: list[tuple[object, Rule | None]] = []
+    _batch: list[Callable[[str], bool] | None] = []  # per pattern: None, or _LOOKS_BACK's
     _for: list[object] = []
 
     def run(self, tree, ancestors=None):
@@ -109,6 +147,8 @@ class SkippingInlineProcessor(InlineProcessor):
         if patterns != self._for:  # (rules read per-document state only when asked)
             names = [item.name for item in self.inlinePatterns._priority]
             self._rules = [(pattern, _rule(self.md, name, pattern))
+                           for name, pattern in zip(names, patterns, strict=True)]
+            self._batch = [_LOOKS_BACK.get(name, _never) if _known(name, pattern) else None
                            for name, pattern in zip(names, patterns, strict=True)]
             self._for = patterns
         return super().run(tree, ancestors)
@@ -128,7 +168,60 @@ class SkippingInlineProcessor(InlineProcessor):
                 patternIndex += 1
                 start = 0
                 continue
+            if self._batch[patternIndex] is not None:
+                data, start = self._apply_all(pattern, data, patternIndex, start)
+                if start is None:  # all done: the next pattern, from the start
+                    patternIndex += 1
+                    start = 0
+                continue
             data, matched, start = apply(pattern, data, patternIndex, start)
             if not matched:
                 patternIndex += 1
         return data
+
+    def _apply_all(self, pattern, data: str, index: int, start: int) -> tuple[str, int | None]:
+        """Every match of a known pattern from `start` on, as the stock loop would make them
+        one call at a time, the text written out once. Returns the text and None; or, where
+        a match ends in a character its pattern would see looking back from the next, the
+        text with the placeholders so far and where to go on (just after the last one)."""
+        for exclude in pattern.ANCESTOR_EXCLUDES:
+            if exclude.lower() in self.ancestors:
+                return data, None
+        regex = pattern.getCompiledRegExp()
+        looks_back = self._batch[index]
+        pieces: list[str] = []
+        done = 0  # data[:done] is in pieces
+        while True:
+            for m in regex.finditer(data, start):
+                node, begin, end = pattern.handleMatch(m, data)
+                if begin is not None and end is not None:
+                    break
+            else:
+                break
+            start = end
+            if node is None:  # a match that leaves the text as it was
+                continue
+            placeholder = self._stash(node, pattern, index)
+            pieces += (data[done:begin], placeholder)
+            done = end
+            if end < len(data) and looks_back(data[end - 1]):
+                pieces.append(data[done:])
+                return "".join(pieces), sum(map(len, pieces[:-1]))
+        if not pieces:
+            return data, None
+        pieces.append(data[done:])
+        return "".join(pieces), None
+
+    def _stash(self, node, pattern, index: int) -> str:
+        """The stock loop's handling of a match's node: its text and its children's
+        handled with the patterns after this one, its tail with this one on; a placeholder."""
+        if not isinstance(node, str) and not isinstance(node.text, util.AtomicString):
+            handle = self._InlineProcessor__handleInline
+            for child in [node, *node]:
+                if child.text:
+                    self.ancestors.append(child.tag.lower())
+                    child.text = handle(child.text, index + 1)
+                    self.ancestors.pop()
+                if child.tail:
+                    child.tail = handle(child.tail, index)
+        return self._InlineProcessor__stashNode(node, pattern.type())  # type: ignore[attr-defined]
