@@ -12,6 +12,7 @@ import markdown
 from markdown.extensions.toc import slugify_unicode
 
 from .block_skip import SkippingBlockLoop
+from .bounded import BoundedHtmlBlocks, SplitBlocks, flattened
 from .highlight import CodeFormatter
 from .inline_skip import SkippingInlineProcessor
 from .plaintext import extract
@@ -36,6 +37,7 @@ _EXTENSIONS = [
 
 
 _INLINE_PRIORITY = 20  # Python-Markdown's own place for "inline" (markdown/treeprocessors.py)
+_HTML_BLOCK_PRIORITY = 20  # and for "html_block" (markdown/preprocessors.py)
 
 _local = threading.local()  # one Markdown per thread: building one is ~15% of a render
 
@@ -54,6 +56,10 @@ def _new_markdown(state: RenderState) -> tuple[markdown.Markdown, CommonplaceExt
     # the stock inline processor (same name, same place), less the tries that cannot match
     md.treeprocessors.register(SkippingInlineProcessor(md), "inline", _INLINE_PRIORITY)
     SkippingBlockLoop(md).install()  # and the block loop, less the tests that cannot succeed
+    # the stock raw HTML finder, less its scans for a ">" that is not there; then, with
+    # code and HTML stashed, blocks split where the parser would split them anyway
+    md.preprocessors.register(BoundedHtmlBlocks(md), "html_block", _HTML_BLOCK_PRIORITY)
+    md.preprocessors.register(SplitBlocks(md), "cp_split_blocks", _HTML_BLOCK_PRIORITY - 1)
     return md, ext
 
 
@@ -73,6 +79,9 @@ def _convert(source: str, state: RenderState) -> tuple[str, str, list]:
     try:
         body = md.convert(source)
         return body, md.toc, md.toc_tokens  # type: ignore[attr-defined]
+    except BaseException:
+        del _local.md  # left half-way (the block parser's state stack), so built anew
+        raise
     finally:
         _local.busy = False
 
@@ -98,7 +107,11 @@ def render(
     while nonce in source:  # practically never; but then no text can spell it
         nonce = secrets.token_hex(16)
     state = RenderState(nonce, resolve_link, tag_url, embeds or {})
-    body, toc, toc_tokens = _convert(source, state)
+    try:
+        body, toc, toc_tokens = _convert(source, state)
+    except RecursionError:  # nested too deep for the parser: its text, without the nesting
+        state = RenderState(nonce, resolve_link, tag_url, embeds or {})
+        body, toc, toc_tokens = _convert(flattened(source), state)
     toc = toc if _count_headings(toc_tokens) >= 2 else ""
 
     clean = make_cleaner(nonce)
