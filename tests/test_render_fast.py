@@ -1,7 +1,9 @@
 """The render's shortcuts give exactly what the stock parts give: the inline processor that
-skips tries which cannot match, the regex walk of sanitized HTML for the plain text, the
-Pygments formatter that shares its style table, and the sanitizer built once. Each is
-compared with the stock part on a corpus of tricky notes and a seeded jumble of them."""
+skips tries which cannot match (and takes a pattern's matches in one pass), the bounded
+parts (footnote numbers from a table, blocks split up front, the raw HTML finder), the
+regex walk of sanitized HTML for the plain text, the Pygments formatter that shares its
+style table, and the sanitizer built once. Each is compared with the stock part on a
+corpus of tricky notes and a seeded jumble of them."""
 
 from __future__ import annotations
 
@@ -9,6 +11,8 @@ import random
 
 import nh3
 import pytest
+from markdown.extensions.footnotes import FootnoteInlineProcessor
+from markdown.preprocessors import HtmlBlockPreprocessor
 from markdown.treeprocessors import InlineProcessor
 from pygments import highlight
 from pygments.formatters import HtmlFormatter
@@ -16,6 +20,7 @@ from pygments.lexers import get_lexer_by_name
 
 from app.notebook.render import pipeline, plaintext, sanitize
 from app.notebook.render.block_skip import SkippingBlockLoop
+from app.notebook.render.bounded import NumberedFootnotes
 from app.notebook.render.highlight import CodeFormatter
 from app.notebook.render.inline_skip import SkippingInlineProcessor
 from app.notebook.render.syntax import RenderState
@@ -60,6 +65,11 @@ NOTES = [
     "#a#b #a(#b) #a-#b #a_#b (#c)#d",
     "[a](b)[c](d)![e](f)[g](h)[i](j)!![k](l) [m](n)![o](p)",
     "&amp;&amp;&#1;&#x2;&copy;<b></b><i>&lt;</i><http://a.test><http://b.test>",
+    # lines that split their block (headings, admonitions), and what they follow
+    "| a |\n|---|\n| 1 |\n# h\ntext\n## h2\n### h3\n!!! note\n    body\nmore\n!!! tip\nx",
+    "- a\n# h\n- b\n> q\n# h\n    code\n# h\n1. o\n!!! warning \"t\"\n    w",
+    "<div>\n# h\n</div>\n\n<p\n# h\nSetext\n# h\n===\n#not\n#\n# ",
+    "x[^b] y[^a] z[^b] w[^none]\n\n[^a]: A [^b]\n[^b]: B\n\n<a <b <c",
     "[[a]][[b]]#t[[c]]`d`[[e]] [^1][^1]\\*\\*\\[\\]\n\n[^1]: f",
 ]
 
@@ -86,13 +96,20 @@ def _converted(source: str, stock: bool) -> tuple[str, str, list, list]:
     if stock:
         md.treeprocessors.register(InlineProcessor(md), "inline", pipeline._INLINE_PRIORITY)
         del md.parser.parseBlocks  # the class's own loop again
+        ours = md.inlinePatterns["footnote"]
+        md.inlinePatterns.register(FootnoteInlineProcessor(ours.pattern, ours.footnotes),
+                                   "footnote", pipeline._FOOTNOTE_PRIORITY)
+        md.preprocessors.register(HtmlBlockPreprocessor(md), "html_block",
+                                  pipeline._HTML_BLOCK_PRIORITY)
+        md.preprocessors.deregister("cp_split_blocks")
     assert isinstance(md.treeprocessors["inline"], SkippingInlineProcessor) is not stock
     assert isinstance(md.parser.parseBlocks, SkippingBlockLoop) is not stock
+    assert isinstance(md.inlinePatterns["footnote"], NumberedFootnotes) is not stock
     return md.convert(source), md.toc, state.links, state.tags
 
 
 @pytest.mark.parametrize("source", CORPUS)
-def test_skipping_inline_and_block_loops_render_as_the_stock_ones(source):
+def test_skipping_and_bounded_parts_render_as_the_stock_ones(source):
     assert _converted(source, stock=False) == _converted(source, stock=True)
 
 

@@ -13,6 +13,8 @@ render in time linear in its length, and never overflow the stack.
   recurse past Python's limit in the block parser; such a note is rendered again with
   every line's leading markers and indentation taken off (`flattened`): its text, not its
   nesting.
+- Footnotes were numbered by searching a list of them per reference (`NumberedFootnotes`
+  keeps a table).
 - Python's html.parser, which finds raw HTML blocks, looks for the end of every "<tag" to
   the end of the text when it has none: n of them cost n scans. `BoundedHtmlBlocks` says
   at once that a "<" after the text's last ">" starts no tag, which is what the scan finds.
@@ -21,7 +23,9 @@ render in time linear in its length, and never overflow the stack.
 from __future__ import annotations
 
 import re
+import xml.etree.ElementTree as etree
 
+from markdown.extensions.footnotes import FootnoteInlineProcessor
 from markdown.htmlparser import HTMLExtractor
 from markdown.preprocessors import HtmlBlockPreprocessor, Preprocessor
 
@@ -73,3 +77,55 @@ class BoundedHtmlBlocks(HtmlBlockPreprocessor):
         parser.feed("\n".join(lines))
         parser.close()
         return "".join(parser.cleandoc).split("\n")
+
+
+class _Positions:
+    """Where each item of a list (or each key of a dict) is, kept while it is the same
+    object and grows only through `add`."""
+
+    def __init__(self) -> None:
+        self.of: object = None
+        self.size = -1
+        self.table: dict[str, int] = {}
+
+    def get(self, items) -> dict[str, int]:
+        if self.of is not items or self.size != len(items):
+            self.table = {}
+            for i, key in enumerate(items):
+                self.table.setdefault(key, i)
+            self.of, self.size = items, len(items)
+        return self.table
+
+    def add(self, items: list[str], key: str) -> None:
+        items.append(key)
+        self.table[key] = len(items) - 1
+        self.size = len(items)
+
+
+class NumberedFootnotes(FootnoteInlineProcessor):
+    """The stock footnote reference (addFootnoteRef and numbering), with the lists it
+    searched per reference kept as tables."""
+
+    def __init__(self, pattern: str, footnotes) -> None:
+        super().__init__(pattern, footnotes)
+        self._referenced, self._defined = _Positions(), _Positions()
+
+    def handleMatch(self, m: re.Match[str], data: str):  # type: ignore[override]
+        ext, id_ = self.footnotes, m.group(1)
+        if id_ not in ext.footnotes:
+            return None, None, None
+        order = ext.footnote_order
+        referenced = self._referenced.get(order)
+        if id_ not in referenced:
+            self._referenced.add(order, id_)
+        if ext.getConfig("USE_DEFINITION_ORDER"):
+            number = self._defined.get(ext.footnotes)[id_] + 1
+        else:
+            number = referenced[id_] + 1
+        sup = etree.Element("sup")
+        a = etree.SubElement(sup, "a")
+        sup.set("id", ext.makeFootnoteRefId(id_, found=True))
+        a.set("href", "#" + ext.makeFootnoteId(id_))
+        a.set("class", "footnote-ref")
+        a.text = ext.getConfig("SUPERSCRIPT_TEXT").format(number)
+        return sup, m.start(0), m.end(0)

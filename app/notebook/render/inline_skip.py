@@ -29,9 +29,9 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from markdown import Markdown, inlinepatterns, util
-from markdown.extensions.footnotes import FootnoteInlineProcessor
 from markdown.treeprocessors import InlineProcessor
 
+from .bounded import NumberedFootnotes
 from .syntax import TAG_RE, WIKILINK_RE, TagProcessor, WikiLinkProcessor
 
 
@@ -46,7 +46,7 @@ def _stock(name: str):
 _NEEDS: dict[str, tuple[type | None, str | None, tuple[str, ...]]] = {
     "backtick": (_stock("BacktickInlineProcessor"), _stock("BACKTICK_RE"), ("`",)),
     "escape": (_stock("EscapeInlineProcessor"), _stock("ESCAPE_RE"), ("\\",)),
-    "footnote": (FootnoteInlineProcessor, r"\[\^([^\]]*)\]", ("[^",)),
+    "footnote": (NumberedFootnotes, r"\[\^([^\]]*)\]", ("[^",)),
     # "[text](": getLink needs "(" right after the closing bracket
     "link": (_stock("LinkInlineProcessor"), _stock("LINK_RE"), ("[", "](")),
     "image_link": (_stock("ImageInlineProcessor"), _stock("IMAGE_LINK_RE"), ("![", "](")),
@@ -225,3 +225,60 @@ class SkippingInlineProcessor(InlineProcessor):
                 if child.tail:
                     child.tail = handle(child.tail, index)
         return self._InlineProcessor__stashNode(node, pattern.type())  # type: ignore[attr-defined]
+
+    # Overrides InlineProcessor.__processPlaceholders, the stock loop that puts the stashed
+    # nodes back: it adds each piece of text between placeholders to the text or tail it
+    # belongs to with +=, a copy of all that came before each time; here the pieces are
+    # kept and joined once, when the next node comes or the text ends. What ends up in
+    # each text and tail is the same (a lone first piece kept as it is: AtomicString).
+    def _InlineProcessor__processPlaceholders(self, data, parent, isText=True):
+        result: list = []
+        pending: list[str] = []
+
+        def flush() -> None:
+            if not pending:
+                return
+            text = pending[0] if len(pending) == 1 else "".join(pending)
+            pending.clear()
+            holder, attr = ((result[-1][0], "tail") if result else
+                            (parent, "tail") if not isText else (parent, "text"))
+            before = getattr(holder, attr)
+            setattr(holder, attr, before + text if before else text)
+
+        prefix = self._InlineProcessor__placeholder_prefix  # type: ignore[attr-defined]
+        find = self._InlineProcessor__findPlaceholder  # type: ignore[attr-defined]
+        element_text = self._InlineProcessor__processElementText  # type: ignore[attr-defined]
+        start = 0
+        while data:
+            index = data.find(prefix, start)
+            if index == -1:
+                text = data[start:]
+                if isinstance(data, util.AtomicString):
+                    text = util.AtomicString(text)
+                if text:
+                    pending.append(text)
+                break
+            id_, end = find(data, index)
+            if id_ not in self.stashed_nodes:  # not one of ours: text
+                end = index + len(prefix)
+                pending.append(data[start:end])
+                start = end
+                continue
+            node = self.stashed_nodes.get(id_)
+            if index > 0 and data[start:index]:
+                pending.append(data[start:index])
+            if isinstance(node, str):
+                if node:
+                    pending.append(node)
+                start = end
+                continue
+            for child in [node, *node]:
+                if child.tail and child.tail.strip():
+                    element_text(node, child, False)
+                if child.text and child.text.strip():
+                    element_text(child, child)
+            start = end
+            flush()
+            result.append((node, self.ancestors[:]))
+        flush()
+        return result

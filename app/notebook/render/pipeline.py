@@ -12,7 +12,7 @@ import markdown
 from markdown.extensions.toc import slugify_unicode
 
 from .block_skip import SkippingBlockLoop
-from .bounded import BoundedHtmlBlocks, SplitBlocks, flattened
+from .bounded import BoundedHtmlBlocks, NumberedFootnotes, SplitBlocks, flattened
 from .highlight import CodeFormatter
 from .inline_skip import SkippingInlineProcessor
 from .plaintext import extract
@@ -38,6 +38,7 @@ _EXTENSIONS = [
 
 _INLINE_PRIORITY = 20  # Python-Markdown's own place for "inline" (markdown/treeprocessors.py)
 _HTML_BLOCK_PRIORITY = 20  # and for "html_block" (markdown/preprocessors.py)
+_FOOTNOTE_PRIORITY = 175  # and for "footnote" (markdown/extensions/footnotes.py)
 
 _local = threading.local()  # one Markdown per thread: building one is ~15% of a render
 
@@ -53,6 +54,9 @@ def _new_markdown(state: RenderState) -> tuple[markdown.Markdown, CommonplaceExt
     ext = CommonplaceExtension(state)
     md = markdown.Markdown(extensions=[*_EXTENSIONS, ext], extension_configs=configs,
                            output_format="html")
+    stock = md.inlinePatterns["footnote"]  # the same, numbered from a table
+    md.inlinePatterns.register(NumberedFootnotes(stock.pattern, stock.footnotes), "footnote",
+                               _FOOTNOTE_PRIORITY)
     # the stock inline processor (same name, same place), less the tries that cannot match
     md.treeprocessors.register(SkippingInlineProcessor(md), "inline", _INLINE_PRIORITY)
     SkippingBlockLoop(md).install()  # and the block loop, less the tests that cannot succeed
