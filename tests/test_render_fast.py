@@ -69,6 +69,8 @@ NOTES = [
     "| a |\n|---|\n| 1 |\n# h\ntext\n## h2\n### h3\n!!! note\n    body\nmore\n!!! tip\nx",
     "- a\n# h\n- b\n> q\n# h\n    code\n# h\n1. o\n!!! warning \"t\"\n    w",
     "<div>\n# h\n</div>\n\n<p\n# h\nSetext\n# h\n===\n#not\n#\n# ",
+    "- a\n\n    b\n# h\n***\n!!! note\n    x\n* * *\n_ _ _\n   ***\n    ***\n**\n* * x",
+    "| a |\n|---|\n| 1 |\n***\nSetext\n===\n***\n1. a\n\n    b\n    # h\n# h\n***",
     "x[^b] y[^a] z[^b] w[^none]\n\n[^a]: A [^b]\n[^b]: B\n\n<a <b <c",
     "[[a]][[b]]#t[[c]]`d`[[e]] [^1][^1]\\*\\*\\[\\]\n\n[^1]: f",
 ]

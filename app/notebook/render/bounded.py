@@ -1,8 +1,8 @@
 """Bounds on the work a note can make Python-Markdown do: hostile or just odd text must
 render in time linear in its length, and never overflow the stack.
 
-- A heading or an admonition's first line ends the paragraph before it in the stock
-  parser too (their processors search the whole block and split it there), but each split
+- A heading, a rule or an admonition's first line ends the paragraph before it in the
+  stock parser too (their processors search the whole block and split it there), but each split
   pushes the rest of the block back as a new string: a block of n such lines cost n copies
   of itself. `SplitBlocks` puts a blank line before each such line up front, which is the
   same document, split once.
@@ -31,12 +31,21 @@ from markdown.preprocessors import HtmlBlockPreprocessor, Preprocessor
 
 MAX_QUOTE_DEPTH = 32
 
-# After a non-blank line: an ATX heading (the space after the hashes, as
-# syntax.SpacedHashHeaderProcessor wants it) or admonition's first line (its RE, whole).
-_SPLIT_BEFORE_RE = re.compile(
-    r"(?<=[^\n])\n(?=#{1,6}(?:[ \t]|\n|$)"
-    r'|!!! ?[\w\-]+(?: +[\w\-]+)*(?: +"[^\n]*?")? *(?:\n|$))'
-)
+# An ATX heading (the space after the hashes, as syntax.SpacedHashHeaderProcessor wants
+# it) or an admonition's first line (its RE, whole).
+_SPLITS_RE = re.compile(r'#{1,6}(?:[ \t]|$)|!!! ?[\w\-]+(?: +[\w\-]+)*(?: +"[^\n]*?")? *$')
+
+
+def _is_rule(line: str) -> bool:
+    """A thematic break of "*" or "_" (as HRProcessor's RE; "-" lines may underline a
+    setext heading, which is another processor's split)."""
+    body = line.rstrip(" ")
+    marks = body.lstrip(" ")
+    if len(body) - len(marks) > 3 or len(marks) < 3 or marks[0] not in "*_":
+        return False
+    return marks.replace(" ", "") == marks[0] * marks.count(marks[0]) and "   " not in marks
+
+
 _DEEP_QUOTE_RE = re.compile(rf"^((?:[ ]{{0,3}}>){{{MAX_QUOTE_DEPTH}}})(?:[ ]{{0,3}}>)+",
                             re.MULTILINE)
 
@@ -51,12 +60,24 @@ def flattened(source: str) -> str:
 
 
 class SplitBlocks(Preprocessor):
-    """Runs after fenced code and raw HTML blocks are stashed, so neither is touched."""
+    """Runs after fenced code and raw HTML blocks are stashed, so neither is touched. A
+    block whose first line is indented is left whole (the list-indent processor takes all
+    of it into the list item before it, headings and all), and so are a table's rules
+    (the table processor, asked before the rule's, takes every line for a row)."""
 
     def run(self, lines: list[str]) -> list[str]:
-        text = "\n".join(lines)
-        text = _DEEP_QUOTE_RE.sub(r"\1", text)
-        return _SPLIT_BEFORE_RE.sub("\n\n", text).split("\n")
+        out: list[str] = []
+        in_block = indented = table = False
+        for line in _DEEP_QUOTE_RE.sub(r"\1", "\n".join(lines)).split("\n"):
+            if not line:
+                in_block = False
+            elif not in_block:
+                in_block, indented, table = True, line.startswith("    "), "|" in line
+            elif not indented and (_SPLITS_RE.match(line) or (not table and _is_rule(line))):
+                out.append("")
+                table = False
+            out.append(line)
+        return out
 
 
 class _Extractor(HTMLExtractor):
