@@ -1,6 +1,7 @@
 """The render's shortcuts give exactly what the stock parts give: the inline processor that
 skips tries which cannot match (and takes a pattern's matches in one pass), the bounded
-parts (footnote numbers from a table, blocks split up front, the raw HTML finder), the
+parts (link brackets matched in one pass, footnote numbers from a table, blocks split up
+front, the raw HTML finder), the
 regex walk of sanitized HTML for the plain text, the Pygments formatter that shares its
 style table, and the sanitizer built once. Each is compared with the stock part on a
 corpus of tricky notes and a seeded jumble of them."""
@@ -18,7 +19,7 @@ from pygments import highlight
 from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 
-from app.notebook.render import pipeline, plaintext, sanitize
+from app.notebook.render import links, pipeline, plaintext, sanitize
 from app.notebook.render.block_skip import SkippingBlockLoop
 from app.notebook.render.bounded import NumberedFootnotes
 from app.notebook.render.highlight import CodeFormatter
@@ -50,6 +51,8 @@ NOTES = [
     "[[a]][[b]] [[c|]] [[ spaced   target ]] [[2024-W03]] [[2024-03-31]]",
     "<a href=\"http://x.test\">[[inside anchor]]</a> #tag-in-text",
     "[outer [inner] brackets](http://x.test) [unclosed [[x]]",
+    "[a](b [c]( [d](e) ]f](g) [h]( 'i' [j](\"k\") ![l][ [m][n] [[o](p)](q) [r](s (t) u) [v](",
+    "[[[[a](b)]]]] ]][[ [x]y](z) \\[a](b) [a\\](b) [a]\n(b) [a](<b c>) [a](b \"c\"d)",
     "![alt [[x]]](http://x.test/i.png) [![img](http://i.test/i.png)](http://x.test)",
     "<details><summary>s [[S]]</summary>d</details> <kbd>K</kbd>",
     "1. one\n2. two [[N]]\n\n---\n\nafter rule",
@@ -104,9 +107,15 @@ def _converted(source: str, stock: bool) -> tuple[str, str, list, list]:
         md.preprocessors.register(HtmlBlockPreprocessor(md), "html_block",
                                   pipeline._HTML_BLOCK_PRIORITY)
         md.preprocessors.deregister("cp_split_blocks")
+        for item in list(md.inlinePatterns._priority):
+            if item.name in links.BOUNDED:
+                ours = md.inlinePatterns[item.name]
+                md.inlinePatterns.register(links.STOCK[item.name](ours.pattern, md), item.name,
+                                           item.priority)
     assert isinstance(md.treeprocessors["inline"], SkippingInlineProcessor) is not stock
     assert isinstance(md.parser.parseBlocks, SkippingBlockLoop) is not stock
     assert isinstance(md.inlinePatterns["footnote"], NumberedFootnotes) is not stock
+    assert isinstance(md.inlinePatterns["link"], links.Link) is not stock
     return md.convert(source), md.toc, state.links, state.tags
 
 

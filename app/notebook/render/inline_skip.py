@@ -31,6 +31,7 @@ from collections.abc import Callable
 from markdown import Markdown, inlinepatterns, util
 from markdown.treeprocessors import InlineProcessor
 
+from . import links
 from .bounded import NumberedFootnotes
 from .syntax import TAG_RE, WIKILINK_RE, TagProcessor, WikiLinkProcessor
 
@@ -48,8 +49,8 @@ _NEEDS: dict[str, tuple[type | None, str | None, tuple[str, ...]]] = {
     "escape": (_stock("EscapeInlineProcessor"), _stock("ESCAPE_RE"), ("\\",)),
     "footnote": (NumberedFootnotes, r"\[\^([^\]]*)\]", ("[^",)),
     # "[text](": getLink needs "(" right after the closing bracket
-    "link": (_stock("LinkInlineProcessor"), _stock("LINK_RE"), ("[", "](")),
-    "image_link": (_stock("ImageInlineProcessor"), _stock("IMAGE_LINK_RE"), ("![", "](")),
+    "link": (links.Link, _stock("LINK_RE"), ("[", "](")),
+    "image_link": (links.Image, _stock("IMAGE_LINK_RE"), ("![", "](")),
     "autolink": (_stock("AutolinkInlineProcessor"), _stock("AUTOLINK_RE"), ("<",)),
     "automail": (_stock("AutomailInlineProcessor"), _stock("AUTOMAIL_RE"), ("<",)),
     "linebreak": (_stock("SubstituteTagInlineProcessor"), _stock("LINE_BREAK_RE"),
@@ -62,10 +63,10 @@ _NEEDS: dict[str, tuple[type | None, str | None, tuple[str, ...]]] = {
 
 # Links to a definition ("[text][id]", "[id]"): without definitions they match nothing.
 _REFERENCES: dict[str, tuple[type | None, str]] = {
-    "reference": (_stock("ReferenceInlineProcessor"), "["),
-    "short_reference": (_stock("ShortReferenceInlineProcessor"), "["),
-    "image_reference": (_stock("ImageReferenceInlineProcessor"), "!["),
-    "short_image_ref": (_stock("ShortImageReferenceInlineProcessor"), "!["),
+    "reference": (links.Reference, "["),
+    "short_reference": (links.ShortReference, "["),
+    "image_reference": (links.ImageReference, "!["),
+    "short_image_ref": (links.ShortImageReference, "!["),
 }
 _DELIMITERS = _stock("DelimiterProcessor")  # "*" and "_" emphasis (Markdown >= 3.11)
 

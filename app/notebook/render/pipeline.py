@@ -11,6 +11,7 @@ from typing import Any
 import markdown
 from markdown.extensions.toc import slugify_unicode
 
+from . import links
 from .block_skip import SkippingBlockLoop
 from .bounded import BoundedHtmlBlocks, NumberedFootnotes, SplitBlocks, flattened
 from .highlight import CodeFormatter
@@ -54,6 +55,7 @@ def _new_markdown(state: RenderState) -> tuple[markdown.Markdown, CommonplaceExt
     ext = CommonplaceExtension(state)
     md = markdown.Markdown(extensions=[*_EXTENSIONS, ext], extension_configs=configs,
                            output_format="html")
+    links.install(md)  # the stock link patterns, less their scans to the end
     stock = md.inlinePatterns["footnote"]  # the same, numbered from a table
     md.inlinePatterns.register(NumberedFootnotes(stock.pattern, stock.footnotes), "footnote",
                                _FOOTNOTE_PRIORITY)
