@@ -74,6 +74,8 @@ NOTES = [
     "<div>\n# h\n</div>\n\n<p\n# h\nSetext\n# h\n===\n#not\n#\n# ",
     "- a\n\n    b\n# h\n***\n!!! note\n    x\n* * *\n_ _ _\n   ***\n    ***\n**\n* * x",
     "| a |\n|---|\n| 1 |\n***\nSetext\n===\n***\n1. a\n\n    b\n    # h\n# h\n***",
+    "a\n===\nb\n---\nc\nd\n===\n# h\n===\nx\n    code\n===\ny\n| a |\n---\nz\n- i\n--\nt\n> q\n=",
+    "!!! note\n===\nq\n    ---\nr\n=-=- \ns\n\n    i\n    ===\n\nu\n=\n\n\nv\n---\n    w",
     "x[^b] y[^a] z[^b] w[^none]\n\n[^a]: A [^b]\n[^b]: B\n\n<a <b <c",
     "[[a]][[b]]#t[[c]]`d`[[e]] [^1][^1]\\*\\*\\[\\]\n\n[^1]: f",
 ]

@@ -2,10 +2,10 @@
 render in time linear in its length, and never overflow the stack.
 
 - A heading, a rule or an admonition's first line ends the paragraph before it in the
-  stock parser too (their processors search the whole block and split it there), but each split
-  pushes the rest of the block back as a new string: a block of n such lines cost n copies
-  of itself. `SplitBlocks` puts a blank line before each such line up front, which is the
-  same document, split once.
+  stock parser too (their processors search the whole block and split it there), and a
+  setext heading's underline ends its block; but each split pushes the rest of the block
+  back as a new string: a block of n such lines cost n copies of itself. `SplitBlocks`
+  puts the blank lines in up front: the same document, split once.
 - Each ">" of a quote is a level of recursion in the block parser; `SplitBlocks` keeps the
   first `MAX_QUOTE_DEPTH` of a line's markers and drops the rest (a deeper quote renders
   flattened at that depth).
@@ -36,6 +36,9 @@ MAX_QUOTE_DEPTH = 32
 _SPLITS_RE = re.compile(r'#{1,6}(?:[ \t]|$)|!!! ?[\w\-]+(?: +[\w\-]+)*(?: +"[^\n]*?")? *$')
 
 
+_SETEXT_RE = re.compile(r"[=-]+[ ]*$")  # SetextHeaderProcessor's underline
+
+
 def _is_rule(line: str) -> bool:
     """A thematic break of "*" or "_" (as HRProcessor's RE; "-" lines may underline a
     setext heading, which is another processor's split)."""
@@ -63,21 +66,35 @@ class SplitBlocks(Preprocessor):
     """Runs after fenced code and raw HTML blocks are stashed, so neither is touched. A
     block whose first line is indented is left whole (the list-indent processor takes all
     of it into the list item before it, headings and all), and so are a table's rules
-    (the table processor, asked before the rule's, takes every line for a row)."""
+    (the table processor, asked before the rule's, takes every line for a row). A setext
+    heading's block is split after its underline where nothing asked before the setext
+    processor would take the block: its first line neither indented, nor a table's, nor
+    a heading's or admonition's."""
 
     def run(self, lines: list[str]) -> list[str]:
         out: list[str] = []
-        in_block = indented = table = False
+        first = ""  # the current block's first line; "" between blocks
+        at = 0  # the line's place in its block
         for line in _DEEP_QUOTE_RE.sub(r"\1", "\n".join(lines)).split("\n"):
             if not line:
-                in_block = False
-            elif not in_block:
-                in_block, indented, table = True, line.startswith("    "), "|" in line
-            elif not indented and (_SPLITS_RE.match(line) or (not table and _is_rule(line))):
+                first = ""
+            elif not first:
+                first, at = line, 0
+            elif not first.startswith("    ") and (
+                    _SPLITS_RE.match(line) or ("|" not in first and _is_rule(line))):
                 out.append("")
-                table = False
+                first, at = line, 0
+            elif at == 1 and _SETEXT_RE.match(line) and _plain(first):
+                out += (line, "")
+                first = ""
+                continue
+            at += 1
             out.append(line)
         return out
+
+
+def _plain(first: str) -> bool:
+    return not (first.startswith("    ") or "|" in first or _SPLITS_RE.match(first))
 
 
 class _Extractor(HTMLExtractor):
