@@ -12,6 +12,7 @@ import random
 
 import nh3
 import pytest
+from markdown.blockprocessors import BlockQuoteProcessor
 from markdown.extensions.footnotes import FootnoteInlineProcessor
 from markdown.preprocessors import HtmlBlockPreprocessor
 from markdown.treeprocessors import InlineProcessor
@@ -76,6 +77,7 @@ NOTES = [
     "| a |\n|---|\n| 1 |\n***\nSetext\n===\n***\n1. a\n\n    b\n    # h\n# h\n***",
     "a\n===\nb\n---\nc\nd\n===\n# h\n===\nx\n    code\n===\ny\n| a |\n---\nz\n- i\n--\nt\n> q\n=",
     "!!! note\n===\nq\n    ---\nr\n=-=- \ns\n\n    i\n    ===\n\nu\n=\n\n\nv\n---\n    w",
+    "> a\n> # h\n> b\n> ***\n> c\n> ===\n> > # i\n> > j\n> - k\n> # l\n>     m\n> # n\nlazy\n# o",
     "x[^b] y[^a] z[^b] w[^none]\n\n[^a]: A [^b]\n[^b]: B\n\n<a <b <c",
     "[[a]][[b]]#t[[c]]`d`[[e]] [^1][^1]\\*\\*\\[\\]\n\n[^1]: f",
 ]
@@ -109,6 +111,8 @@ def _converted(source: str, stock: bool) -> tuple[str, str, list, list]:
         md.preprocessors.register(HtmlBlockPreprocessor(md), "html_block",
                                   pipeline._HTML_BLOCK_PRIORITY)
         md.preprocessors.deregister("cp_split_blocks")
+        md.parser.blockprocessors.register(BlockQuoteProcessor(md.parser), "quote",
+                                           pipeline._QUOTE_PRIORITY)
         for item in list(md.inlinePatterns._priority):
             if item.name in links.BOUNDED:
                 ours = md.inlinePatterns[item.name]

@@ -25,6 +25,7 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as etree
 
+from markdown.blockprocessors import BlockQuoteProcessor
 from markdown.extensions.footnotes import FootnoteInlineProcessor
 from markdown.htmlparser import HTMLExtractor
 from markdown.preprocessors import HtmlBlockPreprocessor, Preprocessor
@@ -62,35 +63,59 @@ def flattened(source: str) -> str:
     return _NESTING_RE.sub("", source)
 
 
+def split_blocks(lines: list[str]) -> list[str]:
+    """The lines, with a blank line wherever the block parser would split its block at
+    that line anyway. A block whose first line is indented is left whole (the list-indent
+    processor takes all of it into the list item before it, headings and all), and so are
+    a table's rules (the table processor, asked before the rule's, takes every line for a
+    row). A setext heading's block is split after its underline where nothing asked
+    before the setext processor would take the block: its first line neither indented,
+    nor a table's, nor a heading's or admonition's."""
+    out: list[str] = []
+    first = ""  # the current block's first line; "" between blocks
+    at = 0  # the line's place in its block
+    for line in lines:
+        if not line:
+            first = ""
+        elif not first:
+            first, at = line, 0
+        elif not first.startswith("    ") and (
+                _SPLITS_RE.match(line) or ("|" not in first and _is_rule(line))):
+            out.append("")
+            first, at = line, 0
+        elif at == 1 and _SETEXT_RE.match(line) and _plain(first):
+            out += (line, "")
+            first = ""
+            continue
+        at += 1
+        out.append(line)
+    return out
+
+
 class SplitBlocks(Preprocessor):
-    """Runs after fenced code and raw HTML blocks are stashed, so neither is touched. A
-    block whose first line is indented is left whole (the list-indent processor takes all
-    of it into the list item before it, headings and all), and so are a table's rules
-    (the table processor, asked before the rule's, takes every line for a row). A setext
-    heading's block is split after its underline where nothing asked before the setext
-    processor would take the block: its first line neither indented, nor a table's, nor
-    a heading's or admonition's."""
+    """`split_blocks` on the whole text, after fenced code and raw HTML blocks are stashed
+    (so neither is touched), with quotes cut to `MAX_QUOTE_DEPTH`."""
 
     def run(self, lines: list[str]) -> list[str]:
-        out: list[str] = []
-        first = ""  # the current block's first line; "" between blocks
-        at = 0  # the line's place in its block
-        for line in _DEEP_QUOTE_RE.sub(r"\1", "\n".join(lines)).split("\n"):
-            if not line:
-                first = ""
-            elif not first:
-                first, at = line, 0
-            elif not first.startswith("    ") and (
-                    _SPLITS_RE.match(line) or ("|" not in first and _is_rule(line))):
-                out.append("")
-                first, at = line, 0
-            elif at == 1 and _SETEXT_RE.match(line) and _plain(first):
-                out += (line, "")
-                first = ""
-                continue
-            at += 1
-            out.append(line)
-        return out
+        return split_blocks(_DEEP_QUOTE_RE.sub(r"\1", "\n".join(lines)).split("\n"))
+
+
+class SplitQuote(BlockQuoteProcessor):
+    """The stock quote, whose text (its lines less their ">") goes through `split_blocks`
+    before it is parsed: a quote is a document of its own."""
+
+    def run(self, parent, blocks: list[str]) -> None:
+        block = blocks.pop(0)
+        m = self.RE.search(block)
+        if m:
+            self.parser.parseBlocks(parent, [block[:m.start()]])
+            block = "\n".join(self.clean(line) for line in block[m.start():].split("\n"))
+        sibling = self.lastChild(parent)
+        quote = sibling if sibling is not None and sibling.tag == "blockquote" else (
+            etree.SubElement(parent, "blockquote"))
+        self.parser.state.set("blockquote")  # as stock: quotes in lists get <p>
+        self.parser.parseChunk(quote, "\n".join(split_blocks(block.split("\n"))))
+        self.parser.state.reset()
 
 
 def _plain(first: str) -> bool:

@@ -13,7 +13,7 @@ from markdown.extensions.toc import slugify_unicode
 
 from . import links
 from .block_skip import SkippingBlockLoop
-from .bounded import BoundedHtmlBlocks, NumberedFootnotes, SplitBlocks, flattened
+from .bounded import BoundedHtmlBlocks, NumberedFootnotes, SplitBlocks, SplitQuote, flattened
 from .highlight import CodeFormatter
 from .inline_skip import SkippingInlineProcessor
 from .plaintext import extract
@@ -40,6 +40,7 @@ _EXTENSIONS = [
 _INLINE_PRIORITY = 20  # Python-Markdown's own place for "inline" (markdown/treeprocessors.py)
 _HTML_BLOCK_PRIORITY = 20  # and for "html_block" (markdown/preprocessors.py)
 _FOOTNOTE_PRIORITY = 175  # and for "footnote" (markdown/extensions/footnotes.py)
+_QUOTE_PRIORITY = 20  # and for the block processor "quote" (markdown/blockprocessors.py)
 
 _local = threading.local()  # one Markdown per thread: building one is ~15% of a render
 
@@ -66,6 +67,7 @@ def _new_markdown(state: RenderState) -> tuple[markdown.Markdown, CommonplaceExt
     # code and HTML stashed, blocks split where the parser would split them anyway
     md.preprocessors.register(BoundedHtmlBlocks(md), "html_block", _HTML_BLOCK_PRIORITY)
     md.preprocessors.register(SplitBlocks(md), "cp_split_blocks", _HTML_BLOCK_PRIORITY - 1)
+    md.parser.blockprocessors.register(SplitQuote(md.parser), "quote", _QUOTE_PRIORITY)
     return md, ext
 
 
