@@ -70,6 +70,10 @@ CORPUS: dict[str, Callable[[int], str]] = {
     "fences": _repeat("```\nx\n```\n"),
     "unclosed-fences": _repeat("```\n"),
     "stars": _repeat("*"),
+    "bare-urls": _repeat("http://x.test/a "),
+    "www-urls": _repeat("www.x.test "),
+    "strikes": _repeat("~~a~~ "),
+    "unclosed-strikes": _repeat("~~a "),
     "long-line": _repeat("word "),
 }
 
