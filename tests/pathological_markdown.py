@@ -78,11 +78,4 @@ CORPUS: dict[str, Callable[[int], str]] = {
 }
 
 # name -> why it is still over the limit (the test expects it to be; fix it, drop it here)
-still_slow: dict[str, str] = {
-    "emphasis": "emphasis is not batched: its processor keeps offsets into the text",
-    "brackets-then-link": "a link's text is found by a scan to the end, once per [",
-    "unclosed-links": "a link's address is found by a scan to the end, once per [a](",
-    "quoted-headings": "a quote's headings are split one by one (SplitBlocks sees top level)",
-    "thematic-breaks": "each rule pushes the rest of its block back",
-    "setext-headings": "each heading pushes the rest of its block back",
-}
+still_slow: dict[str, str] = {}
