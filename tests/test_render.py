@@ -283,3 +283,12 @@ def test_fifty_kilobyte_note_renders_whole():
     r = render.render(body)
     assert [link.target for link in r.links] == ["Link", "Other"]
     assert r.html.count("<h2") == body.count("## Section")
+
+
+def test_a_list_right_after_a_paragraph_is_a_list():
+    els = Elements(render.render("Steps:\n- one\n- two\n\nThen:\n1. first\n2. second").html)
+    assert [text for _, text in els.all("p")] == ["Steps:", "Then:"]
+    assert [text for _, text in els.all("li")] == ["one", "two", "first", "second"]
+    # as in CommonMark: only a list starting at 1 interrupts, and "-x" is no item
+    for text in ("The number is\n14. the answer", "a\n-x", "a|b\n- c"):
+        assert "<li>" not in render.render(text).html, text

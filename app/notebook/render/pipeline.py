@@ -16,6 +16,7 @@ from .block_skip import SkippingBlockLoop
 from .bounded import BoundedHtmlBlocks, NumberedFootnotes, SplitBlocks, SplitQuote, flattened
 from .highlight import CodeFormatter
 from .inline_skip import SkippingInlineProcessor
+from .lists import ListAfterParagraph
 from .plaintext import extract
 from .rendered import Rendered, Resolved, WikiLink, default_resolve_link, default_tag_url
 from .sanitize import MARKER_ATTR, make_cleaner
@@ -66,6 +67,9 @@ def _new_markdown(state: RenderState) -> tuple[markdown.Markdown, CommonplaceExt
     # the stock raw HTML finder, less its scans for a ">" that is not there; then, with
     # code and HTML stashed, blocks split where the parser would split them anyway
     md.preprocessors.register(BoundedHtmlBlocks(md), "html_block", _HTML_BLOCK_PRIORITY)
+    # lists that start right after a paragraph line, before the split (which reads blocks)
+    md.preprocessors.register(ListAfterParagraph(md), "cp_list_after_paragraph",
+                              _HTML_BLOCK_PRIORITY - 0.5)
     md.preprocessors.register(SplitBlocks(md), "cp_split_blocks", _HTML_BLOCK_PRIORITY - 1)
     md.parser.blockprocessors.register(SplitQuote(md.parser), "quote", _QUOTE_PRIORITY)
     return md, ext
