@@ -69,6 +69,8 @@ CORPUS: dict[str, Callable[[int], str]] = {
     "setext-headings": _repeat("a\n=\n"),
     "fences": _repeat("```\nx\n```\n"),
     "unclosed-fences": _repeat("```\n"),
+    "quoted-fences": _repeat("> ```\n> x\n"),
+    "fences-in-a-list-item": lambda size: "- item\n" + "    ```\n    x\n" * (size // 12),
     "stars": _repeat("*"),
     "bare-urls": _repeat("http://x.test/a "),
     "www-urls": _repeat("www.x.test "),

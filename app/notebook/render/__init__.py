@@ -16,7 +16,7 @@ from .rendered import Rendered, Resolved, WikiLink, hide_draft_links
 # when this moves (app/notebook/rerender.py). 2: task boxes carry their number.
 # 3: links to drafts are marked (hidden from readers who may not see drafts).
 # 4: run cards carry charts, lessons and a part the feed shows as an image.
-# 5: a list right after a paragraph's last line is a list.
+# 5: a list right after a paragraph's last line is a list; fences in list items and quotes.
 VERSION = 5
 
 

@@ -14,6 +14,7 @@ from markdown.extensions.toc import slugify_unicode
 from . import links
 from .block_skip import SkippingBlockLoop
 from .bounded import BoundedHtmlBlocks, NumberedFootnotes, SplitBlocks, SplitQuote, flattened
+from .fences import NestedFences
 from .highlight import CodeFormatter
 from .inline_skip import SkippingInlineProcessor
 from .lists import ListAfterParagraph
@@ -72,6 +73,8 @@ def _new_markdown(state: RenderState) -> tuple[markdown.Markdown, CommonplaceExt
                               _HTML_BLOCK_PRIORITY - 0.5)
     md.preprocessors.register(SplitBlocks(md), "cp_split_blocks", _HTML_BLOCK_PRIORITY - 1)
     md.parser.blockprocessors.register(SplitQuote(md.parser), "quote", _QUOTE_PRIORITY)
+    # just above paragraphs: fences in list items and quotes, which fenced_code cannot see
+    md.parser.blockprocessors.register(NestedFences(md.parser), "cp_nested_fences", 12)
     return md, ext
 
 
