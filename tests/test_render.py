@@ -283,3 +283,21 @@ def test_fifty_kilobyte_note_renders_whole():
     r = render.render(body)
     assert [link.target for link in r.links] == ["Link", "Other"]
     assert r.html.count("<h2") == body.count("## Section")
+
+
+def test_a_list_right_after_a_paragraph_is_a_list():
+    els = Elements(render.render("Steps:\n- one\n- two\n\nThen:\n1. first\n2. second").html)
+    assert [text for _, text in els.all("p")] == ["Steps:", "Then:"]
+    assert [text for _, text in els.all("li")] == ["one", "two", "first", "second"]
+    # as in CommonMark: only a list starting at 1 interrupts, and "-x" is no item
+    for text in ("The number is\n14. the answer", "a\n-x", "a|b\n- c"):
+        assert "<li>" not in render.render(text).html, text
+
+
+def test_fenced_code_inside_a_list_item_or_a_quote_is_code():
+    for source in ("1. install\n    ```bash\n    pip install x\n    ```\n2. run",
+                   "- install\n\n    ```bash\n    pip install x\n    ```\n\n- run",
+                   "> ```bash\n> pip install x\n> ```\n> said the readme"):
+        els = Elements(render.render(source).html)
+        assert [text for _, text in els.all("code")] == ["pip install x\n"], source
+        assert "```" not in render.render(source).html, source

@@ -17,7 +17,8 @@ from .rendered import Rendered, Resolved, WikiLink, hide_draft_links
 # 3: links to drafts are marked (hidden from readers who may not see drafts).
 # 4: run cards carry charts, lessons and a part the feed shows as an image.
 # 5: Obsidian's markdown (heading and block links, embeds, callouts, highlights, comments, math).
-VERSION = 5
+# 6: a list right after a paragraph's last line is a list; fences in list items and quotes.
+VERSION = 6
 
 
 def render(body_md: str, **options) -> Rendered:

@@ -21,6 +21,7 @@ from markdown.extensions.footnotes import FootnoteBlockProcessor
 from markdown.extensions.sane_lists import SaneOListProcessor, SaneUListProcessor
 from markdown.extensions.tables import TableProcessor
 
+from .bounded import SplitQuote
 from .syntax import SpacedHashHeaderProcessor
 
 Rule = Callable[[str], bool]
@@ -44,7 +45,7 @@ _NEEDS: dict[str, tuple[tuple[type, ...], Rule]] = {
            lambda block: "-" in block or "*" in block or "_" in block),
     "olist": ((SaneOListProcessor, blockprocessors.OListProcessor), _starts_ordered),
     "ulist": ((SaneUListProcessor, blockprocessors.UListProcessor), _starts_unordered),
-    "quote": ((blockprocessors.BlockQuoteProcessor,), lambda block: ">" in block),
+    "quote": ((SplitQuote, blockprocessors.BlockQuoteProcessor), lambda block: ">" in block),
     # these two test True and look in run, which puts back a block without a definition
     "footnote": ((FootnoteBlockProcessor,), lambda block: "[^" in block and "]:" in block),
     "reference": ((blockprocessors.ReferenceProcessor,), lambda block: "]:" in block),

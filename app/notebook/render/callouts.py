@@ -13,8 +13,9 @@ from __future__ import annotations
 import re
 import xml.etree.ElementTree as etree
 
-from markdown.blockprocessors import BlockQuoteProcessor
 from markdown.treeprocessors import Treeprocessor
+
+from .bounded import SplitQuote
 
 # The title follows the marker after any white space (a no-break space too, as vaults have).
 CALLOUT_RE = re.compile(r"^[ \t]*\[!([A-Za-z][\w-]{0,30})\]([+-]?)\s*(.*)$")
@@ -49,8 +50,9 @@ def _is_callout(quote: etree.Element | None) -> bool:
     return first.tag == "p" and bool(CALLOUT_RE.match(_first_line(first.text or "")))
 
 
-class CalloutQuoteProcessor(BlockQuoteProcessor):
-    """The stock quote, less the joining of a callout with the quote before or after it."""
+class CalloutQuoteProcessor(SplitQuote):
+    """The bounded quote (bounded.SplitQuote), less the joining of a callout with the quote
+    before or after it."""
 
     def run(self, parent: etree.Element, blocks: list[str]) -> None:
         block = blocks[0]
@@ -64,7 +66,7 @@ class CalloutQuoteProcessor(BlockQuoteProcessor):
         # a quote of its own, where the stock run would join the quote before
         quote = etree.SubElement(parent, "blockquote")
         self.parser.state.set("blockquote")
-        self.parser.parseChunk(quote, "\n".join(quoted))
+        self.parser.parseChunk(quote, "\n".join(self.split(quoted)))
         self.parser.state.reset()
         return None
 

@@ -13,6 +13,15 @@ stock processor matches, finds no definition and leaves the text as it was). A s
 try is exactly a try that returns "no match", so the HTML is the stock processor's
 (tests/test_render_fast.py renders a corpus both ways). Patterns it does not recognise
 - another class, another regex - are always tried.
+
+It also takes all of a known pattern's matches in one pass. The stock loop writes the text
+out again around every match (text before, placeholder, text after), so a paragraph of n
+code spans or links cost n copies of itself: quadratic. Here the text is searched on from
+where the last match ended and written out once. The two read the same characters, but
+for one: a match that starts right where the last one ended sees, looking back, the
+stock loop's placeholder, here the text's own last character. Patterns whose regex looks
+back are given back to the stock loop at such a point (`_LOOKS_BACK`); emphasis, which
+keeps offsets into the text it was given, is never batched.
 """
 
 from __future__ import annotations
@@ -20,9 +29,10 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from markdown import Markdown, inlinepatterns, util
-from markdown.extensions.footnotes import FootnoteInlineProcessor
 from markdown.treeprocessors import InlineProcessor
 
+from . import links
+from .bounded import NumberedFootnotes
 from .math import MATH_RE, MathInlineProcessor
 from .syntax import TAG_RE, TagProcessor
 from .wikilinks import EMBED_RE, WIKILINK_RE, EmbedProcessor, WikiLinkProcessor
@@ -39,10 +49,10 @@ def _stock(name: str):
 _NEEDS: dict[str, tuple[type | None, str | None, tuple[str, ...]]] = {
     "backtick": (_stock("BacktickInlineProcessor"), _stock("BACKTICK_RE"), ("`",)),
     "escape": (_stock("EscapeInlineProcessor"), _stock("ESCAPE_RE"), ("\\",)),
-    "footnote": (FootnoteInlineProcessor, r"\[\^([^\]]*)\]", ("[^",)),
+    "footnote": (NumberedFootnotes, r"\[\^([^\]]*)\]", ("[^",)),
     # "[text](": getLink needs "(" right after the closing bracket
-    "link": (_stock("LinkInlineProcessor"), _stock("LINK_RE"), ("[", "](")),
-    "image_link": (_stock("ImageInlineProcessor"), _stock("IMAGE_LINK_RE"), ("![", "](")),
+    "link": (links.Link, _stock("LINK_RE"), ("[", "](")),
+    "image_link": (links.Image, _stock("IMAGE_LINK_RE"), ("![", "](")),
     "autolink": (_stock("AutolinkInlineProcessor"), _stock("AUTOLINK_RE"), ("<",)),
     "automail": (_stock("AutomailInlineProcessor"), _stock("AUTOMAIL_RE"), ("<",)),
     "linebreak": (_stock("SubstituteTagInlineProcessor"), _stock("LINE_BREAK_RE"),
@@ -57,15 +67,33 @@ _NEEDS: dict[str, tuple[type | None, str | None, tuple[str, ...]]] = {
 
 # Links to a definition ("[text][id]", "[id]"): without definitions they match nothing.
 _REFERENCES: dict[str, tuple[type | None, str]] = {
-    "reference": (_stock("ReferenceInlineProcessor"), "["),
-    "short_reference": (_stock("ShortReferenceInlineProcessor"), "["),
-    "image_reference": (_stock("ImageReferenceInlineProcessor"), "!["),
-    "short_image_ref": (_stock("ShortImageReferenceInlineProcessor"), "!["),
+    "reference": (links.Reference, "["),
+    "short_reference": (links.ShortReference, "["),
+    "image_reference": (links.ImageReference, "!["),
+    "short_image_ref": (links.ShortImageReference, "!["),
 }
 _DELIMITERS = _stock("DelimiterProcessor")  # "*" and "_" emphasis (Markdown >= 3.11)
 
+# Known patterns whose regex looks back one character before a match, and the characters
+# there that change its answer from what it answers after a placeholder (which ends in
+# "\x03"): a backslash for a code span (the escaped-backslash match ends in one), "!" for
+# a link (a link ends in ")", so never), whitespace or "(" for a tag (a tag ends in a word
+# character, so never), a backslash or "$" for math (which ends in "$": math right after
+# math goes back to the stock loop).
+_LOOKS_BACK: dict[str, Callable[[str], bool]] = {
+    "backtick": lambda before: before == "\\",
+    "link": lambda before: before == "!",
+    "cp_math": lambda before: before in "\\$",
+    "cp_tag": lambda before: before.isspace() or before == "(",
+}
+
 
 Rule = Callable[[str], bool]
+
+# The one rule that skips a pattern which could match: emphasis pairs its delimiters by
+# scanning on from each opener, time quadratic in their number, so a text with more "*"
+# and "_" than this (no note a person writes) is left without emphasis, as written.
+MAX_DELIMITERS = 10_000
 
 
 def _all_of(needs: tuple[str, ...]) -> Rule:
@@ -76,6 +104,23 @@ def _all_of(needs: tuple[str, ...]) -> Rule:
         first, second = needs
         return lambda data: first in data and second in data
     return lambda data: all(part in data for part in needs)
+
+
+def _never(before: str) -> bool:
+    return False
+
+
+def _known(name: str, pattern: object) -> bool:
+    """Is this the stock (or our own) pattern of that name, class and regex?"""
+    if name in _NEEDS:
+        cls, regex, _ = _NEEDS[name]
+    elif name in _REFERENCES:
+        cls, regex = _REFERENCES[name][0], getattr(pattern, "pattern", None)
+        if regex not in (_stock("LINK_RE"), _stock("IMAGE_LINK_RE")):
+            return False
+    else:
+        return False
+    return cls is not None and type(pattern) is cls and getattr(pattern, "pattern", None) == regex
 
 
 def _rule(md: Markdown, name: str, pattern: object) -> Rule | None:
@@ -95,10 +140,7 @@ def _rule(md: Markdown, name: str, pattern: object) -> Rule | None:
         return None
     if _DELIMITERS is not None and kind is _DELIMITERS:  # emphasis: any of its tokens
         tokens = tuple(pattern.tokens)  # type: ignore[attr-defined]
-        if len(tokens) == 2:
-            one, other = tokens
-            return lambda data: one in data or other in data
-        return lambda data: any(token in data for token in tokens)
+        return lambda data: 0 < sum(map(data.count, tokens)) <= MAX_DELIMITERS
     return None
 
 
@@ -106,6 +148,7 @@ class SkippingInlineProcessor(InlineProcessor):
     """InlineProcessor whose per-text loop skips the tries that cannot match."""
 
     _rules: list[tuple[object, Rule | None]] = []
+    _batch: list[Callable[[str], bool] | None] = []  # per pattern: None, or _LOOKS_BACK's
     _for: list[object] = []
 
     def run(self, tree, ancestors=None):
@@ -114,13 +157,14 @@ class SkippingInlineProcessor(InlineProcessor):
             names = [item.name for item in self.inlinePatterns._priority]
             self._rules = [(pattern, _rule(self.md, name, pattern))
                            for name, pattern in zip(names, patterns, strict=True)]
+            self._batch = [_LOOKS_BACK.get(name, _never) if _known(name, pattern) else None
+                           for name, pattern in zip(names, patterns, strict=True)]
             self._for = patterns
         return super().run(tree, ancestors)
 
     # Overrides InlineProcessor.__handleInline (name-mangled), which __applyPattern and
     # run call; the loop is the stock one, with the rule asked before a pattern's first try
-    # on a text (after a match the text is known to hold one), and patterns marked BATCH
-    # applied to all their matches at once.
+    # on a text (after a match the text is known to hold one).
     def _InlineProcessor__handleInline(self, data: str, patternIndex: int = 0) -> str:
         if isinstance(data, util.AtomicString):
             return data
@@ -132,36 +176,119 @@ class SkippingInlineProcessor(InlineProcessor):
             pattern, may_match = rules[patternIndex]
             if start == 0 and may_match is not None and not may_match(data):
                 patternIndex += 1
-                continue
-            if getattr(pattern, "BATCH", False):
-                data = self._apply_all(pattern, data, start)
-                patternIndex += 1
                 start = 0
+                continue
+            if self._batch[patternIndex] is not None:
+                data, start = self._apply_all(pattern, data, patternIndex, start)
+                if start is None:  # all done: the next pattern, from the start
+                    patternIndex += 1
+                    start = 0
                 continue
             data, matched, start = apply(pattern, data, patternIndex, start)
             if not matched:
                 patternIndex += 1
         return data
 
-    def _apply_all(self, pattern, data: str, start: int) -> str:
-        """What the stock loop makes of `data` with `pattern`, try after try, in one pass.
-        Only for patterns whose nodes hold no markdown (atomic text, or none) and whose
-        matches end where their nodes do, so no try depends on what an earlier one did; the
-        stock loop rebuilds the whole text after every match, quadratic in their number."""
+    def _apply_all(self, pattern, data: str, index: int, start: int) -> tuple[str, int | None]:
+        """Every match of a known pattern from `start` on, as the stock loop would make them
+        one call at a time, the text written out once. Returns the text and None; or, where
+        a match ends in a character its pattern would see looking back from the next, the
+        text with the placeholders so far and where to go on (just after the last one)."""
         for exclude in pattern.ANCESTOR_EXCLUDES:
             if exclude.lower() in self.ancestors:
-                return data
-        stash = self._InlineProcessor__stashNode  # type: ignore[attr-defined]
-        parts: list[str] = []
-        at = 0
-        for m in pattern.getCompiledRegExp().finditer(data, start):
-            node, begin, end = pattern.handleMatch(m, data)
-            if begin is None or end is None or node is None:
+                return data, None
+        regex = pattern.getCompiledRegExp()
+        looks_back = self._batch[index]
+        pieces: list[str] = []
+        done = 0  # data[:done] is in pieces
+        while True:
+            for m in regex.finditer(data, start):
+                node, begin, end = pattern.handleMatch(m, data)
+                if begin is not None and end is not None:
+                    break
+            else:
+                break
+            start = end
+            if node is None:  # a match that leaves the text as it was
                 continue
-            parts.append(data[at:begin])
-            parts.append(stash(node, pattern.type()))
-            at = end
-        if not parts:
-            return data
-        parts.append(data[at:])
-        return "".join(parts)
+            placeholder = self._stash(node, pattern, index)
+            pieces += (data[done:begin], placeholder)
+            done = end
+            if end < len(data) and looks_back(data[end - 1]):
+                pieces.append(data[done:])
+                return "".join(pieces), sum(map(len, pieces[:-1]))
+        if not pieces:
+            return data, None
+        pieces.append(data[done:])
+        return "".join(pieces), None
+
+    def _stash(self, node, pattern, index: int) -> str:
+        """The stock loop's handling of a match's node: its text and its children's
+        handled with the patterns after this one, its tail with this one on; a placeholder."""
+        if not isinstance(node, str) and not isinstance(node.text, util.AtomicString):
+            handle = self._InlineProcessor__handleInline
+            for child in [node, *node]:
+                if child.text:
+                    self.ancestors.append(child.tag.lower())
+                    child.text = handle(child.text, index + 1)
+                    self.ancestors.pop()
+                if child.tail:
+                    child.tail = handle(child.tail, index)
+        return self._InlineProcessor__stashNode(node, pattern.type())  # type: ignore[attr-defined]
+
+    # Overrides InlineProcessor.__processPlaceholders, the stock loop that puts the stashed
+    # nodes back: it adds each piece of text between placeholders to the text or tail it
+    # belongs to with +=, a copy of all that came before each time; here the pieces are
+    # kept and joined once, when the next node comes or the text ends. What ends up in
+    # each text and tail is the same (a lone first piece kept as it is: AtomicString).
+    def _InlineProcessor__processPlaceholders(self, data, parent, isText=True):
+        result: list = []
+        pending: list[str] = []
+
+        def flush() -> None:
+            if not pending:
+                return
+            text = pending[0] if len(pending) == 1 else "".join(pending)
+            pending.clear()
+            holder, attr = ((result[-1][0], "tail") if result else
+                            (parent, "tail") if not isText else (parent, "text"))
+            before = getattr(holder, attr)
+            setattr(holder, attr, before + text if before else text)
+
+        prefix = self._InlineProcessor__placeholder_prefix  # type: ignore[attr-defined]
+        find = self._InlineProcessor__findPlaceholder  # type: ignore[attr-defined]
+        element_text = self._InlineProcessor__processElementText  # type: ignore[attr-defined]
+        start = 0
+        while data:
+            index = data.find(prefix, start)
+            if index == -1:
+                text = data[start:]
+                if isinstance(data, util.AtomicString):
+                    text = util.AtomicString(text)
+                if text:
+                    pending.append(text)
+                break
+            id_, end = find(data, index)
+            if id_ not in self.stashed_nodes:  # not one of ours: text
+                end = index + len(prefix)
+                pending.append(data[start:end])
+                start = end
+                continue
+            node = self.stashed_nodes.get(id_)
+            if index > 0 and data[start:index]:
+                pending.append(data[start:index])
+            if isinstance(node, str):
+                if node:
+                    pending.append(node)
+                start = end
+                continue
+            for child in [node, *node]:
+                if child.tail and child.tail.strip():
+                    element_text(node, child, False)
+                if child.text and child.text.strip():
+                    element_text(child, child)
+            start = end
+            flush()
+            result.append((node, self.ancestors[:]))
+        flush()
+        return result

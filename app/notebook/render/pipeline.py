@@ -10,10 +10,14 @@ from typing import Any
 
 import markdown
 
+from . import links
 from .anchors import heading_slug
 from .block_skip import SkippingBlockLoop
+from .bounded import BoundedHtmlBlocks, NumberedFootnotes, SplitBlocks, flattened
+from .fences import NestedFences
 from .highlight import CodeFormatter
 from .inline_skip import SkippingInlineProcessor
+from .lists import ListAfterParagraph
 from .obsidian import ObsidianExtension
 from .plaintext import extract
 from .rendered import Rendered, Resolved, WikiLink, default_resolve_link, default_tag_url
@@ -32,6 +36,8 @@ _EXTENSIONS = [
 
 
 _INLINE_PRIORITY = 20  # Python-Markdown's own place for "inline" (markdown/treeprocessors.py)
+_HTML_BLOCK_PRIORITY = 20  # and for "html_block" (markdown/preprocessors.py)
+_FOOTNOTE_PRIORITY = 175  # and for "footnote" (markdown/extensions/footnotes.py)
 
 _local = threading.local()  # one Markdown per thread: building one is ~15% of a render
 
@@ -47,9 +53,23 @@ def _new_markdown(state: RenderState) -> tuple[markdown.Markdown, CommonplaceExt
     ext = CommonplaceExtension(state)
     md = markdown.Markdown(extensions=[*_EXTENSIONS, ext, ObsidianExtension(ext)],
                            extension_configs=configs, output_format="html")
+    links.install(md)  # the stock link patterns, less their scans to the end
+    stock = md.inlinePatterns["footnote"]  # the same, numbered from a table
+    md.inlinePatterns.register(NumberedFootnotes(stock.pattern, stock.footnotes), "footnote",
+                               _FOOTNOTE_PRIORITY)
     # the stock inline processor (same name, same place), less the tries that cannot match
     md.treeprocessors.register(SkippingInlineProcessor(md), "inline", _INLINE_PRIORITY)
     SkippingBlockLoop(md).install()  # and the block loop, less the tests that cannot succeed
+    # the stock raw HTML finder, less its scans for a ">" that is not there; then, with
+    # code and HTML stashed, blocks split where the parser would split them anyway
+    md.preprocessors.register(BoundedHtmlBlocks(md), "html_block", _HTML_BLOCK_PRIORITY)
+    # lists that start right after a paragraph line, before the split (which reads blocks)
+    md.preprocessors.register(ListAfterParagraph(md), "cp_list_after_paragraph",
+                              _HTML_BLOCK_PRIORITY - 0.5)
+    md.preprocessors.register(SplitBlocks(md), "cp_split_blocks", _HTML_BLOCK_PRIORITY - 1)
+    # (the "quote" block processor is callouts.py's, a bounded.SplitQuote: ObsidianExtension)
+    # just above paragraphs: fences in list items and quotes, which fenced_code cannot see
+    md.parser.blockprocessors.register(NestedFences(md.parser), "cp_nested_fences", 12)
     return md, ext
 
 
@@ -69,6 +89,9 @@ def _convert(source: str, state: RenderState) -> tuple[str, str, list]:
     try:
         body = md.convert(source)
         return body, md.toc, md.toc_tokens  # type: ignore[attr-defined]
+    except BaseException:
+        del _local.md  # left half-way (the block parser's state stack), so built anew
+        raise
     finally:
         _local.busy = False
 
@@ -103,10 +126,18 @@ def render(
     while nonce in source:  # practically never; but then no text can spell it
         nonce = secrets.token_hex(16)
     clean = make_cleaner(nonce)
-    state = RenderState(nonce, resolve_link, tag_url, embeds or {},
-                        resolve_attachment=resolve_attachment, embed_note=embed_note,
-                        defer_note=defer_note, clean=clean)
-    body, toc, toc_tokens = _convert(source, state)
+
+    def new_state() -> RenderState:
+        return RenderState(nonce, resolve_link, tag_url, embeds or {},
+                           resolve_attachment=resolve_attachment, embed_note=embed_note,
+                           defer_note=defer_note, clean=clean)
+
+    state = new_state()
+    try:
+        body, toc, toc_tokens = _convert(source, state)
+    except RecursionError:  # nested too deep for the parser: its text, without the nesting
+        state = new_state()
+        body, toc, toc_tokens = _convert(flattened(source), state)
     toc = toc if _count_headings(toc_tokens) >= 2 else ""
 
     html, toc_html = clean(body), clean(toc) if toc else ""

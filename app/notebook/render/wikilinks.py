@@ -116,9 +116,6 @@ class _Links:
 
 class WikiLinkProcessor(_Links, InlineProcessor):
     ANCESTOR_EXCLUDES = ("a",)  # never an anchor inside a markdown link
-    # Every match in a text is found in one pass (inline_skip), not one search per link:
-    # a note of many thousands of links was quadratic.
-    BATCH = True
 
     def __init__(self, ext: CommonplaceExtension, md: Markdown):
         super().__init__(WIKILINK_RE, md)
@@ -151,7 +148,6 @@ class EmbedProcessor(_Links, InlineProcessor):
     parsed as this note's markdown nor counted in this note's text."""
 
     ANCESTOR_EXCLUDES = ("a",)
-    BATCH = True
 
     def __init__(self, ext: CommonplaceExtension, md: Markdown):
         super().__init__(EMBED_RE, md)
