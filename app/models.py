@@ -43,6 +43,10 @@ class Entry(Base):
         sa.Index("ix_entry_draft_week", "iso_week", sqlite_where=sa.text("status = 'draft'")),
         # a [[Title]] link's target, newest first (entries.resolve; 0011, 0012)
         sa.Index("ix_entry_title_key", "title_key", "date"),
+        # an imported file's entry, found again by its path on the next import (0013)
+        sa.Index("ix_entry_source_path", "source_path", unique=True),
+        # a [[Folder/Note]] link's candidates: the entries whose file is named Note (0013)
+        sa.Index("ix_entry_name_key", "name_key"),
         sa.CheckConstraint("kind IN ('entry', 'week')", name="ck_entry_kind"),
         sa.CheckConstraint("status IN ('draft', 'published')", name="ck_entry_status"),
     )
@@ -55,6 +59,11 @@ class Entry(Base):
     # link_key(title), set with the title: what a [[link]] to it is matched on (0012)
     title_key: Mapped[str] = mapped_column(sa.String(200), default="", server_default="")
     slug: Mapped[str] = mapped_column(sa.String(120))
+    # The file it was imported from, as its path inside the imported folder ("Folder/Note.md"):
+    # its identity for every later import of that folder. None for an entry written here.
+    source_path: Mapped[str | None] = mapped_column(sa.String(1000))
+    # link_key of that file's name without ".md": what a [[Note]] link matches first
+    name_key: Mapped[str | None] = mapped_column(sa.String(200))
     body_md: Mapped[str] = mapped_column(sa.Text, default="")
     body_html: Mapped[str] = mapped_column(sa.Text, default="")
     toc_html: Mapped[str] = mapped_column(sa.Text, default="")
@@ -118,6 +127,18 @@ class Link(Base):
     context: Mapped[str] = mapped_column(sa.String(400), default="")
 
 
+class EntryAlias(Base):
+    """Another name an imported note answers [[links]] to (its front matter's `aliases:`),
+    as a link key."""
+
+    __tablename__ = "entry_alias"
+
+    entry_id: Mapped[int] = mapped_column(
+        sa.ForeignKey("entry.id", ondelete="CASCADE"), primary_key=True
+    )
+    key: Mapped[str] = mapped_column(sa.String(200), primary_key=True, index=True)
+
+
 class EntryTag(Base):
     """Tags of an entry: its tag field plus #tags in its body, normalised."""
 
@@ -133,6 +154,7 @@ class Attachment(Base):
     """An uploaded file, stored content-addressed under <data>/attachments/."""
 
     __tablename__ = "attachment"
+    __table_args__ = (sa.Index("ix_attachment_path", "path", unique=True),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
     entry_id: Mapped[int | None] = mapped_column(
@@ -140,6 +162,10 @@ class Attachment(Base):
     )
     sha256: Mapped[str] = mapped_column(sa.String(64), index=True)
     filename: Mapped[str] = mapped_column(sa.String(200))
+    # An imported file's path inside its folder ("Attachments/Image 1.png"), and its name
+    # lowered: what ![[Image 1.png]] and ![[Attachments/Image 1.png]] find (0013)
+    path: Mapped[str | None] = mapped_column(sa.String(1000))
+    name_key: Mapped[str | None] = mapped_column(sa.String(200), index=True)
     content_type: Mapped[str] = mapped_column(sa.String(100))
     size: Mapped[int]
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

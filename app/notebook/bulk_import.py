@@ -41,9 +41,9 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from app.db import insert_many
-from app.models import Entry, EntryTag, Link, Revision, utcnow
-from app.notebook import embeds, entries, import_plan, mirror, search_index
-from app.notebook.bulk_render import Template, place_links, placeholder_re, read, template
+from app.models import Entry, EntryAlias, EntryTag, Link, Revision, utcnow
+from app.notebook import embeds, entries, import_plan, mirror, note_paths, search_index
+from app.notebook.bulk_render import Failed, Template, place_links, placeholder_re, read, template
 from app.notebook.entry_rows import EntryRow
 from app.notebook.import_plan import ImportReport, Op
 from app.notebook.link_index import Known, LinkIndex
@@ -69,8 +69,11 @@ _UPDATE = ENTRY.update().where(ENTRY.c.id == sa.bindparam("_id"))
 Progress = Callable[[int, int], None]
 
 
-def run(db, paths: list[Path], report: ImportReport, *, author: str = "import",
-        workers: int | None = None, progress: Progress | None = None) -> ImportReport:
+def run(db, root: Path, paths: list[Path], report: ImportReport, *, author: str = "import",
+        workers: int | None = None, progress: Progress | None = None,
+        dry_run: bool = False) -> ImportReport:
+    """Import `paths`, files under `root` (their paths inside it are their identity); with
+    `dry_run`, only plan it (report.plan)."""
     started = time.monotonic()
     if workers is None:
         workers = (os.cpu_count() or 1) if len(paths) > 200 else 0  # forking costs ~0.1 s
@@ -79,10 +82,15 @@ def run(db, paths: list[Path], report: ImportReport, *, author: str = "import",
     gc.set_threshold(*thresholds[:2], OLDEST_GENERATION_AFTER)
     try:
         # planned as the files come back, in order: the parent plans while the pool reads
-        mapped = pool.map(read, paths, chunksize=64) if pool else map(read, paths)
+        reading = functools.partial(read, root=root)
+        mapped = pool.map(reading, paths, chunksize=64) if pool else map(reading, paths)
         existing = import_plan.existing(db)
         committed = {id(known): known.copy() for known in existing}  # before planning
-        ops, untouched = import_plan.plan(mapped, existing, author, report)
+        in_folder = {path.relative_to(root).as_posix() for path in paths}
+        ops, untouched = import_plan.plan(mapped, existing, author, report, in_folder)
+        if dry_run:
+            report.plan += [import_plan.describe(op, root) for op in ops]
+            return report
         _Writer(db, pool, ops, committed, author, report, progress, len(paths)).run()
         search_index.finish_loading(db)
         _restore_lost_mirror_files(db, untouched)
@@ -189,6 +197,8 @@ class _Writer:
         templates = [tpl for future in self._render([r.body_md for r in rows])
                      for tpl, _ in _result(future)]
         for row, tpl in zip(rows, templates, strict=True):
+            if isinstance(tpl, Failed):
+                continue  # (it rendered when it was saved; its stored HTML stays)
             self._hold(row.id, tpl, -1, None if tpl else linkers[row.id])
 
     def _hold(self, entry_id: int, tpl: Template | None, batch: int,
@@ -203,6 +213,7 @@ class _Writer:
             self.by_key.setdefault(key, set()).add(entry_id)
 
     def _commit(self, number: int, batch: list[Op], rendered_batch: list) -> None:
+        batch, rendered_batch = self._drop_failed(batch, rendered_batch)
         templates = [tpl for tpl, _ in rendered_batch]
         texts = {id(op): text for op, (_, text) in zip(batch, rendered_batch, strict=True)}
         with self.db.write() as session:
@@ -250,6 +261,22 @@ class _Writer:
             self.files.append(self.writer.submit(mirror.apply, Path(self.db.notes_dir), writes,
                                                  removes))
 
+    def _drop_failed(self, batch: list[Op], rendered_batch: list) -> tuple[list, list]:
+        """A note the renderer could not render (a hostile text: nesting past Python's
+        recursion limit) is not imported, and the report says so; the rest of its batch is."""
+        kept = []
+        for op, done in zip(batch, rendered_batch, strict=True):
+            if not isinstance(done[0], Failed):
+                kept.append((op, done))
+                continue
+            self.report.errors.append(f"{op.path}: could not be rendered ({done[0].reason})")
+            if op.before is None:
+                self.report.created -= 1
+                self.creates_left -= 1
+            else:
+                self.report.updated -= 1
+        return [op for op, _ in kept], [done for _, done in kept]
+
     def _rows(self, session, batch, final, created, now, last_id: int) -> dict:
         updated = [op.after.id for key, (op, _) in final.items() if key not in created]
         rendered = {}
@@ -262,7 +289,8 @@ class _Writer:
         if updated:
             session.execute(_UPDATE, [_by_id(row) for row, key in zip(rows, final, strict=True)
                                       if key not in created])
-            for table, column in ((Link, Link.source_id), (EntryTag, EntryTag.entry_id)):
+            for table, column in ((Link, Link.source_id), (EntryTag, EntryTag.entry_id),
+                                  (EntryAlias, EntryAlias.entry_id)):
                 for chunk in _chunks(updated, 500):
                     session.execute(sa.delete(table).where(column.in_(chunk)))
         for key, (op, tpl) in list(final.items()):
@@ -289,6 +317,9 @@ class _Writer:
                 op.after.tag_list + [t for t in done.tags if entries.TAG_RE.match(t)])]
             fts.append({"id": op.after.id, "t": op.after.title, "g": op.after.tags,
                         "b": done.text, "k": search_index.kind_token(op.after.kind)})
+        insert_many(session, EntryAlias.__table__, [
+            {"entry_id": op.after.id, "key": key} for op, _ in final.values()
+            for key in op.after.aliases])
         insert_many(session, Link.__table__, links)
         insert_many(session, EntryTag.__table__, tags)
         search_index.index_rows(session, fts, updated, last_id)
@@ -346,6 +377,8 @@ def _entry_row(op: Op, html: tuple[str, str], now) -> dict:
     k = op.after
     return {"id": k.id, "kind": k.kind, "date": k.date, "iso_week": k.iso_week,
             "title": k.title, "title_key": entries.link_key(k.title), "slug": k.slug,
+            "source_path": k.source,
+            "name_key": note_paths.name_of(k.path_key) if k.source else None,
             "body_md": op.body, "body_html": html[0], "toc_html": html[1], "tags": k.tags,
             "status": k.status, "revision": k.revision, "updated_at": now}
 

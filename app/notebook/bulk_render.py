@@ -33,16 +33,31 @@ class Template:
     text: str
 
 
-def read(path: Path) -> Parsed | str:
+@dataclass
+class Failed:
+    """A note the pipeline could not render, and why."""
+
+    reason: str
+
+
+def read(path: Path, root: Path | None = None) -> Parsed | str:
     """A parsed file, or the reason it cannot be imported (as the per-file import said)."""
     try:
-        return parse_file(path, follow_symlinks=False)
-    except (OSError, ValueError, yaml.YAMLError, UnicodeDecodeError) as exc:
-        return f"{path}: {exc}"
+        return parse_file(path, follow_symlinks=False, root=root)
+    except (OSError, ValueError, yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+        return f"{path}: {exc or type(exc).__name__}"
 
 
-def template(job: tuple[str, str, tuple[str, ...]]) -> Template | None:
-    body, nonce, embed_names = job
+def template(job: tuple[str, str, tuple[str, ...]]) -> Template | Failed | None:
+    """The note rendered with placeholder links; None if it needs the database (an
+    embed); Failed if it cannot be rendered at all, which fails that note alone."""
+    try:
+        return _template(*job)
+    except Exception as exc:  # a hostile text fails its own file, never the import
+        return Failed(f"{type(exc).__name__}: {str(exc)[:200]}".rstrip(": "))
+
+
+def _template(body: str, nonce: str, embed_names: tuple[str, ...]) -> Template | None:
     if nonce in body:
         return None  # (never, in practice) rendered by the importer with the real resolver
     targets: list[str] = []

@@ -1,0 +1,49 @@
+"""imported files keep their place: an entry remembers the file it came from (its path
+inside the imported folder, unique) and that file's name as a link key, so an import finds
+it again by path and never by title or date, and [[Folder/Note]] links resolve as Obsidian
+resolves them; a note's `aliases:` are rows of entry_alias; an attachment imported from a
+folder keeps its path there and its name as a key, for ![[image.png]].
+
+Revision ID: 0013
+Revises: 0012
+Create Date: 2026-12-05
+"""
+
+import sqlalchemy as sa
+from alembic import op
+
+revision = "0013"
+down_revision = "0012"
+branch_labels = None
+depends_on = None
+
+
+def upgrade() -> None:
+    op.add_column("entry", sa.Column("source_path", sa.String(1000), nullable=True))
+    op.add_column("entry", sa.Column("name_key", sa.String(200), nullable=True))
+    op.create_index("ix_entry_source_path", "entry", ["source_path"], unique=True)
+    op.create_index("ix_entry_name_key", "entry", ["name_key"])
+    op.create_table(
+        "entry_alias",
+        sa.Column("entry_id", sa.Integer, sa.ForeignKey("entry.id", ondelete="CASCADE"),
+                  primary_key=True),
+        sa.Column("key", sa.String(200), primary_key=True),
+    )
+    op.create_index("ix_entry_alias_key", "entry_alias", ["key"])
+    op.add_column("attachment", sa.Column("path", sa.String(1000), nullable=True))
+    op.add_column("attachment", sa.Column("name_key", sa.String(200), nullable=True))
+    op.create_index("ix_attachment_path", "attachment", ["path"], unique=True)
+    op.create_index("ix_attachment_name_key", "attachment", ["name_key"])
+
+
+def downgrade() -> None:
+    op.drop_index("ix_attachment_name_key", table_name="attachment")
+    op.drop_index("ix_attachment_path", table_name="attachment")
+    op.drop_column("attachment", "name_key")
+    op.drop_column("attachment", "path")
+    op.drop_index("ix_entry_alias_key", table_name="entry_alias")
+    op.drop_table("entry_alias")
+    op.drop_index("ix_entry_name_key", table_name="entry")
+    op.drop_index("ix_entry_source_path", table_name="entry")
+    op.drop_column("entry", "name_key")  # ALTER TABLE DROP COLUMN: the table's triggers stay
+    op.drop_column("entry", "source_path")
