@@ -25,8 +25,9 @@ def keys_of(entry: Entry, aliases: list[str] | tuple[str, ...] = ()) -> set[str]
     keys = {link_key(entry.title), entry.date.isoformat(), *aliases}
     if entry.kind == "week":
         keys.add(entry.iso_week.lower())
-    if entry.source_path:
-        keys.update(note_paths.suffix_keys(note_paths.path_key(entry.source_path)))
+    source = getattr(entry, "source_path", None)  # (an EntryRow has none: not imported)
+    if source:
+        keys.update(note_paths.suffix_keys(note_paths.path_key(source)))
     return keys
 
 
