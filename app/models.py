@@ -59,8 +59,7 @@ class Entry(Base):
     # link_key(title), set with the title: what a [[link]] to it is matched on (0012)
     title_key: Mapped[str] = mapped_column(sa.String(200), default="", server_default="")
     slug: Mapped[str] = mapped_column(sa.String(120))
-    # The file it was imported from, as its path inside the imported folder ("Folder/Note.md"):
-    # its identity for every later import of that folder. None for an entry written here.
+    # the file it was imported from, its path in that folder ("Folder/Note.md"): its identity
     source_path: Mapped[str | None] = mapped_column(sa.String(1000))
     # link_key of that file's name without ".md": what a [[Note]] link matches first
     name_key: Mapped[str | None] = mapped_column(sa.String(200))
@@ -68,6 +67,8 @@ class Entry(Base):
     body_html: Mapped[str] = mapped_column(sa.Text, default="")
     toc_html: Mapped[str] = mapped_column(sa.Text, default="")
     tags: Mapped[str] = mapped_column(sa.String(1000), default="")  # space-separated, as typed
+    # the #tags of its text not in `tags`, set with each render, shown with them (0013)
+    body_tags: Mapped[str] = mapped_column(sa.String(1000), default="", server_default="")
     status: Mapped[str] = mapped_column(sa.String(10), default="published")
     revision: Mapped[int] = mapped_column(default=0)
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
@@ -84,8 +85,16 @@ class Entry(Base):
         return title
 
     @property
-    def tag_list(self) -> list[str]:
+    def tag_list(self) -> list[str]:  # the tags field (what a save changes)
         return self.tags.split()
+
+    @property
+    def all_tags(self) -> list[str]:  # as pages, the API and the feed show them
+        return all_tags(self.tags, self.body_tags)
+
+
+def all_tags(tags: str, body_tags: str) -> list[str]:
+    return list(dict.fromkeys(tags.split() + body_tags.split()))
 
 
 class Revision(Base):
@@ -128,8 +137,7 @@ class Link(Base):
 
 
 class EntryAlias(Base):
-    """Another name an imported note answers [[links]] to (its front matter's `aliases:`),
-    as a link key."""
+    """Another name (a link key) an imported note answers [[links]] to: `aliases:`."""
 
     __tablename__ = "entry_alias"
 
@@ -162,8 +170,7 @@ class Attachment(Base):
     )
     sha256: Mapped[str] = mapped_column(sa.String(64), index=True)
     filename: Mapped[str] = mapped_column(sa.String(200))
-    # An imported file's path inside its folder ("Attachments/Image 1.png"), and its name
-    # lowered: what ![[Image 1.png]] and ![[Attachments/Image 1.png]] find (0013)
+    # an imported file's path in its folder, and its name lowered: what ![[x.png]] finds
     path: Mapped[str | None] = mapped_column(sa.String(1000))
     name_key: Mapped[str | None] = mapped_column(sa.String(200), index=True)
     content_type: Mapped[str] = mapped_column(sa.String(100))

@@ -66,7 +66,8 @@ def snapshot(data: Path) -> dict:
     db = sqlite3.connect(data / "commonplace.db")
     tables = {
         "entry": "SELECT id, kind, date, iso_week, title, slug, body_md, body_html, toc_html, "
-                 "tags, status, revision, title_key FROM entry ORDER BY id",
+                 "tags, status, revision, title_key, body_tags, source_path, name_key FROM entry "
+                 "ORDER BY id",
         "revision": "SELECT entry_id, number, date, title, body_md, tags, status, author, note "
                     "FROM revision ORDER BY entry_id, number",
         "link": "SELECT source_id, target_key, text, context FROM link "

@@ -9,6 +9,7 @@ from __future__ import annotations
 import os
 import re
 
+import feedparser
 import pytest
 import sqlalchemy as sa
 from click.testing import CliRunner
@@ -223,3 +224,29 @@ def test_an_export_is_a_vault_that_imports_back_as_the_same_notebook(tmp_path, m
                 (a.path, a.sha256) for a in session.scalars(sa.select(Attachment)))
 
     assert notebook(back.extensions["db"]) == notebook(db)
+
+
+def test_a_tag_written_in_the_text_is_a_tag_everywhere(client, db):
+    """Entry page, week list, API, feed and search show a #tag of the text as they show the
+    tags field's; the field itself (what the edit form and the mirror file hold) keeps only
+    what was typed there."""
+    made = client.post("/api/v1/entries", json={
+        "title": "Zero bubble", "date": "2024-03-27", "tags": ["ml"],
+        "body": "A schedule with #zero bubbles, #ml again"}).get_json()
+    assert made["tags"] == ["ml", "zero"]
+    assert client.get(f"/api/v1/entries/{made['id']}").get_json()["tags"] == ["ml", "zero"]
+    listed = client.get("/api/v1/entries").get_json()
+    rows = listed["entries"] if isinstance(listed, dict) else listed
+    assert [e["tags"] for e in rows if e["id"] == made["id"]] == [["ml", "zero"]]
+    page = client.get(made["url"]).text
+    assert 'href="/tags/zero">#zero</a></li>' in page
+    week = client.get("/weeks/2024-W13").text
+    assert 'href="/tags/zero">#zero</a>' in week
+    found = client.get("/api/v1/search?q=tag:zero").get_json()
+    assert [h["tags"] for h in found["results"]] == [["ml", "zero"]]
+    feed = feedparser.parse(client.get("/feed.atom").data)
+    assert [t.term for t in feed.entries[0].tags] == ["ml", "zero"]
+    with db.read() as session:
+        entry = session.get(Entry, made["id"])
+        assert (entry.tags, entry.body_tags) == ("ml", "zero")
+        assert "tags: [ml]" in mirror.to_text(entry)

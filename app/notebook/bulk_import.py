@@ -262,8 +262,7 @@ class _Writer:
                                                  removes))
 
     def _drop_failed(self, batch: list[Op], rendered_batch: list) -> tuple[list, list]:
-        """A note the renderer could not render (a hostile text: nesting past Python's
-        recursion limit) is not imported, and the report says so; the rest of its batch is."""
+        """A note that could not be rendered is not imported (the report says so)."""
         kept = []
         for op, done in zip(batch, rendered_batch, strict=True):
             if not isinstance(done[0], Failed):
@@ -283,7 +282,8 @@ class _Writer:
         for key, (_op, tpl) in final.items():
             if tpl is not None:
                 rendered[key] = place_links(self.placeholders, tpl, self.resolve)
-        rows = [_entry_row(op, rendered.get(key, ("", "")), now) for key, (op, _) in final.items()]
+        rows = [_entry_row(op, rendered.get(key, ("", "")), now, tpl.tags if tpl else [])
+                for key, (op, tpl) in final.items()]
         inserts = [row for row, key in zip(rows, final, strict=True) if key in created]
         insert_many(session, ENTRY, [{**row, "created_at": now} for row in inserts])
         if updated:
@@ -298,6 +298,7 @@ class _Writer:
                 entry = session.get(Entry, op.after.id)
                 done = entries.render_body(session, op.body)
                 entry.body_html, entry.toc_html = done.html, done.toc_html
+                entry.body_tags = entries.body_tags(op.after.tag_list, _tags(op, done.tags))
                 session.flush()
                 final[key] = (op, None)
                 rendered[key] = done
@@ -313,8 +314,7 @@ class _Writer:
             links += [{"source_id": op.after.id, "target_key": entries.link_key(link.target)[:200],
                        "text": link.text[:200], "context": link.context[:400]}
                       for link in done.links]
-            tags += [{"entry_id": op.after.id, "tag": tag} for tag in dict.fromkeys(
-                op.after.tag_list + [t for t in done.tags if entries.TAG_RE.match(t)])]
+            tags += [{"entry_id": op.after.id, "tag": tag} for tag in _tags(op, done.tags)]
             fts.append({"id": op.after.id, "t": op.after.title, "g": op.after.tags,
                         "b": done.text, "k": search_index.kind_token(op.after.kind)})
         insert_many(session, EntryAlias.__table__, [
@@ -370,16 +370,21 @@ def _as_entry(known: Known, body: str) -> EntryRow:
     file (an ORM Entry, instrumented, was 3% of their time). They read neither timestamp,
     which is not known here."""
     return EntryRow(known.id, known.kind, known.date, known.iso_week, known.title,  # type: ignore[arg-type]
-                    known.slug, known.tags, known.status, known.revision, None, None, body)  # type: ignore[arg-type]
+                    known.slug, known.tags, "", known.status, known.revision, None, None, body)  # type: ignore[arg-type]
 
 
-def _entry_row(op: Op, html: tuple[str, str], now) -> dict:
+def _tags(op: Op, found: list[str]) -> list[str]:  # entries._store_links_and_tags's
+    return list(dict.fromkeys(op.after.tag_list + [t for t in found if entries.TAG_RE.match(t)]))
+
+
+def _entry_row(op: Op, html: tuple[str, str], now, found: list[str]) -> dict:
     k = op.after
     return {"id": k.id, "kind": k.kind, "date": k.date, "iso_week": k.iso_week,
             "title": k.title, "title_key": entries.link_key(k.title), "slug": k.slug,
             "source_path": k.source,
             "name_key": note_paths.name_of(k.path_key) if k.source else None,
             "body_md": op.body, "body_html": html[0], "toc_html": html[1], "tags": k.tags,
+            "body_tags": entries.body_tags(k.tag_list, _tags(op, found)),
             "status": k.status, "revision": k.revision, "updated_at": now}
 
 

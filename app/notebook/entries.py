@@ -265,6 +265,13 @@ def _store_links_and_tags(session: Session, entry: Entry, rendered: Rendered) ->
     tags = list(dict.fromkeys(entry.tag_list + [t for t in rendered.tags if TAG_RE.match(t)]))
     for tag in tags:
         session.add(EntryTag(entry_id=entry.id, tag=tag))
+    entry.body_tags = body_tags(entry.tag_list, tags)
+
+
+def body_tags(field: list[str], tags: list[str]) -> str:
+    """Entry.body_tags: the tags of the text that the field does not hold (as many as fit)."""
+    found = " ".join(tag for tag in tags if tag not in field)
+    return found if len(found) <= 1000 else found[:1001].rsplit(" ", 1)[0]
 
 
 def _rerender_linkers(session: Session, keys: set[str], skip: int | None) -> None:
