@@ -204,7 +204,7 @@ class _Writer:
     def _hold(self, entry_id: int, tpl: Template | None, batch: int,
               keys: set[str] | None = None) -> None:
         if keys is None:
-            keys = {entries.link_key(t) for t in tpl.targets} if tpl else set()
+            keys = {entries.target_key(t) for t in tpl.targets} if tpl else set()
         if not any(self.last_change.get(key, -1) > batch for key in keys):
             self.holders.pop(entry_id, None)  # nothing still to come changes its links
             return
@@ -249,7 +249,7 @@ class _Writer:
             changed = set().union(*(op.changed_keys for op in batch))
             self._place_again(session, changed, {op.entity.id for op in batch})
             for key, (op, tpl) in final.items():
-                keys = None if tpl else {entries.link_key(link.target)
+                keys = None if tpl else {entries.target_key(link.target)
                                          for link in rendered[key].links}
                 self._hold(op.after.id, tpl, number, keys)  # type: ignore[arg-type]
         # Committed: its mirror files, written by a thread while the next batch goes in.
@@ -311,7 +311,7 @@ class _Writer:
         links, tags, fts = [], [], []
         for key, (op, tpl) in final.items():
             done = tpl or rendered[key]
-            links += [{"source_id": op.after.id, "target_key": entries.link_key(link.target)[:200],
+            links += [{"source_id": op.after.id, "target_key": entries.target_key(link.target),
                        "text": link.text[:200], "context": link.context[:400]}
                       for link in done.links]
             tags += [{"entry_id": op.after.id, "tag": tag} for tag in _tags(op, done.tags)]

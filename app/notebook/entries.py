@@ -22,9 +22,10 @@ from app.notebook import embeds, merge, mirror, note_paths, search_index
 from app.notebook.addresses import tag_url
 from app.notebook.isoweeks import iso_week
 from app.notebook.render import Rendered, render
-from app.notebook.resolving import DATE_RE, alias_keys, keys_of, resolve, resolver
+from app.notebook.resolving import DATE_RE, alias_keys, keys_of, resolve, resolver, target_key
 
-__all__ = ["DATE_RE", "keys_of", "link_key", "resolve"]  # (where links resolve: resolving.py)
+# (where links resolve: resolving.py)
+__all__ = ["DATE_RE", "keys_of", "link_key", "resolve", "target_key"]
 
 MAX_TITLE = 200
 MAX_BODY = 1_000_000
@@ -259,7 +260,7 @@ def _store_links_and_tags(session: Session, entry: Entry, rendered: Rendered) ->
     session.execute(sa.delete(EntryTag).where(EntryTag.entry_id == entry.id))
     for link in rendered.links:
         session.add(
-            Link(source_id=entry.id, target_key=link_key(link.target)[:200],
+            Link(source_id=entry.id, target_key=target_key(link.target),
                  text=link.text[:200], context=link.context[:400])
         )
     tags = list(dict.fromkeys(entry.tag_list + [t for t in rendered.tags if TAG_RE.match(t)]))

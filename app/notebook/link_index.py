@@ -112,6 +112,9 @@ class LinkIndex:
     # -- entries.resolve / entries._resolver ----------------------------------------------
 
     def find(self, target: str) -> Known | None:
+        target = note_paths.page_of(target)
+        if not target:
+            return None
         week = target.strip().upper()
         if WEEK_RE.match(week):
             return self.weeks.get(week)

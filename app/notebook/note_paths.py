@@ -18,6 +18,12 @@ def path_key(source_path: str) -> str:
     return link_key(path)
 
 
+def page_of(target: str) -> str:
+    """The page a link names: [[Note#Heading]] and [[Note#^block]] name Note (the renderer
+    places the fragment); [[#Heading]] names none (this page)."""
+    return target.split("#", 1)[0].strip()
+
+
 def target_key(target: str) -> str:
     """A link's page part as a path key: [[Note.md]] and [[/Folder/Note]] read as Obsidian
     reads them."""

@@ -19,6 +19,11 @@ from app.notebook.render import Resolved
 DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 
 
+def target_key(target: str) -> str:
+    """What a link row stores of a link's target (Link.target_key): its page's link key."""
+    return link_key(note_paths.page_of(target))[:200]
+
+
 def keys_of(entry: Entry, aliases: list[str] | tuple[str, ...] = ()) -> set[str]:
     """The link keys an entry answers to: its title, its week if a letter, its date, its
     file's path (every way of spelling it) and its aliases."""
@@ -50,6 +55,9 @@ def resolve(session: Session, target: str) -> Entry | None:
     """The entry a [[target]] reaches: a week's letter; a date's letter, else its first
     entry; an imported file by its path (note_paths); the newest entry of that title;
     the newest with that alias."""
+    target = note_paths.page_of(target)
+    if not target:
+        return None
     key = link_key(target)
     if WEEK_RE.match(target.strip().upper()):
         return session.scalar(
