@@ -29,7 +29,7 @@ def create_app(config: dict | None = None) -> Flask:
     # `cpl` lives in app/ too and starts on every keystroke-sized command) into each of them.
     from app import db
     from app.config import from_environment
-    from app.journal import cards
+    from app.journal import card_markdown, cards
     from app.notebook import embeds
     from app.web import WebApp
     from app.web import init_app as init_web
@@ -44,4 +44,7 @@ def create_app(config: dict | None = None) -> Flask:
     # The notebook renders ```run blocks without importing the journal: the embed is
     # registered from above (with the owner's clock for the card's time).
     embeds.register("run", functools.partial(cards.run_card, timezone=app.config["TIMEZONE"]))
+    # and the card as markdown, for the letter's file on disk (the mirror, an export)
+    embeds.register_markdown("run", functools.partial(card_markdown.run_markdown,
+                                                      timezone=app.config["TIMEZONE"]))
     return app

@@ -42,9 +42,8 @@ import sqlalchemy as sa
 
 from app.db import insert_many
 from app.models import Entry, EntryAlias, EntryTag, Link, Revision, utcnow
-from app.notebook import embeds, entries, import_plan, mirror, note_paths, search_index
-from app.notebook.bulk_render import Failed, Template, place_links, placeholder_re, read, template
-from app.notebook.entry_rows import EntryRow
+from app.notebook import bulk_render, embeds, entries, import_plan, mirror, note_paths, search_index
+from app.notebook.bulk_render import Failed, Template, place_links, placeholder_re, read
 from app.notebook.import_plan import ImportReport, Op
 from app.notebook.link_index import Known, LinkIndex
 
@@ -179,8 +178,8 @@ class _Writer:
                 for op in batch]
         chunks = [jobs[i:i + CHUNK] for i in range(0, len(jobs), CHUNK)]
         if self.pool is None:
-            return [_templates(chunk) for chunk in chunks]
-        return [self.pool.submit(_templates, chunk) for chunk in chunks]
+            return [bulk_render.templates(chunk) for chunk in chunks]
+        return [self.pool.submit(bulk_render.templates, chunk) for chunk in chunks]
 
     def _hold_linkers_from_before(self) -> None:
         """Entries already in the notebook that link to what this import brings."""
@@ -248,14 +247,19 @@ class _Writer:
             rendered = self._rows(session, batch, final, created, now, last_id)
             changed = set().union(*(op.changed_keys for op in batch))
             self._place_again(session, changed, {op.entity.id for op in batch})
+            drawn: list[tuple[Path, str]] = []
             for key, (op, tpl) in final.items():
                 keys = None if tpl else {entries.target_key(link.target)
                                          for link in rendered[key].links}
                 self._hold(op.after.id, tpl, number, keys)  # type: ignore[arg-type]
+                if tpl is None:  # an embed: its file shows what it shows (embeds.in_files)
+                    entry = session.get(Entry, op.after.id)
+                    texts[id(op)], files = mirror.file_text(session, entry)
+                    drawn += [(Path(path), text) for path, text in files.items()]
         # Committed: its mirror files, written by a thread while the next batch goes in.
         if self.db.notes_dir is not None:
             writes = [(mirror.relpath(op.after), texts[id(op)])  # type: ignore[arg-type]
-                      for op, _ in final.values()]
+                      for op, _ in final.values()] + drawn
             removes = {mirror.relpath(old) for old in first_before.values()  # type: ignore[arg-type]
                        if old is not None}
             self.files.append(self.writer.submit(mirror.apply, Path(self.db.notes_dir), writes,
@@ -351,26 +355,12 @@ def _by_id(row: dict) -> dict:
     return row
 
 
-def _templates(jobs: list) -> list[tuple[Template | None, str | None]]:
-    """A worker's task: render notes, and write out their mirror files' text."""
-    return [(template(job), None) if isinstance(job[0], str) else
-            (template(job[0]), mirror.to_text(_as_entry(*job[1]))) for job in jobs]
-
-
 def _result(future) -> list:
     return future if isinstance(future, list) else future.result()
 
 
 def _chunks(items: list, size: int) -> list[list]:
     return [items[i:i + size] for i in range(0, len(items), size)]
-
-
-def _as_entry(known: Known, body: str) -> EntryRow:
-    """What mirror.relpath and to_text read of an entry, built in the renderers for every
-    file (an ORM Entry, instrumented, was 3% of their time). They read neither timestamp,
-    which is not known here."""
-    return EntryRow(known.id, known.kind, known.date, known.iso_week, known.title,  # type: ignore[arg-type]
-                    known.slug, known.tags, "", known.status, known.revision, None, None, body)  # type: ignore[arg-type]
 
 
 def _tags(op: Op, found: list[str]) -> list[str]:  # entries._store_links_and_tags's

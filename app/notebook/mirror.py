@@ -25,6 +25,7 @@ from sqlalchemy import event
 from sqlalchemy.orm import Session
 
 from app.models import Entry
+from app.notebook import embeds
 from jobs.lab.durable import write_atomic
 
 log = logging.getLogger(__name__)
@@ -55,7 +56,8 @@ def relpath(entry: Entry) -> Path:
     return Path(f"{entry.date.year:04d}") / f"{entry.date.isoformat()}-{entry.slug}.md"
 
 
-def to_text(entry: Entry) -> str:
+def to_text(entry: Entry, body: str | None = None) -> str:
+    """The entry's file: front matter, then `body` (its markdown unless given)."""
     meta: dict = {"title": entry.title, "date": entry.date}
     if entry.kind == "week":
         meta["kind"] = "week"
@@ -65,7 +67,7 @@ def to_text(entry: Entry) -> str:
     dumper = SafeDumper if _short_and_plain(entry.title, meta["tags"]) else yaml.SafeDumper
     front = yaml.dump(meta, Dumper=dumper, sort_keys=False, allow_unicode=True,
                       default_flow_style=None)
-    body = entry.body_md
+    body = entry.body_md if body is None else body
     return f"---\n{front}---\n{body}\n" if body else f"---\n{front}---\n"
 
 
@@ -74,7 +76,7 @@ def to_text(entry: Entry) -> str:
 
 @dataclass
 class _Pending:
-    writes: dict[int, tuple[Path, str]] = field(default_factory=dict)
+    writes: dict[int | str, tuple[Path, str]] = field(default_factory=dict)
     removes: set[Path] = field(default_factory=set)
 
 
@@ -84,11 +86,21 @@ def _pending(session: Session) -> _Pending | None:
     return session.info.setdefault("mirror", _Pending())
 
 
+def file_text(session: Session, entry: Entry, up: int = 1) -> tuple[str, dict[str, str]]:
+    """The entry's file with what its embeds show written in (embeds.in_files), and the
+    files that needs; `up`: how deep under the folder the file lies."""
+    body, files = embeds.in_files(session, entry.body_md, up)
+    return to_text(entry, body), files
+
+
 def queue_write(session: Session, entry: Entry, old: Path | None = None) -> None:
-    queue_file(session, entry.id, relpath(entry), to_text(entry), old)
+    text, files = file_text(session, entry)
+    queue_file(session, entry.id, relpath(entry), text, old)
+    for path, drawn in files.items():
+        queue_file(session, path, Path(path), drawn)  # type: ignore[arg-type]
 
 
-def queue_file(session: Session, entry_id: int, new: Path, text: str,
+def queue_file(session: Session, entry_id: int | str, new: Path, text: str,
                old: Path | None = None) -> None:
     """queue_write with the file's place and text already worked out (bulk import)."""
     pending = _pending(session)
@@ -277,6 +289,7 @@ def parse_file(path: Path, follow_symlinks: bool = True, root: Path | None = Non
     text, mtime = read_note(path, follow_symlinks)
     warnings: list[str] = []
     meta, body = _front_matter(text, warnings)
+    body = embeds.without_shown(body)
     source = path.relative_to(root).as_posix() if root is not None else path.name
     stem = path.stem
     letter = LETTER_FILE_RE.match(stem)

@@ -18,6 +18,7 @@ The export (vault.py) writes a folder the same import reads back.
 from __future__ import annotations
 
 import os
+import re
 import stat
 from collections.abc import Callable
 from pathlib import Path
@@ -26,11 +27,12 @@ import sqlalchemy as sa
 
 from app.errors import Refusal
 from app.models import Entry
-from app.notebook import attachments, bulk_import, bulk_render, entries, import_plan
+from app.notebook import attachments, bulk_import, bulk_render, embeds, entries, import_plan
 from app.notebook.import_plan import ImportReport
 from app.notebook.mirror import relpath, to_text
 from jobs.lab.durable import write_atomic
 
+_CHART_RE = re.compile(r"^run-\d+\.svg$")
 __all__ = ["ImportReport", "import_folder", "import_folder_slowly", "mirror_folder"]
 
 
@@ -55,6 +57,9 @@ def folder_files(folder: Path, report: ImportReport) -> tuple[list[Path], list[P
                 report.skipped.append(f"{path}: a symbolic link (not imported)")
             elif not stat.S_ISREG(mode):
                 report.skipped.append(f"{path}: not a regular file (not imported)")
+            elif here == folder / embeds.FILES_DIR and _CHART_RE.match(name):
+                report.skipped.append(f"{path}: a run card's chart, as an export draws it "
+                                      "(the card itself is live here)")
             else:
                 (notes if name.lower().endswith(".md") else others).append(path)
     return sorted(notes), sorted(others)

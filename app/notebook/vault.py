@@ -6,7 +6,8 @@ number added where two would share a name), an imported note at its own path aga
 its [[links]] reach it as they did), a letter by its week ([[2024-W13]]); front matter
 with its title, date, tags, status and aliases (mirror.to_text's, which import reads);
 attachments beside the notes, an imported one at its own path, an upload under
-attachments/, and links to an upload's address made vault links to that file.
+attachments/, and links to an upload's address made vault links to that file; after each
+```run block, its card as markdown with its chart (embeds.in_files: run-cards/).
 """
 
 from __future__ import annotations
@@ -18,6 +19,7 @@ import sqlalchemy as sa
 import yaml
 
 from app.models import Attachment, Entry, EntryAlias
+from app.notebook import embeds
 from app.notebook.attachments import path_for
 from app.notebook.mirror import to_text
 from jobs.lab.durable import write_atomic
@@ -54,8 +56,8 @@ class _Names:
         return path
 
 
-def _text(entry: Entry, aliases: list[str], uploads: dict[str, str]) -> str:
-    text = to_text(entry)
+def _text(entry: Entry, aliases: list[str], uploads: dict[str, str], body: str) -> str:
+    text = to_text(entry, body)
     if aliases:  # after the front matter's first line: mirror.to_text owns the rest
         listed = yaml.safe_dump({"aliases": aliases}, allow_unicode=True,
                                 default_flow_style=None)
@@ -105,7 +107,10 @@ def export_vault(db, folder: Path) -> tuple[int, int]:
                 wanted = f"{entry.iso_week}.md"
             else:
                 wanted = f"{file_name(entry.title)}.md"
-            write_atomic(folder / names.take(wanted),
-                         _text(entry, aliases.get(entry.id, []), uploads))
+            path = names.take(wanted)
+            body, drawn = embeds.in_files(session, entry.body_md, path.count("/"))
+            write_atomic(folder / path, _text(entry, aliases.get(entry.id, []), uploads, body))
+            for where, text in drawn.items():
+                write_atomic(folder / where, text)
             notes += 1
     return notes, files
