@@ -250,3 +250,27 @@ def test_a_tag_written_in_the_text_is_a_tag_everywhere(client, db):
         entry = session.get(Entry, made["id"])
         assert (entry.tags, entry.body_tags) == ("ml", "zero")
         assert "tags: [ml]" in mirror.to_text(entry)
+
+
+def test_the_notebooks_own_mirror_imports_back_into_it_unchanged(db, data_dir):
+    """Entries written here have no file of their own: the mirror's file of one (its
+    mirror.relpath) is that entry, so importing the mirror changes nothing, and two
+    entries of one title and day stay two."""
+    with db.write() as session:
+        for body in ("first", "second"):
+            entries.create(session, author="x", date="2024-03-01", title="Same", body=body)
+        entries.create(session, author="x", date="2024-03-02", title="Other",
+                       body="[[Same]] #tagged")
+    notes = data_dir / "notes"
+    assert sorted(p.name for p in notes.rglob("*.md")) == [
+        "2024-03-01-same-2.md", "2024-03-01-same.md", "2024-03-02-other.md"]
+    report = transfer.import_folder(db, notes, workers=0)
+    assert (report.created, report.updated, report.unchanged) == (0, 0, 3)
+    write(notes, "2024/2024-03-01-same-2.md",
+          (notes / "2024" / "2024-03-01-same-2.md").read_text().replace("second", "2nd"))
+    report = transfer.import_folder(db, notes, workers=0)
+    assert (report.created, report.updated, report.unchanged) == (0, 1, 2)
+    with db.read() as session:
+        rows = sorted(session.execute(sa.select(Entry.title, Entry.body_md, Entry.source_path)))
+    assert rows == [("Other", "[[Same]] #tagged", None), ("Same", "2nd", None),
+                    ("Same", "first", None)]
