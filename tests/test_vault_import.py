@@ -183,6 +183,10 @@ def test_other_files_become_attachments_found_by_name_and_by_path(tmp_path, make
         assert attachments.find(session, "nothing.png") is None
         url = attachments.resolver(session)("Pic Two.png")
         assert url.startswith("/attachments/") and url.endswith("/Pic-Two.png")
+        # an import's renderers find them from memory, alike
+        in_memory, asked = attachments.Index(session), attachments.resolver(session)
+        for name in ("pic.png", "PIC.png", "er/pic.png", "Deep/Pic Two.png", "none.png"):
+            assert in_memory.url(name) == asked(name), name
     again = IMPORTS[way](db, folder)
     assert again.attachments == {"unchanged": 3}
     write(folder, "Deep/Pic Two.png", PNG + b"\1")

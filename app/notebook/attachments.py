@@ -14,6 +14,7 @@ import stat
 import tempfile
 from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
@@ -193,19 +194,49 @@ def import_file(session: Session, data_dir: Path, root: Path, path: Path, *,
     return "updated"
 
 
+def _nearest(key: str, found: list) -> Attachment | None:
+    """Of attachments named like `key`, the one at that path or ending so, shortest first."""
+    found = [a for a in found
+             if a.path and (a.path.lower() == key or a.path.lower().endswith("/" + key))]
+    return min(found, key=lambda a: (a.path.count("/"), len(a.path), a.path, a.id)) \
+        if found else None
+
+
 def find(session: Session, name: str) -> Attachment | None:
     """The attachment ![[name]] shows, as Obsidian finds it: by its path in the imported
     folder, or by its file name, case aside (the shortest path among several); else an
     upload of that name."""
     key = name.strip().lstrip("/").lower()
-    candidates = session.scalars(sa.select(Attachment).where(
-        Attachment.name_key == key.rsplit("/", 1)[-1])).all()
-    found = [a for a in candidates
-             if a.path and (a.path.lower() == key or a.path.lower().endswith("/" + key))]
-    if found:
-        return min(found, key=lambda a: (a.path.count("/"), len(a.path), a.path, a.id))
+    found = _nearest(key, session.scalars(sa.select(Attachment).where(
+        Attachment.name_key == key.rsplit("/", 1)[-1])).all())
+    if found is not None or "/" in key:
+        return found
     return session.scalar(sa.select(Attachment).where(Attachment.filename == safe_filename(name))
-                          .order_by(Attachment.id).limit(1)) if "/" not in key else None
+                          .order_by(Attachment.id).limit(1))
+
+
+class _Row(NamedTuple):
+    path: str
+    sha256: str
+    filename: str
+    id: int
+
+
+class Index:
+    """`find` answered from memory, for an import's renderers (no database there): the
+    imported files by name (uploads are not embedded by name in an imported folder)."""
+
+    def __init__(self, session: Session):
+        self.named: dict[str, list[_Row]] = {}  # plain rows: they travel to the renderers
+        for found in session.execute(sa.select(
+                Attachment.name_key, Attachment.path, Attachment.sha256, Attachment.filename,
+                Attachment.id).where(Attachment.path.is_not(None))):
+            self.named.setdefault(found[0] or "", []).append(_Row(*found[1:]))
+
+    def url(self, name: str) -> str | None:
+        key = name.strip().lstrip("/").lower()
+        found = _nearest(key, self.named.get(key.rsplit("/", 1)[-1], []))
+        return url_for_attachment(found) if found is not None else None
 
 
 def resolver(session: Session) -> Callable[[str], str | None]:

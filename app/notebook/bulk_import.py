@@ -42,7 +42,16 @@ import sqlalchemy as sa
 
 from app.db import insert_many
 from app.models import Entry, EntryAlias, EntryTag, Link, Revision, utcnow
-from app.notebook import bulk_render, embeds, entries, import_plan, mirror, note_paths, search_index
+from app.notebook import (
+    attachments,
+    bulk_render,
+    embeds,
+    entries,
+    import_plan,
+    mirror,
+    note_paths,
+    search_index,
+)
 from app.notebook.bulk_render import Failed, Template, place_links, placeholder_re, read
 from app.notebook.import_plan import ImportReport, Op
 from app.notebook.link_index import Known, LinkIndex
@@ -76,6 +85,8 @@ def run(db, root: Path, paths: list[Path], report: ImportReport, *, author: str 
     started = time.monotonic()
     if workers is None:
         workers = (os.cpu_count() or 1) if len(paths) > 200 else 0  # forking costs ~0.1 s
+    with db.read() as session:  # the folder's files, for its notes' ![[embeds]]
+        bulk_render.use_attachments(attachments.Index(session))
     pool = _pool(workers)
     thresholds = gc.get_threshold()
     gc.set_threshold(*thresholds[:2], OLDEST_GENERATION_AFTER)
@@ -92,7 +103,7 @@ def run(db, root: Path, paths: list[Path], report: ImportReport, *, author: str 
             return report
         _Writer(db, pool, ops, committed, author, report, progress, len(paths)).run()
         search_index.finish_loading(db)
-        _restore_lost_mirror_files(db, untouched)
+        mirror.restore_lost(db, untouched)
     finally:
         gc.set_threshold(*thresholds)
         if pool:
@@ -106,13 +117,15 @@ def _pool(workers: int) -> cf.ProcessPoolExecutor | None:
         return None
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     return cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
-                                  initializer=_end_with_the_import, initargs=(os.getpid(),))
+                                  initializer=_end_with_the_import,
+                                  initargs=(os.getpid(), bulk_render.ATTACHMENTS[0]))
 
 
-def _end_with_the_import(importer: int) -> None:
+def _end_with_the_import(importer: int, found: attachments.Index) -> None:
     """A renderer ends when the import that started it does: killed (SIGKILL, Ctrl-C
     twice, the OOM killer), the import would otherwise leave its pool's workers waiting
     for ever on a queue no one feeds. Linux's parent-death signal; elsewhere nothing."""
+    bulk_render.use_attachments(found)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -376,15 +389,3 @@ def _entry_row(op: Op, html: tuple[str, str], now, found: list[str]) -> dict:
             "body_md": op.body, "body_html": html[0], "toc_html": html[1], "tags": k.tags,
             "body_tags": entries.body_tags(k.tag_list, _tags(op, found)),
             "status": k.status, "revision": k.revision, "updated_at": now}
-
-
-def _restore_lost_mirror_files(db, untouched: list[Known]) -> None:
-    """An import killed between a commit and its mirror files: write those files now."""
-    root = db.notes_dir
-    if root is None:
-        return
-    lost = [k.id for k in untouched if not (Path(root) / mirror.relpath(k)).exists()]  # type: ignore[arg-type]
-    with db.read() as session:
-        for chunk in _chunks(lost, 500):
-            found = session.scalars(sa.select(Entry).where(Entry.id.in_(chunk)))
-            mirror.write_many(Path(root), [(mirror.relpath(e), mirror.to_text(e)) for e in found])

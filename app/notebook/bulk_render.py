@@ -19,6 +19,7 @@ from pathlib import Path
 import yaml
 
 from app.notebook.addresses import tag_url
+from app.notebook.attachments import Index
 from app.notebook.entry_rows import EntryRow
 from app.notebook.link_index import Known
 from app.notebook.mirror import Parsed, parse_file, to_text
@@ -33,6 +34,18 @@ class Template:
     links: list[WikiLink]
     tags: list[str]
     text: str
+
+
+ATTACHMENTS: list[Index | None] = [None]  # the import's files (use_attachments)
+
+
+def use_attachments(found: Index) -> None:
+    """The attachments this process's renders find ![[name]] among (an import's)."""
+    ATTACHMENTS[0] = found
+
+
+def _attachment_url(name: str) -> str | None:
+    return ATTACHMENTS[0].url(name) if ATTACHMENTS[0] is not None else None
 
 
 @dataclass
@@ -74,7 +87,7 @@ def _template(body: str, nonce: str, embed_names: tuple[str, ...]) -> Template |
         return ""
 
     done = render(body, resolve_link=resolve, tag_url=tag_url,
-                  embeds=dict.fromkeys(embed_names, embed))
+                  embeds=dict.fromkeys(embed_names, embed), resolve_attachment=_attachment_url)
     if embedded:
         return None
     return Template(done.html, done.toc_html, targets, done.links, done.tags, done.text)

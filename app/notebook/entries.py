@@ -18,7 +18,7 @@ from sqlalchemy.orm import Session
 
 from app.errors import Conflict, Invalid, NotFound, refuse_unknown
 from app.models import Entry, EntryAlias, EntryTag, Link, Revision, link_key, utcnow
-from app.notebook import embeds, merge, mirror, note_paths, search_index
+from app.notebook import attachments, embeds, merge, mirror, note_paths, search_index
 from app.notebook.addresses import tag_url
 from app.notebook.isoweeks import iso_week
 from app.notebook.render import Rendered, render
@@ -239,7 +239,8 @@ def render_body(session: Session, body: str) -> Rendered:
     """Markdown → sanitized HTML with links resolved against the notebook (also the
     editor's preview, so a preview shows exactly what a save would store)."""
     bound = {name: functools.partial(embed, session) for name, embed in embeds.EMBEDS.items()}
-    return render(body, resolve_link=resolver(session), tag_url=tag_url, embeds=bound)
+    return render(body, resolve_link=resolver(session), tag_url=tag_url, embeds=bound,
+                  resolve_attachment=attachments.resolver(session))
 
 
 def _render(session: Session, entry: Entry) -> Rendered:

@@ -20,6 +20,7 @@ import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import sqlalchemy as sa
 import yaml
 from sqlalchemy import event
 from sqlalchemy.orm import Session
@@ -170,6 +171,19 @@ def write_many(root: Path, files: list[tuple[Path, str]]) -> None:
         log.exception("could not write %d markdown mirror files under %s", len(files), root)
         for tmp, _ in staged:
             tmp.unlink(missing_ok=True)
+
+
+def restore_lost(db, untouched: list) -> None:
+    """An import killed between a commit and its mirror files: the files of `untouched`
+    (entries the import left as they were) that are not there, written now."""
+    root = db.notes_dir
+    if root is None:
+        return
+    lost = [k.id for k in untouched if not (Path(root) / relpath(k)).exists()]
+    with db.read() as session:
+        for i in range(0, len(lost), 500):
+            found = session.scalars(sa.select(Entry).where(Entry.id.in_(lost[i:i + 500])))
+            write_many(Path(root), [(relpath(e), file_text(session, e)[0]) for e in found])
 
 
 @event.listens_for(Session, "after_rollback")

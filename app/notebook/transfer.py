@@ -93,7 +93,7 @@ def import_folder(db, folder: Path, author: str = "import", *, workers: int | No
     the same content changes nothing; a changed one becomes a new revision of the same
     entry. `progress(done, total)` is called after each committed batch. With `dry_run`
     nothing is written: the report says what would be done (`plan`)."""
-    report = ImportReport()
+    report, folder = ImportReport(), Path(folder)
     notes, others = folder_files(folder, report)
     import_attachments(db, folder, others, report, dry_run=dry_run)
     return bulk_import.run(db, folder, notes, report, author=author, workers=workers,
@@ -104,7 +104,7 @@ def import_folder_slowly(db, folder: Path, author: str = "import") -> ImportRepo
     """The same import as a save per file, one transaction each (entries.create/update),
     each file's entry chosen by the same plan: the reference for import_folder's result,
     and the bench's point of comparison."""
-    report = ImportReport()
+    report, folder = ImportReport(), Path(folder)
     notes, others = folder_files(folder, report)
     import_attachments(db, folder, others, report)
     parsed = [bulk_render.read(path, folder) for path in notes]

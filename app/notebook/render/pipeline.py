@@ -87,11 +87,13 @@ def render(
     resolve_link: Callable[[str], Resolved] = default_resolve_link,
     tag_url: Callable[[str], str] = default_tag_url,
     embeds: Mapping[str, Callable[[str], str]] | None = None,
+    resolve_attachment: Callable[[str], str | None] | None = None,
 ) -> Rendered:
     """Render a note's markdown to sanitized HTML, collecting links, tags and text.
 
     `resolve_link(target) -> Resolved(url, exists, draft)` places wiki links; `tag_url(tag)` places
-    tags; `embeds[name](source)` renders a ```` ```name ```` block to trusted HTML.
+    tags; `embeds[name](source)` renders a ```` ```name ```` block to trusted HTML;
+    `resolve_attachment(name)` is an attached file's URL or None (for ![[name]]).
     """
     source = _CONTROL_RE.sub("", body_md)
     nonce = secrets.token_hex(16)
