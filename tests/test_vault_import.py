@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import os
 import re
+import sqlite3
 
 import feedparser
 import pytest
@@ -278,3 +279,30 @@ def test_the_notebooks_own_mirror_imports_back_into_it_unchanged(db, data_dir):
         rows = sorted(session.execute(sa.select(Entry.title, Entry.body_md, Entry.source_path)))
     assert rows == [("Other", "[[Same]] #tagged", None), ("Same", "2nd", None),
                     ("Same", "first", None)]
+
+
+def test_migration_0013_keeps_the_text_tags_and_cuts_links_to_their_page(tmp_path):
+    from app import upgrades
+    from tests.helpers import OLD_ENTRY, at_revision
+
+    db, _ = at_revision(tmp_path, "0012")
+    with sqlite3.connect(db.sqlite_path) as conn:  # a notebook as 0012 left it
+        conn.executemany(OLD_ENTRY, [(1, "published"), (2, "published")])
+        conn.execute("UPDATE entry SET title_key = 'old'")
+        conn.execute("UPDATE entry SET tags = 'ml' WHERE id = 1")
+        conn.executemany("INSERT INTO entry_tag (entry_id, tag) VALUES (?, ?)",
+                         [(1, "ml"), (1, "zero"), (1, "alpha"), (2, "solo")])
+        conn.executemany("INSERT INTO link (source_id, target_key, text, context) VALUES "
+                         "(?, ?, '', '')", [(1, "old"), (2, "old #notes"), (2, "#top")])
+    upgrades.upgrade(db, tmp_path / "backups")
+    with sqlite3.connect(db.sqlite_path) as conn:
+        assert conn.execute("SELECT id, tags, body_tags, source_path FROM entry "
+                            "ORDER BY id").fetchall() == [(1, "ml", "alpha zero", None),
+                                                          (2, "", "solo", None)]
+        assert [k for (k,) in conn.execute("SELECT target_key FROM link ORDER BY id")] == [
+            "old", "old", ""]
+    with db.read() as session:
+        first, newest = session.get(Entry, 1), session.get(Entry, 2)  # both titled "Old"
+        assert browse.reached_by(session, first) == ["2024-01-01"]
+        assert browse.backlinks(session, newest, include_drafts=True, limit=5)[1] == 1
+        assert newest.all_tags == ["solo"]

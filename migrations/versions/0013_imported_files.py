@@ -4,7 +4,8 @@ it again by path and never by title or date, and [[Folder/Note]] links resolve a
 resolves them; a note's `aliases:` are rows of entry_alias; an attachment imported from a
 folder keeps its path there and its name as a key, for ![[image.png]]. And an entry's
 #tags written in its text are kept beside its tags field (body_tags), filled here from
-entry_tag, so that pages, the API and the feed show every tag it is found by.
+entry_tag, so that pages, the API and the feed show every tag it is found by. A link row
+keeps its target's page only ([[Note#Heading]] reaches Note): rows kept before are cut so.
 
 Revision ID: 0013
 Revises: 0012
@@ -37,6 +38,12 @@ def upgrade() -> None:
                      [{"id": i, "tags": " ".join(tags)[:1000].rsplit(" ", 1)[0]
                        if len(" ".join(tags)) > 1000 else " ".join(tags)}
                       for i, tags in found.items()])
+    links = conn.execute(sa.text("SELECT id, target_key FROM link "
+                                 "WHERE instr(target_key, '#') > 0")).all()
+    if links:  # models.link_key of the part before "#", as of this revision
+        conn.execute(sa.text("UPDATE link SET target_key = :key WHERE id = :id"),
+                     [{"id": i, "key": " ".join(key.split("#", 1)[0].split())}
+                      for i, key in links])
     op.create_index("ix_entry_source_path", "entry", ["source_path"], unique=True)
     op.create_index("ix_entry_name_key", "entry", ["name_key"])
     op.create_table(
