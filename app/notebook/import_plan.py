@@ -121,7 +121,8 @@ def plan(parsed: Iterable, existing: list[Known], author: str, report: ImportRep
             kind = "entry"  # that week's letter is another file's
             p.warnings.append(f"{week} has a letter already: imported as an entry")
         try:
-            fields, warnings = fields_of(p, p.date if found is None or kind == "entry"
+            # a letter's date stays in its week (entries.update's rule)
+            fields, warnings = fields_of(p, p.date if found is None or found.kind == "entry"
                                          else found.date)
         except Refusal as exc:
             report.errors.append(f"{p.path}: {exc}")
