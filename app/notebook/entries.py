@@ -12,23 +12,25 @@ import functools
 import re
 import unicodedata
 from dataclasses import dataclass
-from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from app.errors import Conflict, Invalid, NotFound, refuse_unknown
-from app.models import Entry, EntryTag, Link, Revision, link_key, utcnow
-from app.notebook import embeds, inclusions, merge, mirror, search_index
-from app.notebook.addresses import entry_url, tag_url
-from app.notebook.isoweeks import WEEK_RE, iso_week
-from app.notebook.render import Rendered, Resolved, render
+from app.models import Entry, EntryAlias, EntryTag, Link, Revision, link_key, utcnow
+from app.notebook import attachments, embeds, inclusions, merge, mirror, note_paths, search_index
+from app.notebook.addresses import tag_url
+from app.notebook.isoweeks import iso_week
+from app.notebook.render import Rendered, render
+from app.notebook.resolving import DATE_RE, alias_keys, keys_of, resolve, resolver, target_key
+
+# (where links resolve: resolving.py)
+__all__ = ["DATE_RE", "keys_of", "link_key", "resolve", "target_key"]
 
 MAX_TITLE = 200
 MAX_BODY = 1_000_000
 MAX_TAGS = 30
 TAG_RE = re.compile(r"^[a-z][a-z0-9_/-]{0,49}$")
-DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
 STATUSES = ("draft", "published")
 # What a save may change; the API, the edit form and the merge view all take these names.
 FIELDS = ("date", "title", "body", "tags", "status", "publish")
@@ -167,43 +169,6 @@ def get(session: Session, entry_id: int) -> Entry:
     return entry
 
 
-def keys_of(entry: Entry) -> set[str]:
-    """The link keys an entry answers to: its title, its week if a letter, its date."""
-    keys = {link_key(entry.title), entry.date.isoformat()}
-    if entry.kind == "week":
-        keys.add(entry.iso_week.lower())
-    return keys
-
-
-def resolve(session: Session, target: str) -> Entry | None:
-    key = link_key(target)
-    if WEEK_RE.match(target.strip().upper()):
-        return session.scalar(
-            sa.select(Entry).where(Entry.kind == "week", Entry.iso_week == target.strip().upper())
-        )
-    if DATE_RE.match(key):
-        return session.scalar(
-            sa.select(Entry).where(Entry.date == key).order_by(Entry.kind.desc(), Entry.id)
-        )
-    return session.scalar(  # newest first; the same day: the later entry
-        sa.select(Entry).where(Entry.title_key == key)
-        .order_by(Entry.date.desc(), Entry.id.desc()).limit(1)
-    )
-
-
-def _resolver(session: Session):
-    def resolve_link(target: str) -> Resolved:
-        found = resolve(session, target)
-        if found is not None:
-            return Resolved(entry_url(found), True, found.status == "draft")
-        if WEEK_RE.match(target.strip().upper()):
-            return Resolved(f"/weeks/{target.strip().upper()}", False)
-        field = "date" if DATE_RE.match(target.strip()) else "title"
-        return Resolved(f"/entries/new?{field}={quote(target.strip())}", False)
-
-    return resolve_link
-
-
 # -- saving -------------------------------------------------------------------------------
 
 
@@ -231,8 +196,12 @@ def _unique_slug(session: Session, entry: Entry, base: str) -> str:
     return slug
 
 
-def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: str) -> Entry:
-    old_keys = keys_of(entry) if entry.id else set()
+def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: str,
+           aliases: list[str] | None = None) -> Entry:
+    """Save `fields` as the entry's next revision; `aliases` (link keys), when given,
+    replace its aliases."""
+    old_aliases = alias_keys(session, entry.id)
+    old_keys = keys_of(entry, old_aliases) if entry.id else set()
     old_status = entry.status
     old_path = mirror.relpath(entry) if entry.id else None
     entry.date = fields.date
@@ -250,6 +219,12 @@ def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: st
         entry.slug = entry.iso_week.lower()
     session.add(entry)
     session.flush()  # an id for the links, tags and index rows below
+    if aliases is not None and aliases != old_aliases:
+        session.execute(sa.delete(EntryAlias).where(EntryAlias.entry_id == entry.id))
+        session.add_all(EntryAlias(entry_id=entry.id, key=key) for key in aliases)
+        session.flush()
+    else:
+        aliases = old_aliases
     rendered = _render(session, entry)
     session.add(
         Revision(
@@ -264,7 +239,7 @@ def _apply(session: Session, entry: Entry, fields: Fields, author: str, note: st
     mirror.queue_write(session, entry, old_path)
     # Links written before this entry existed (or under its old title) render afresh.
     # Links to a draft are marked as such, so publishing or unpublishing re-renders them all.
-    new_keys = keys_of(entry)
+    new_keys = keys_of(entry, aliases)
     changed_keys = new_keys | old_keys if entry.status != old_status else new_keys ^ old_keys
     _rerender_linkers(session, changed_keys, skip=entry.id)
     # Notes that embed this one (![[Title]]) show its new text.
@@ -276,8 +251,8 @@ def render_body(session: Session, body: str) -> Rendered:
     """Markdown → sanitized HTML with links resolved against the notebook (also the
     editor's preview, so a preview shows exactly what a save would store)."""
     bound = {name: functools.partial(embed, session) for name, embed in embeds.EMBEDS.items()}
-    return render(body, resolve_link=_resolver(session), tag_url=tag_url, embeds=bound,
-                  resolve_attachment=inclusions.attachment_finder(session),
+    return render(body, resolve_link=resolver(session), tag_url=tag_url, embeds=bound,
+                  resolve_attachment=attachments.resolver(session),
                   embed_note=inclusions.note_embedder(session, resolve))
 
 
@@ -307,12 +282,19 @@ def _store_links_and_tags(session: Session, entry: Entry, rendered: Rendered) ->
     session.execute(sa.delete(EntryTag).where(EntryTag.entry_id == entry.id))
     for link in rendered.links:
         session.add(
-            Link(source_id=entry.id, target_key=link_key(link.target)[:200],
+            Link(source_id=entry.id, target_key=target_key(link.target),
                  text=link.text[:200], context=link.context[:400])
         )
     tags = list(dict.fromkeys(entry.tag_list + [t for t in rendered.tags if TAG_RE.match(t)]))
     for tag in tags:
         session.add(EntryTag(entry_id=entry.id, tag=tag))
+    entry.body_tags = body_tags(entry.tag_list, tags)
+
+
+def body_tags(field: list[str], tags: list[str]) -> str:
+    """Entry.body_tags: the tags of the text that the field does not hold (as many as fit)."""
+    found = " ".join(tag for tag in tags if tag not in field)
+    return found if len(found) <= 1000 else found[:1001].rsplit(" ", 1)[0]
 
 
 def _rerender_linkers(session: Session, keys: set[str], skip: int | None,
@@ -334,18 +316,23 @@ def _rerender_linkers(session: Session, keys: set[str], skip: int | None,
 
 def create(
     session: Session, *, author: str, date, title, body="", tags=None, status="published",
-    publish=False, kind: str = "entry", note: str = "",
+    publish=False, kind: str = "entry", note: str = "", source_path: str | None = None,
+    aliases: list[str] | None = None,
 ) -> Entry:
+    """A new entry; `source_path` is the file an import made it from (its identity for
+    the next import of that folder), `aliases` that file's other names (link keys)."""
     fields = Fields(parse_date(date), check_title(title), check_body(body), parse_tags(tags),
                     check_status(status), check_publish(publish))
-    entry = Entry(kind=kind, revision=0, created_at=utcnow())
+    entry = Entry(kind=kind, revision=0, created_at=utcnow(), source_path=source_path,
+                  name_key=note_paths.name_of(note_paths.path_key(source_path))
+                  if source_path else None)
     if kind == "week":
         entry.iso_week = iso_week(fields.date)
-    return _apply(session, entry, fields, author, note)
+    return _apply(session, entry, fields, author, note, aliases)
 
 
 def update(session: Session, entry: Entry, changes: dict, *, base_revision, author: str,
-           note: str = "") -> Entry:
+           note: str = "", aliases: list[str] | None = None) -> Entry:
     """Apply `changes` (any of FIELDS) made on top of
     `base_revision`. If the entry has moved on since, the changes are merged with what was
     saved meanwhile; only changes that overlap raise Conflict (the caller shows the merge
@@ -371,9 +358,9 @@ def update(session: Session, entry: Entry, changes: dict, *, base_revision, auth
         and fields.body == entry.body_md and fields.tags == entry.tag_list
         and fields.status == entry.status and fields.publish == entry.publish
     )
-    if unchanged:
+    if unchanged and (aliases is None or aliases == alias_keys(session, entry.id)):
         return entry  # saving the same text twice makes no empty revision
-    return _apply(session, entry, fields, author, note)
+    return _apply(session, entry, fields, author, note, aliases)
 
 
 def restore(session: Session, entry: Entry, number: int, *, base_revision, author: str) -> Entry:
@@ -400,7 +387,7 @@ def restore(session: Session, entry: Entry, number: int, *, base_revision, autho
 def delete(session: Session, entry: Entry, *, base_revision=None) -> None:
     if base_revision is not None and base_revision != entry.revision:
         raise stale(entry, base_revision)
-    keys = keys_of(entry)
+    keys = keys_of(entry, alias_keys(session, entry.id))
     search_index.remove_entry(session, entry.id)
     mirror.queue_delete(session, entry)
     session.delete(entry)
