@@ -16,7 +16,7 @@ import sqlalchemy as sa
 import yaml
 
 from app.models import Attachment, Entry, Link
-from app.notebook import attachments, entries, transfer, vault
+from app.notebook import attachments, browse, entries, transfer, vault
 from tests.helpers import ROOT
 
 VAULTS = ROOT / "tests" / "data" / "vaults"
@@ -109,6 +109,31 @@ def test_links_obsidian_resolves_resolve_here_to_the_same_note(imported):
         # a link Obsidian leaves unresolved is missing here too, unless it names an alias
         here = [(n, p) for n, p in unresolved if entries.resolve(session, p) is not None]
         assert len(here) <= len(unresolved) // 2
+
+
+def test_a_note_lists_every_note_whose_links_reach_it_headings_and_all(imported):
+    folder, db, _ = imported
+    obsidian = Obsidian(folder)
+    links = [(n, p, f) for n, p, f in obsidian.links() if f and f.endswith(".md")]
+    to_headings = []  # [[Note#Heading]], [[Note#^block]]: a link to Note
+    for note in obsidian.notes:
+        _, body = front_matter((folder / note).read_text(encoding="utf-8"))
+        for m in WIKI_RE.finditer(CODE_RE.sub("", body)):
+            page, _, fragment = m[2].partition("#")
+            file = obsidian.lookup(page) if page.strip() and fragment else None
+            if file and file.endswith(".md"):
+                to_headings.append((note, m[2], file))
+    assert len(to_headings) > 10
+    with db.read() as session:
+        ids = dict(session.execute(sa.select(Entry.source_path, Entry.id)).all())
+        listed = {}
+        for target in {f for _, _, f in links}:
+            found, _ = browse.backlinks(session, session.get(Entry, ids[target]),
+                                        include_drafts=True, limit=1000)
+            listed[target] = {b.source.id for b in found}
+    missing = [(n, p) for n, p, f in links if ids[n] not in listed[f] and n != f]
+    assert len(missing) <= 0.05 * len(links), missing
+    assert [(n, p) for n, p, f in to_headings if ids[n] not in listed[f] and n != f] == []
 
 
 class Images(HTMLParser):
