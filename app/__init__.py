@@ -31,7 +31,7 @@ def create_app(config: dict | None = None) -> Flask:
     # the scheduler and `commonplace` commands load only what their process needs.
     from app import db
     from app.config import from_environment
-    from app.journal.views import cards
+    from app.journal.views import card_markdown, cards
     from app.notebook import embeds
     from app.web import WebApp
     from app.web import init_app as init_web
@@ -46,6 +46,9 @@ def create_app(config: dict | None = None) -> Flask:
     # The notebook renders ```run blocks without importing the journal: the embed is
     # registered from above (with the owner's clock for the card's time).
     embeds.register("run", functools.partial(cards.run_card, timezone=app.config["TIMEZONE"]))
+    # and the card as markdown, for the letter's file on disk (the mirror, an export)
+    embeds.register_markdown("run", functools.partial(card_markdown.run_markdown,
+                                                      timezone=app.config["TIMEZONE"]))
     return app
 
 

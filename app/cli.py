@@ -204,20 +204,27 @@ def db_upgrade() -> None:
 
 @main.command("import")
 @click.argument("folder", type=click.Path(exists=True, file_okay=False, path_type=Path))
-def import_cmd(folder: Path) -> None:
-    """Import a folder of markdown files (front matter, or YYYY-MM-DD*.md names).
-    Run it again after an interruption: what is in already is left as it is."""
+@click.option("--dry-run", is_flag=True, help="say what the import would do; change nothing")
+def import_cmd(folder: Path, dry_run: bool) -> None:
+    """Import a folder of markdown files (an Obsidian vault as it is): an entry per file,
+    an attachment per other file. Run it again after edits or an interruption."""
     from app.notebook.transfer import import_folder
 
-    report = import_folder(_migrated_db(), folder, progress=_import_progress(time.monotonic()))
-    click.echo(f"created {report.created}, updated {report.updated}, "
+    report = import_folder(_migrated_db(), folder, dry_run=dry_run,
+                           progress=None if dry_run else _import_progress(time.monotonic()))
+    for line in report.plan:
+        click.echo(line)
+    attached = report.attachments
+    would = "would be: " if dry_run else ""
+    click.echo(f"{would}created {report.created}, updated {report.updated}, "
                f"unchanged {report.unchanged}, errors {len(report.errors)}, "
-               f"skipped {len(report.skipped)} in {report.seconds:.1f} s "
-               f"({report.per_second:.0f} entries/s)")
-    for skipped in report.skipped:
-        click.echo(f"  skipped {skipped}", err=True)
-    for error in report.errors:
-        click.echo(f"  {error}", err=True)
+               f"skipped {len(report.skipped)}; attachments added {attached.get('added', 0)}, "
+               f"updated {attached.get('updated', 0)}, unchanged {attached.get('unchanged', 0)}"
+               + ("" if dry_run else f" in {report.seconds:.1f} s "
+                  f"({report.per_second:.0f} entries/s)"))
+    for line in ([f"skipped {s}" for s in report.skipped] + [f"note: {w}" for w in
+                                                             report.warnings] + report.errors):
+        click.echo(f"  {line}", err=True)
     if report.errors:
         raise SystemExit(1)
 
@@ -243,10 +250,12 @@ def _import_progress(started: float):
 @main.command("export")
 @click.argument("folder", type=click.Path(file_okay=False, path_type=Path))
 def export_cmd(folder: Path) -> None:
-    """Write every entry as a markdown file with front matter under FOLDER."""
-    from app.notebook.transfer import export_folder
+    """Write the notebook under FOLDER as a vault Obsidian opens: a markdown file per entry,
+    named by its title, with front matter, and its attachments beside them."""
+    from app.notebook.vault import export_vault
 
-    click.echo(f"exported {export_folder(_migrated_db(), folder)} entries to {folder}")
+    notes, files = export_vault(_migrated_db(), folder)
+    click.echo(f"exported {notes} entries and {files} attachments to {folder}")
 
 
 @main.command("publish")
@@ -311,7 +320,7 @@ def restore_cmd(archive: Path, data_dir: Path | None, force: bool) -> None:
     commonplace restore notes.tar.gz --data-dir ~/.local/share/commonplace-restored
     """
     from app import create_app
-    from app.notebook.transfer import export_folder
+    from app.notebook.transfer import mirror_folder
 
     if os.environ.get("COMMONPLACE_DATABASE_URL"):
         raise click.ClickException("restore puts a SQLite notebook in a data dir; unset "
@@ -327,7 +336,7 @@ def restore_cmd(archive: Path, data_dir: Path | None, force: bool) -> None:
     app = create_app({"DATA_DIR": target,
                       "DATABASE_URL": f"sqlite:///{target / backups.DATABASE}"})
     migrate(app)
-    written = export_folder(_db(app), target / "notes")
+    written = mirror_folder(_db(app), target / "notes")
     click.echo(f"restored {_summary(manifest)} (schema {manifest.schema_revision}, made "
                f"{manifest.created_at}) into {target}; wrote {written} markdown files")
 

@@ -43,6 +43,10 @@ class Entry(Base):
         sa.Index("ix_entry_draft_week", "iso_week", sqlite_where=sa.text("status = 'draft'")),
         # a [[Title]] link's target, newest first (entries.resolve; 0011, 0012)
         sa.Index("ix_entry_title_key", "title_key", "date"),
+        # an imported file's entry, found again by its path on the next import (0013)
+        sa.Index("ix_entry_source_path", "source_path", unique=True),
+        # a [[Folder/Note]] link's candidates: the entries whose file is named Note (0013)
+        sa.Index("ix_entry_name_key", "name_key"),
         sa.CheckConstraint("kind IN ('entry', 'week')", name="ck_entry_kind"),
         sa.CheckConstraint("status IN ('draft', 'published')", name="ck_entry_status"),
     )
@@ -55,10 +59,16 @@ class Entry(Base):
     # link_key(title), set with the title: what a [[link]] to it is matched on (0012)
     title_key: Mapped[str] = mapped_column(sa.String(200), default="", server_default="")
     slug: Mapped[str] = mapped_column(sa.String(120))
+    # the file it was imported from, its path in that folder ("Folder/Note.md"): its identity
+    source_path: Mapped[str | None] = mapped_column(sa.String(1000))
+    # link_key of that file's name without ".md": what a [[Note]] link matches first
+    name_key: Mapped[str | None] = mapped_column(sa.String(200))
     body_md: Mapped[str] = mapped_column(sa.Text, default="")
     body_html: Mapped[str] = mapped_column(sa.Text, default="")
     toc_html: Mapped[str] = mapped_column(sa.Text, default="")
     tags: Mapped[str] = mapped_column(sa.String(1000), default="")  # space-separated, as typed
+    # the #tags of its text not in `tags`, set with each render, shown with them (0013)
+    body_tags: Mapped[str] = mapped_column(sa.String(1000), default="", server_default="")
     status: Mapped[str] = mapped_column(sa.String(10), default="published")
     # `publish: true`: the entry goes on the public site (app/publishing); off by default
     # (no Python-side default: db.insert_many's rows, e.g. a bulk import's, need not name it)
@@ -78,8 +88,16 @@ class Entry(Base):
         return title
 
     @property
-    def tag_list(self) -> list[str]:
+    def tag_list(self) -> list[str]:  # the tags field (what a save changes)
         return self.tags.split()
+
+    @property
+    def all_tags(self) -> list[str]:  # as pages, the API and the feed show them
+        return all_tags(self.tags, self.body_tags)
+
+
+def all_tags(tags: str, body_tags: str) -> list[str]:
+    return list(dict.fromkeys(tags.split() + body_tags.split()))
 
 
 class Revision(Base):
@@ -114,12 +132,21 @@ class Link(Base):
     __tablename__ = "link"
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    source_id: Mapped[int] = mapped_column(
-        sa.ForeignKey("entry.id", ondelete="CASCADE"), index=True
-    )
+    source_id: Mapped[int] = mapped_column(sa.ForeignKey("entry.id", ondelete="CASCADE"),
+                                           index=True)
     target_key: Mapped[str] = mapped_column(sa.String(200), index=True)
     text: Mapped[str] = mapped_column(sa.String(200))
     context: Mapped[str] = mapped_column(sa.String(400), default="")
+
+
+class EntryAlias(Base):
+    """Another name (a link key) an imported note answers [[links]] to: `aliases:`."""
+
+    __tablename__ = "entry_alias"
+
+    entry_id: Mapped[int] = mapped_column(sa.ForeignKey("entry.id", ondelete="CASCADE"),
+                                          primary_key=True)
+    key: Mapped[str] = mapped_column(sa.String(200), primary_key=True, index=True)
 
 
 class EntryTag(Base):
@@ -127,9 +154,8 @@ class EntryTag(Base):
 
     __tablename__ = "entry_tag"
 
-    entry_id: Mapped[int] = mapped_column(
-        sa.ForeignKey("entry.id", ondelete="CASCADE"), primary_key=True
-    )
+    entry_id: Mapped[int] = mapped_column(sa.ForeignKey("entry.id", ondelete="CASCADE"),
+                                          primary_key=True)
     tag: Mapped[str] = mapped_column(sa.String(100), primary_key=True, index=True)
 
 
@@ -137,13 +163,16 @@ class Attachment(Base):
     """An uploaded file, stored content-addressed under <data>/attachments/."""
 
     __tablename__ = "attachment"
+    __table_args__ = (sa.Index("ix_attachment_path", "path", unique=True),)
 
     id: Mapped[int] = mapped_column(primary_key=True)
-    entry_id: Mapped[int | None] = mapped_column(
-        sa.ForeignKey("entry.id", ondelete="SET NULL"), index=True
-    )
+    entry_id: Mapped[int | None] = mapped_column(sa.ForeignKey("entry.id", ondelete="SET NULL"),
+                                                 index=True)
     sha256: Mapped[str] = mapped_column(sa.String(64), index=True)
     filename: Mapped[str] = mapped_column(sa.String(200))
+    # an imported file's path in its folder, and its name lowered: what ![[x.png]] finds
+    path: Mapped[str | None] = mapped_column(sa.String(1000))
+    name_key: Mapped[str | None] = mapped_column(sa.String(200), index=True)
     content_type: Mapped[str] = mapped_column(sa.String(100))
     size: Mapped[int]
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)

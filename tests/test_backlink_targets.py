@@ -95,5 +95,7 @@ def test_telling_which_links_reach_an_entry_is_index_seeks(db):
                 f"EXPLAIN QUERY PLAN {prepared.sql}",
                 {"kind_1": "week", "date": "2024-03-04", "id": 1, "title": "Some title"})]
             searches = [step for step in plan if "entry" in step]
-            assert searches and all(step.startswith("SEARCH entry USING COVERING INDEX")
+            assert searches and all(step.startswith(("SEARCH entry USING COVERING INDEX",
+                                                     "SEARCH entry_alias USING COVERING INDEX",
+                                                     "SEARCH entry_1 USING INTEGER PRIMARY KEY"))
                                     or "ix_entry_title_key" in step for step in searches), plan

@@ -90,7 +90,7 @@ def test_migration_0010_indexes_an_existing_notebooks_drafts_and_goes_away_down(
     db, migrate = at_revision(tmp_path, "0009")
     with sqlite3.connect(db.sqlite_path) as conn:  # a notebook as 0009 left it
         conn.executemany(OLD_ENTRY, [(1, "draft"), (2, "published")])
-    assert upgrades.pending_migrations(db) == ["0012", "0011", "0010"]
+    assert upgrades.pending_migrations(db)[-3:] == ["0012", "0011", "0010"]  # and any newer
     upgrades.upgrade(db, tmp_path / "backups")
     with sqlite3.connect(db.sqlite_path) as conn:
         assert conn.execute("SELECT count(*) FROM entry INDEXED BY ix_entry_draft_week "

@@ -2,6 +2,7 @@
 only if it commits), import and export of whole folders, and the CLI's import and export."""
 
 import datetime as dt
+import os
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -95,7 +96,7 @@ def test_import_then_export_reproduces_the_entries(tmp_path, make_app):
     report = transfer.import_folder(db, source)
     assert (report.created, report.updated, report.unchanged, report.errors) == (4, 0, 0, [])
     out = tmp_path / "out"
-    assert transfer.export_folder(db, out) == 4
+    assert transfer.mirror_folder(db, out) == 4
     renamed = source / "2024" / "2024-04-02-old-name.md"
     for path in source.rglob("*.md"):
         if path != renamed:
@@ -115,26 +116,41 @@ def test_import_then_export_reproduces_the_entries(tmp_path, make_app):
         assert (draft.body_md, draft.revision) == ("finished", 2)
 
 
-def test_plain_dated_files_import_with_date_from_the_name(tmp_path, make_app):
+def test_any_markdown_file_imports_titled_by_its_name_and_dated_as_it_can_be(tmp_path,
+                                                                             make_app):
+    """Nothing is refused for what it lacks: the title is the file's name, the date its
+    front matter's, else one in its name, else its last change's; front matter that cannot
+    be read stays in the text, and the report says so."""
     source = tmp_path / "plain"
     write(source, "2023-12-01 standup.md", "# Standup notes\n\nsaid things\n")
     write(source, "2023-12-02.md", "no heading here\n")
-    write(source, "notes/readme.md", "no date anywhere\n")
+    readme = write(source, "notes/readme.md", "no date anywhere\n")
+    os.utime(readme, (0, dt.datetime(2021, 6, 7, 12).timestamp()))
+    write(source, "Meeting 2022-02-03 notes.md", "---\ncreated: 2020-01-02T10:11\n---\nx\n")
     write(source, "2023-12-03-bad.md", "---\ntitle: [unclosed\n---\nx\n")
     write(source, ".hidden/2023-12-04-x.md", "ignored\n")
     db = make_app().extensions["db"]
     report = transfer.import_folder(db, source)
-    assert report.created == 2 and len(report.errors) == 2
+    assert (report.created, report.errors) == (5, [])
+    assert [Path(w.split(":")[0]).name for w in report.warnings] == ["2023-12-03-bad.md"]
     with db.read() as session:
-        rows = {e.date.isoformat(): e.title for e in session.scalars(sa.select(Entry))}
-    assert rows == {"2023-12-01": "Standup notes", "2023-12-02": "2023-12-02"}
+        rows = {e.title: (e.date.isoformat(), e.body_md, e.source_path)
+                for e in session.scalars(sa.select(Entry))}
+    assert rows == {
+        "2023-12-01 standup": ("2023-12-01", "# Standup notes\n\nsaid things",
+                               "2023-12-01 standup.md"),
+        "2023-12-02": ("2023-12-02", "no heading here", "2023-12-02.md"),
+        "readme": ("2021-06-07", "no date anywhere", "notes/readme.md"),
+        "Meeting 2022-02-03 notes": ("2020-01-02", "x", "Meeting 2022-02-03 notes.md"),
+        "2023-12-03-bad": ("2023-12-03", "---\ntitle: [unclosed\n---\nx", "2023-12-03-bad.md"),
+    }
 
 
 def test_import_skips_symbolic_links_and_says_so(tmp_path, make_app):
     outside = tmp_path / "elsewhere"
     write(outside, "secret.md", "---\ntitle: Private key notes\n---\nnot for the notebook\n")
     source = tmp_path / "notes"
-    write(source, "2024/2024-01-01-real.md", "# Real\n\nmine\n")
+    write(source, "2024/Real.md", "# Real\n\nmine\n")
     (source / "2024" / "2024-01-02-innocent.md").symlink_to(outside / "secret.md")
     (source / "linked-folder").symlink_to(outside, target_is_directory=True)
     db = make_app().extensions["db"]
@@ -158,7 +174,8 @@ def test_cli_import_export_and_token(tmp_path, data_dir, monkeypatch):
     assert "created 1" in result.output and "skipped 0" in result.output
     assert "entries/s" in result.output
     result = runner.invoke(cli.main, ["export", str(tmp_path / "dst")])
-    assert result.exit_code == 0 and "exported 1" in result.output
+    assert result.exit_code == 0 and "exported 1 entries" in result.output
+    assert (tmp_path / "dst" / "2024-01-02-a.md").exists()
     result = runner.invoke(cli.main, ["token", "create", "phone", "--role", "feed"])
     assert result.exit_code == 0 and result.output.strip().startswith("cp_")
     assert "phone\tfeed\tactive" in runner.invoke(cli.main, ["token", "list"]).output

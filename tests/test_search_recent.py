@@ -146,7 +146,7 @@ def test_migration_0008_indexes_the_newest_entries_again(tmp_path):
                              f"WHERE n < {n}) INSERT INTO entry_fts ({COLUMNS}) "
                              "SELECT n, 'Note ' || n, '', 'word' || (n % 7), CASE WHEN n "
                              "IN (20, 40) THEN 'cpletter' ELSE '' END FROM i")  # 2 old letters
-    assert upgrades.pending_migrations(db) == ["0012", "0011", "0010", "0009", "0008"]
+    assert upgrades.pending_migrations(db)[-5:] == ["0012", "0011", "0010", "0009", "0008"]
     upgrades.upgrade(db, tmp_path / "backups")
     floor, recent, whole = state(db)
     assert floor == 51 and recent == whole and len(recent) == search_index.RECENT + 2

@@ -86,7 +86,7 @@ def build(session: Session, base_url: str, *, limit: int = 50, title: str = "Com
             dt.datetime.combine(entry.date, dt.time())
         )
         ET.SubElement(item, f"{{{ATOM}}}updated").text = _iso(entry.updated_at)
-        for tag in entry.tag_list:
+        for tag in entry.all_tags:
             ET.SubElement(item, f"{{{ATOM}}}category", term=tag)
         # Sanitized at save time; the feed carries the page's HTML (no scripts), with images
         # for what readers drop. xml:base makes relative links (/entries/…, /runs/…) absolute.

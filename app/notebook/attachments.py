@@ -10,9 +10,13 @@ from __future__ import annotations
 import hashlib
 import os
 import re
+import stat
 import tempfile
+from collections.abc import Callable
 from pathlib import Path
+from typing import NamedTuple
 
+import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from app.errors import Invalid, TooLarge, Unsupported
@@ -33,6 +37,16 @@ def sniff(head: bytes) -> str | None:
         return "image/webp"
     if head.startswith(b"%PDF-"):
         return "application/pdf"
+    if head.startswith((b"ID3", b"\xff\xfb", b"\xff\xf3", b"\xff\xf2")):
+        return "audio/mpeg"
+    if head.startswith(b"OggS"):
+        return "audio/ogg"
+    if head.startswith(b"fLaC"):
+        return "audio/flac"
+    if head[:4] == b"RIFF" and head[8:12] == b"WAVE":
+        return "audio/wav"
+    if head[4:11] == b"ftypM4A":
+        return "audio/mp4"
     try:
         text = head.decode("utf-8")
     except UnicodeDecodeError:
@@ -49,6 +63,9 @@ def sniff(head: bytes) -> str | None:
     if "<svg" in lowered[:1024]:
         return "image/svg+xml"
     return "text/plain"
+
+
+KINDS = "images (PNG, JPEG, GIF, WebP, SVG), PDF, audio (MP3, M4A, Ogg, FLAC, WAV) and plain text"
 
 
 def safe_filename(name: str) -> str:
@@ -86,10 +103,7 @@ def store(session: Session, data_dir: Path, entry: Entry, stream, filename: str)
             raise Invalid("the file is empty", "file")
         content_type = sniff(head)
         if content_type is None:
-            raise Unsupported(
-                "only images (PNG, JPEG, GIF, WebP, SVG), PDF and plain text can be attached",
-                "file",
-            )
+            raise Unsupported(f"only {KINDS} can be attached", "file")
         sha = digest.hexdigest()
         final = path_for(data_dir, sha)
         final.parent.mkdir(parents=True, exist_ok=True)
@@ -116,3 +130,127 @@ def markdown_for(attachment: Attachment) -> str:
     if attachment.content_type in IMAGE_TYPES:
         return f"![{attachment.filename}]({url})"
     return f"[{attachment.filename}]({url})"
+
+
+# -- files of an imported folder ----------------------------------------------------------
+
+
+def _keep(data_dir: Path, sha: str, data: bytes) -> None:
+    final = path_for(data_dir, sha)
+    if final.exists():
+        return
+    final.parent.mkdir(parents=True, exist_ok=True)
+    fd, tmp = tempfile.mkstemp(dir=final.parent)
+    try:
+        with os.fdopen(fd, "wb") as out:
+            out.write(data)
+            out.flush()
+            os.fsync(out.fileno())
+        os.replace(tmp, final)
+    except BaseException:
+        Path(tmp).unlink(missing_ok=True)
+        raise
+
+
+def import_file(session: Session, data_dir: Path, root: Path, path: Path, *,
+                dry_run: bool = False) -> str:
+    """A file of an imported folder that is not a note, kept as an attachment under its
+    path there ("Attachments/Image 1.png"; stored once per content): "added", "updated"
+    (new content at that path) or "unchanged". ValueError says why it is not kept: only a
+    regular file (O_NONBLOCK: a FIFO is not waited on) of a kind uploads may be, checked by
+    its size before it is read and by its first bytes after."""
+    fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file (not imported)")
+        if info.st_size > MAX_BYTES:
+            raise ValueError(f"{info.st_size} bytes: attachments are at most {MAX_BYTES} bytes")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(MAX_BYTES + 1)
+    finally:
+        os.close(fd)
+    if not data or len(data) > MAX_BYTES:
+        raise ValueError("empty" if not data else f"more than {MAX_BYTES} bytes")
+    content_type = sniff(data[:2048])
+    if content_type is None:
+        raise ValueError(f"not a kind of file kept (only {KINDS})")
+    sha = hashlib.sha256(data).hexdigest()
+    where = path.relative_to(root).as_posix()
+    row = session.scalar(sa.select(Attachment).where(Attachment.path == where))
+    if row is not None and row.sha256 == sha:
+        return "unchanged"
+    if dry_run:
+        return "added" if row is None else "updated"
+    _keep(data_dir, sha, data)
+    if row is None:
+        session.add(Attachment(entry_id=None, sha256=sha, filename=safe_filename(path.name),
+                               content_type=content_type, size=len(data), path=where,
+                               name_key=path.name.lower()))
+        session.flush()
+        return "added"
+    row.sha256, row.content_type, row.size = sha, content_type, len(data)
+    session.flush()
+    return "updated"
+
+
+def _nearest(key: str, found: list) -> Attachment | None:
+    """Of attachments named like `key`, the one at that path or ending so, shortest first."""
+    found = [a for a in found
+             if a.path and (a.path.lower() == key or a.path.lower().endswith("/" + key))]
+    return min(found, key=lambda a: (a.path.count("/"), len(a.path), a.path, a.id)) \
+        if found else None
+
+
+def find(session: Session, name: str) -> Attachment | None:
+    """The attachment ![[name]] shows, as Obsidian finds it: by its path in the imported
+    folder, or by its file name, case aside (the shortest path among several); else the
+    newest upload of that file name, case aside (uploads keep a safe form of their name,
+    so the name written is compared in that form)."""
+    key = name.strip().lstrip("/").lower()
+    found = _nearest(key, session.scalars(sa.select(Attachment).where(
+        Attachment.name_key == key.rsplit("/", 1)[-1])).all())
+    if found is not None or "/" in key:
+        return found
+    return session.scalar(
+        sa.select(Attachment).where(sa.func.lower(Attachment.filename)
+                                    == safe_filename(name).lower())
+        .order_by(Attachment.created_at.desc(), Attachment.id.desc()).limit(1))
+
+
+class _Row(NamedTuple):
+    path: str
+    sha256: str
+    filename: str
+    id: int
+
+
+class Index:
+    """`find` answered from memory, for an import's renderers (no database there): the
+    imported files by name (uploads are not embedded by name in an imported folder)."""
+
+    def __init__(self, session: Session):
+        self.named: dict[str, list[_Row]] = {}  # plain rows: they travel to the renderers
+        for found in session.execute(sa.select(
+                Attachment.name_key, Attachment.path, Attachment.sha256, Attachment.filename,
+                Attachment.id).where(Attachment.path.is_not(None))):
+            self.named.setdefault(found[0] or "", []).append(_Row(*found[1:]))
+
+    def url(self, name: str) -> str | None:
+        key = name.strip().lstrip("/").lower()
+        found = _nearest(key, self.named.get(key.rsplit("/", 1)[-1], []))
+        return url_for_attachment(found) if found is not None else None
+
+
+def resolver(session: Session) -> Callable[[str], str | None]:
+    """resolve_attachment(name) -> its URL or None, for the markdown pipeline (one render:
+    a name written twice is looked up once)."""
+    found: dict[str, str | None] = {}
+
+    def resolve_attachment(name: str) -> str | None:
+        if name not in found:
+            attachment = find(session, name)
+            found[name] = url_for_attachment(attachment) if attachment is not None else None
+        return found[name]
+
+    return resolve_attachment

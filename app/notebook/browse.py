@@ -16,9 +16,10 @@ from sqlalchemy.pool import ConnectionPoolEntry
 from app.db import Prepared, sqlite_connection
 from app.errors import NotFound
 from app.models import Entry, EntryTag, Link, Revision
-from app.notebook.entries import DATE_RE, link_key
 from app.notebook.entry_rows import LISTED, EntryRow, rows
-from app.notebook.isoweeks import WEEK_RE
+from app.notebook.reaching import PASSED_OVER, reached_by
+
+__all__ = ["PASSED_OVER", "reached_by"]  # (which links reach an entry: reaching.py)
 
 
 def revisions(session: Session, entry: Entry) -> list[Revision]:
@@ -91,45 +92,6 @@ def _sources_query(published_only: bool) -> sa.Select:
 BACKLINK_PAGE = {p: Prepared(_sources_query(p)) for p in (False, True)}
 NEWEST_BACKLINKS = {p: Prepared(_newest_query(p)) for p in (False, True)}
 BACKLINK_COUNT = {p: Prepared(_count_query(p)) for p in (False, True)}
-
-
-# Which links reach an entry: those entries.resolve sends to it. A [[2024-03-05]] opens
-# the day's letter, else its first entry; a [[Title]] the newest entry of that title; a
-# [[2024-W13]] the week's letter. Only that entry lists such a link among its backlinks.
-# (Every entry of the day listed a date's links: at 100k entries a day holds ~27, and they
-# were 10.9 of an average entry page's 14.8 lines, the lines that grew with the notebook.)
-# One statement, an index seek each: ix_entry_kind_date and ix_entry_date for the day,
-# ix_entry_title_key for the title.
-_DAY, _ID = sa.bindparam("date", type_=sa.Date), sa.bindparam("id")
-
-
-def _any(*where) -> sa.Exists:  # SELECT 1, or SQLite reads the row of an index's match
-    return sa.select(sa.literal_column("1")).where(*where).exists()
-
-
-def _passed_over_query(kind: str) -> sa.Select:
-    letter = (Entry.kind == "week", Entry.date == _DAY)  # letters come first
-    day = (_any(*letter, Entry.id < _ID) if kind == "week"
-           else sa.or_(_any(*letter), _any(Entry.date == _DAY, Entry.id < _ID)))
-    newer = _any(Entry.title_key == sa.bindparam("title"),
-                 sa.tuple_(Entry.date, Entry.id) > sa.tuple_(_DAY, _ID))
-    return sa.select(day.label("day"), newer.label("title"))
-
-
-PASSED_OVER = {kind: Prepared(_passed_over_query(kind)) for kind in ("entry", "week")}
-
-
-def reached_by(session: Session, entry: Entry | EntryRow) -> list[str]:
-    """The link keys that lead to `entry`: what Link.target_key holds for them."""
-    title = link_key(entry.title)
-    day, newer = PASSED_OVER[entry.kind].run(
-        session, {"date": entry.date, "id": entry.id, "title": title})[0]
-    keys = [entry.iso_week.lower()] if entry.kind == "week" else []
-    if not (newer or DATE_RE.match(title) or WEEK_RE.match(title.upper())):
-        keys.append(title)  # (a title that reads as a date or week is never reached as one)
-    if not day:
-        keys.append(entry.date.isoformat())
-    return sorted(keys)
 
 
 def _first_per_source(found: list) -> list:

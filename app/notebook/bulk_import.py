@@ -41,10 +41,18 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from app.db import insert_many
-from app.models import Entry, EntryTag, Link, Revision, utcnow
-from app.notebook import embeds, entries, import_plan, mirror, search_index
-from app.notebook.bulk_render import Template, place_links, placeholder_re, read, template
-from app.notebook.entry_rows import EntryRow
+from app.models import Entry, EntryAlias, EntryTag, Link, Revision, utcnow
+from app.notebook import (
+    attachments,
+    bulk_render,
+    embeds,
+    entries,
+    import_plan,
+    mirror,
+    note_paths,
+    search_index,
+)
+from app.notebook.bulk_render import Failed, Template, place_links, placeholder_re, read
 from app.notebook.import_plan import ImportReport, Op
 from app.notebook.link_index import Known, LinkIndex
 
@@ -69,23 +77,33 @@ _UPDATE = ENTRY.update().where(ENTRY.c.id == sa.bindparam("_id"))
 Progress = Callable[[int, int], None]
 
 
-def run(db, paths: list[Path], report: ImportReport, *, author: str = "import",
-        workers: int | None = None, progress: Progress | None = None) -> ImportReport:
+def run(db, root: Path, paths: list[Path], report: ImportReport, *, author: str = "import",
+        workers: int | None = None, progress: Progress | None = None,
+        dry_run: bool = False) -> ImportReport:
+    """Import `paths`, files under `root` (their paths inside it are their identity); with
+    `dry_run`, only plan it (report.plan)."""
     started = time.monotonic()
     if workers is None:
         workers = (os.cpu_count() or 1) if len(paths) > 200 else 0  # forking costs ~0.1 s
+    with db.read() as session:  # the folder's files, for its notes' ![[embeds]]
+        bulk_render.use_attachments(attachments.Index(session))
     pool = _pool(workers)
     thresholds = gc.get_threshold()
     gc.set_threshold(*thresholds[:2], OLDEST_GENERATION_AFTER)
     try:
         # planned as the files come back, in order: the parent plans while the pool reads
-        mapped = pool.map(read, paths, chunksize=64) if pool else map(read, paths)
+        reading = functools.partial(read, root=root)
+        mapped = pool.map(reading, paths, chunksize=64) if pool else map(reading, paths)
         existing = import_plan.existing(db)
         committed = {id(known): known.copy() for known in existing}  # before planning
-        ops, untouched = import_plan.plan(mapped, existing, author, report)
+        in_folder = {path.relative_to(root).as_posix() for path in paths}
+        ops, untouched = import_plan.plan(mapped, existing, author, report, in_folder)
+        if dry_run:
+            report.plan += [import_plan.describe(op, root) for op in ops]
+            return report
         _Writer(db, pool, ops, committed, author, report, progress, len(paths)).run()
         search_index.finish_loading(db)
-        _restore_lost_mirror_files(db, untouched)
+        mirror.restore_lost(db, untouched)
     finally:
         gc.set_threshold(*thresholds)
         if pool:
@@ -99,13 +117,15 @@ def _pool(workers: int) -> cf.ProcessPoolExecutor | None:
         return None
     method = "fork" if "fork" in multiprocessing.get_all_start_methods() else "spawn"
     return cf.ProcessPoolExecutor(workers, mp_context=multiprocessing.get_context(method),
-                                  initializer=_end_with_the_import, initargs=(os.getpid(),))
+                                  initializer=_end_with_the_import,
+                                  initargs=(os.getpid(), bulk_render.ATTACHMENTS[0]))
 
 
-def _end_with_the_import(importer: int) -> None:
+def _end_with_the_import(importer: int, found: attachments.Index) -> None:
     """A renderer ends when the import that started it does: killed (SIGKILL, Ctrl-C
     twice, the OOM killer), the import would otherwise leave its pool's workers waiting
     for ever on a queue no one feeds. Linux's parent-death signal; elsewhere nothing."""
+    bulk_render.use_attachments(found)
     try:
         ctypes.CDLL(None, use_errno=True).prctl(1, signal.SIGKILL)  # PR_SET_PDEATHSIG
     except (OSError, AttributeError):
@@ -171,8 +191,8 @@ class _Writer:
                 for op in batch]
         chunks = [jobs[i:i + CHUNK] for i in range(0, len(jobs), CHUNK)]
         if self.pool is None:
-            return [_templates(chunk) for chunk in chunks]
-        return [self.pool.submit(_templates, chunk) for chunk in chunks]
+            return [bulk_render.templates(chunk) for chunk in chunks]
+        return [self.pool.submit(bulk_render.templates, chunk) for chunk in chunks]
 
     def _hold_linkers_from_before(self) -> None:
         """Entries already in the notebook that link to what this import brings."""
@@ -189,12 +209,14 @@ class _Writer:
         templates = [tpl for future in self._render([r.body_md for r in rows])
                      for tpl, _ in _result(future)]
         for row, tpl in zip(rows, templates, strict=True):
+            if isinstance(tpl, Failed):
+                continue  # (it rendered when it was saved; its stored HTML stays)
             self._hold(row.id, tpl, -1, None if tpl else linkers[row.id])
 
     def _hold(self, entry_id: int, tpl: Template | None, batch: int,
               keys: set[str] | None = None) -> None:
         if keys is None:
-            keys = {entries.link_key(t) for t in tpl.targets} if tpl else set()
+            keys = {entries.target_key(t) for t in tpl.targets} if tpl else set()
         if not any(self.last_change.get(key, -1) > batch for key in keys):
             self.holders.pop(entry_id, None)  # nothing still to come changes its links
             return
@@ -203,6 +225,7 @@ class _Writer:
             self.by_key.setdefault(key, set()).add(entry_id)
 
     def _commit(self, number: int, batch: list[Op], rendered_batch: list) -> None:
+        batch, rendered_batch = self._drop_failed(batch, rendered_batch)
         templates = [tpl for tpl, _ in rendered_batch]
         texts = {id(op): text for op, (_, text) in zip(batch, rendered_batch, strict=True)}
         with self.db.write() as session:
@@ -237,18 +260,38 @@ class _Writer:
             rendered = self._rows(session, batch, final, created, now, last_id)
             changed = set().union(*(op.changed_keys for op in batch))
             self._place_again(session, changed, {op.entity.id for op in batch})
+            drawn: list[tuple[Path, str]] = []
             for key, (op, tpl) in final.items():
-                keys = None if tpl else {entries.link_key(link.target)
+                keys = None if tpl else {entries.target_key(link.target)
                                          for link in rendered[key].links}
                 self._hold(op.after.id, tpl, number, keys)  # type: ignore[arg-type]
+                if tpl is None:  # an embed: its file shows what it shows (embeds.in_files)
+                    entry = session.get(Entry, op.after.id)
+                    texts[id(op)], files = mirror.file_text(session, entry)
+                    drawn += [(Path(path), text) for path, text in files.items()]
         # Committed: its mirror files, written by a thread while the next batch goes in.
         if self.db.notes_dir is not None:
             writes = [(mirror.relpath(op.after), texts[id(op)])  # type: ignore[arg-type]
-                      for op, _ in final.values()]
+                      for op, _ in final.values()] + drawn
             removes = {mirror.relpath(old) for old in first_before.values()  # type: ignore[arg-type]
                        if old is not None}
             self.files.append(self.writer.submit(mirror.apply, Path(self.db.notes_dir), writes,
                                                  removes))
+
+    def _drop_failed(self, batch: list[Op], rendered_batch: list) -> tuple[list, list]:
+        """A note that could not be rendered is not imported (the report says so)."""
+        kept = []
+        for op, done in zip(batch, rendered_batch, strict=True):
+            if not isinstance(done[0], Failed):
+                kept.append((op, done))
+                continue
+            self.report.errors.append(f"{op.path}: could not be rendered ({done[0].reason})")
+            if op.before is None:
+                self.report.created -= 1
+                self.creates_left -= 1
+            else:
+                self.report.updated -= 1
+        return [op for op, _ in kept], [done for _, done in kept]
 
     def _rows(self, session, batch, final, created, now, last_id: int) -> dict:
         updated = [op.after.id for key, (op, _) in final.items() if key not in created]
@@ -256,13 +299,15 @@ class _Writer:
         for key, (_op, tpl) in final.items():
             if tpl is not None:
                 rendered[key] = place_links(self.placeholders, tpl, self.resolve)
-        rows = [_entry_row(op, rendered.get(key, ("", "")), now) for key, (op, _) in final.items()]
+        rows = [_entry_row(op, rendered.get(key, ("", "")), now, tpl.tags if tpl else [])
+                for key, (op, tpl) in final.items()]
         inserts = [row for row, key in zip(rows, final, strict=True) if key in created]
         insert_many(session, ENTRY, [{**row, "created_at": now} for row in inserts])
         if updated:
             session.execute(_UPDATE, [_by_id(row) for row, key in zip(rows, final, strict=True)
                                       if key not in created])
-            for table, column in ((Link, Link.source_id), (EntryTag, EntryTag.entry_id)):
+            for table, column in ((Link, Link.source_id), (EntryTag, EntryTag.entry_id),
+                                  (EntryAlias, EntryAlias.entry_id)):
                 for chunk in _chunks(updated, 500):
                     session.execute(sa.delete(table).where(column.in_(chunk)))
         for key, (op, tpl) in list(final.items()):
@@ -270,6 +315,7 @@ class _Writer:
                 entry = session.get(Entry, op.after.id)
                 done = entries.render_body(session, op.body)
                 entry.body_html, entry.toc_html = done.html, done.toc_html
+                entry.body_tags = entries.body_tags(op.after.tag_list, _tags(op, done.tags))
                 session.flush()
                 final[key] = (op, None)
                 rendered[key] = done
@@ -282,13 +328,15 @@ class _Writer:
         links, tags, fts = [], [], []
         for key, (op, tpl) in final.items():
             done = tpl or rendered[key]
-            links += [{"source_id": op.after.id, "target_key": entries.link_key(link.target)[:200],
+            links += [{"source_id": op.after.id, "target_key": entries.target_key(link.target),
                        "text": link.text[:200], "context": link.context[:400]}
                       for link in done.links]
-            tags += [{"entry_id": op.after.id, "tag": tag} for tag in dict.fromkeys(
-                op.after.tag_list + [t for t in done.tags if entries.TAG_RE.match(t)])]
+            tags += [{"entry_id": op.after.id, "tag": tag} for tag in _tags(op, done.tags)]
             fts.append({"id": op.after.id, "t": op.after.title, "g": op.after.tags,
                         "b": done.text, "k": search_index.kind_token(op.after.kind)})
+        insert_many(session, EntryAlias.__table__, [
+            {"entry_id": op.after.id, "key": key} for op, _ in final.values()
+            for key in op.after.aliases])
         insert_many(session, Link.__table__, links)
         insert_many(session, EntryTag.__table__, tags)
         search_index.index_rows(session, fts, updated, last_id)
@@ -320,12 +368,6 @@ def _by_id(row: dict) -> dict:
     return row
 
 
-def _templates(jobs: list) -> list[tuple[Template | None, str | None]]:
-    """A worker's task: render notes, and write out their mirror files' text."""
-    return [(template(job), None) if isinstance(job[0], str) else
-            (template(job[0]), mirror.to_text(_as_entry(*job[1]))) for job in jobs]
-
-
 def _result(future) -> list:
     return future if isinstance(future, list) else future.result()
 
@@ -334,30 +376,16 @@ def _chunks(items: list, size: int) -> list[list]:
     return [items[i:i + size] for i in range(0, len(items), size)]
 
 
-def _as_entry(known: Known, body: str) -> EntryRow:
-    """What mirror.relpath and to_text read of an entry, built in the renderers for every
-    file (an ORM Entry, instrumented, was 3% of their time). They read neither timestamp,
-    which is not known here."""
-    return EntryRow(known.id, known.kind, known.date, known.iso_week, known.title,  # type: ignore[arg-type]
-                    known.slug, known.tags, known.status, known.revision, None, None, body,  # type: ignore[arg-type]
-                    publish=known.publish)
+def _tags(op: Op, found: list[str]) -> list[str]:  # entries._store_links_and_tags's
+    return list(dict.fromkeys(op.after.tag_list + [t for t in found if entries.TAG_RE.match(t)]))
 
 
-def _entry_row(op: Op, html: tuple[str, str], now) -> dict:
+def _entry_row(op: Op, html: tuple[str, str], now, found: list[str]) -> dict:
     k = op.after
     return {"id": k.id, "kind": k.kind, "date": k.date, "iso_week": k.iso_week,
             "title": k.title, "title_key": entries.link_key(k.title), "slug": k.slug,
+            "source_path": k.source,
+            "name_key": note_paths.name_of(k.path_key) if k.source else None,
             "body_md": op.body, "body_html": html[0], "toc_html": html[1], "tags": k.tags,
+            "body_tags": entries.body_tags(k.tag_list, _tags(op, found)),
             "status": k.status, "publish": k.publish, "revision": k.revision, "updated_at": now}
-
-
-def _restore_lost_mirror_files(db, untouched: list[Known]) -> None:
-    """An import killed between a commit and its mirror files: write those files now."""
-    root = db.notes_dir
-    if root is None:
-        return
-    lost = [k.id for k in untouched if not (Path(root) / mirror.relpath(k)).exists()]  # type: ignore[arg-type]
-    with db.read() as session:
-        for chunk in _chunks(lost, 500):
-            found = session.scalars(sa.select(Entry).where(Entry.id.in_(chunk)))
-            mirror.write_many(Path(root), [(mirror.relpath(e), mirror.to_text(e)) for e in found])

@@ -19,7 +19,10 @@ from pathlib import Path
 import yaml
 
 from app.notebook.addresses import tag_url
-from app.notebook.mirror import Parsed, parse_file
+from app.notebook.attachments import Index
+from app.notebook.entry_rows import EntryRow
+from app.notebook.link_index import Known
+from app.notebook.mirror import Parsed, parse_file, to_text
 from app.notebook.render import Resolved, WikiLink, render
 
 
@@ -33,16 +36,43 @@ class Template:
     text: str
 
 
-def read(path: Path) -> Parsed | str:
+ATTACHMENTS: list[Index | None] = [None]  # the import's files (use_attachments)
+
+
+def use_attachments(found: Index) -> None:
+    """The attachments this process's renders find ![[name]] among (an import's)."""
+    ATTACHMENTS[0] = found
+
+
+def _attachment_url(name: str) -> str | None:
+    return ATTACHMENTS[0].url(name) if ATTACHMENTS[0] is not None else None
+
+
+@dataclass
+class Failed:
+    """A note the pipeline could not render, and why."""
+
+    reason: str
+
+
+def read(path: Path, root: Path | None = None) -> Parsed | str:
     """A parsed file, or the reason it cannot be imported (as the per-file import said)."""
     try:
-        return parse_file(path, follow_symlinks=False)
-    except (OSError, ValueError, yaml.YAMLError, UnicodeDecodeError) as exc:
-        return f"{path}: {exc}"
+        return parse_file(path, follow_symlinks=False, root=root)
+    except (OSError, ValueError, yaml.YAMLError, UnicodeDecodeError, RecursionError) as exc:
+        return f"{path}: {exc or type(exc).__name__}"
 
 
-def template(job: tuple[str, str, tuple[str, ...]]) -> Template | None:
-    body, nonce, embed_names = job
+def template(job: tuple[str, str, tuple[str, ...]]) -> Template | Failed | None:
+    """The note rendered with placeholder links; None if it needs the database (an
+    embed); Failed if it cannot be rendered at all, which fails that note alone."""
+    try:
+        return _template(*job)
+    except Exception as exc:  # a hostile text fails its own file, never the import
+        return Failed(f"{type(exc).__name__}: {str(exc)[:200]}".rstrip(": "))
+
+
+def _template(body: str, nonce: str, embed_names: tuple[str, ...]) -> Template | None:
     if nonce in body:
         return None  # (never, in practice) rendered by the importer with the real resolver
     if "![[" in body:
@@ -59,7 +89,7 @@ def template(job: tuple[str, str, tuple[str, ...]]) -> Template | None:
         return ""
 
     done = render(body, resolve_link=resolve, tag_url=tag_url,
-                  embeds=dict.fromkeys(embed_names, embed))
+                  embeds=dict.fromkeys(embed_names, embed), resolve_attachment=_attachment_url)
     if embedded:
         return None
     return Template(done.html, done.toc_html, targets, done.links, done.tags, done.text)
@@ -85,3 +115,18 @@ def place_links(found: re.Pattern[str], tpl: Template,
         return f'class="{cls}" href="{href}"'
 
     return found.sub(one, tpl.html), found.sub(one, tpl.toc_html)
+
+
+def templates(jobs: list) -> list[tuple[Template | Failed | None, str | None]]:
+    """A worker's task: render notes, and write out their mirror files' text."""
+    return [(template(job), None) if isinstance(job[0], str) else
+            (template(job[0]), to_text(_as_entry(*job[1]))) for job in jobs]
+
+
+def _as_entry(known: Known, body: str) -> EntryRow:
+    """What mirror.relpath and to_text read of an entry, built in the renderers for every
+    file (an ORM Entry, instrumented, was 3% of their time). They read neither timestamp,
+    which is not known here."""
+    return EntryRow(known.id, known.kind, known.date, known.iso_week, known.title,  # type: ignore[arg-type]
+                    known.slug, known.tags, "", known.status, known.revision, None, None, body,  # type: ignore[arg-type]
+                    publish=known.publish)

@@ -11,15 +11,67 @@ trusted server-side code that must escape whatever it prints.
 
 The notebook knows no embed of its own: the layers above register theirs when the app is
 built (create_app registers the journal's run card), so the notebook never imports them.
+
+In files on disk (the notes mirror, an export) the block stays, and after it comes what
+it shows, as markdown, between two marks (`in_files`): what `register_markdown` registered
+for it, with the files it draws (charts, under FILES_DIR). Reading such a file back
+(`without_shown`) drops what is between the marks: the page renders the block live.
 """
 
+import logging
+import re
 from collections.abc import Callable
+from posixpath import join
 
 from sqlalchemy.orm import Session
 
+log = logging.getLogger(__name__)
 Embed = Callable[[Session, str], str]
 EMBEDS: dict[str, Embed] = {}
+# (session, block text) -> (markdown, {file name: text}); ("", {}) for nothing to show
+Markdown = Callable[[Session, str], tuple[str, dict[str, str]]]
+MARKDOWN: dict[str, Markdown] = {}
+FILES_DIR = "run-cards"  # beside the notes, at the top of the folder
+_BLOCK_RE = re.compile(r"^```(\w+)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
+_SHOWN_RE = re.compile(r"\n<!-- commonplace:(\w+) shown -->\n.*?\n<!-- commonplace:\1 end -->",
+                       re.S)
 
 
 def register(name: str, embed: Embed) -> None:
     EMBEDS[name] = embed
+
+
+def register_markdown(name: str, markdown: Markdown) -> None:
+    MARKDOWN[name] = markdown
+
+
+def in_files(session: Session, body: str, up: int = 0) -> tuple[str, dict[str, str]]:
+    """`body` as a file on disk holds it, and the files it needs ({path under the folder:
+    text}); `up` is how many folders deep the file lies (its charts' links climb that)."""
+    if not MARKDOWN or "```" not in body:
+        return body, {}
+    files: dict[str, str] = {}
+
+    def shown(m: re.Match[str]) -> str:
+        name = m[1]
+        if name not in MARKDOWN:
+            return m[0]
+        try:
+            text, drawn = MARKDOWN[name](session, m[2])
+        except Exception:  # a file without the numbers still holds the block
+            log.exception("the %s block could not be written as markdown", name)
+            return m[0]
+        if not text:
+            return m[0]
+        text = text.replace("<!--", "< !--")  # so that nothing in it can end it
+        for file_name in drawn:
+            text += f"\n\n![{file_name}]({'../' * up}{FILES_DIR}/{file_name})"
+        files.update({join(FILES_DIR, n): t for n, t in drawn.items()})
+        return f"{m[0]}\n<!-- commonplace:{name} shown -->\n{text}\n<!-- commonplace:{name} end -->"
+
+    return _BLOCK_RE.sub(shown, body), files
+
+
+def without_shown(text: str) -> str:
+    """A file's text less what `in_files` added (its blocks stay)."""
+    return _SHOWN_RE.sub("", text) if "<!-- commonplace:" in text else text

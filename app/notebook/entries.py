@@ -15,16 +15,23 @@ import datetime as dt
 import functools
 from collections.abc import Callable
 from dataclasses import dataclass
-from urllib.parse import quote
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from app.db import insert_many
 from app.errors import Conflict, Invalid, NotFound, refuse_unknown
-from app.models import Entry, EntryTag, Link, Revision, link_key, utcnow
-from app.notebook import embeds, inclusions, merge, mirror, search_index
-from app.notebook.addresses import entry_url, tag_url
+from app.models import (  # noqa: F401  (link_key: callers read it as entries.link_key)
+    Entry,
+    EntryAlias,
+    EntryTag,
+    Link,
+    Revision,
+    link_key,
+    utcnow,
+)
+from app.notebook import attachments, embeds, inclusions, merge, mirror, note_paths, search_index
+from app.notebook.addresses import tag_url
 from app.notebook.field_rules import (  # noqa: F401  (callers read them as entries.X)
     DATE_RE,
     MAX_BODY,
@@ -40,8 +47,16 @@ from app.notebook.field_rules import (  # noqa: F401  (callers read them as entr
     parse_tags,
     slugify,
 )
-from app.notebook.isoweeks import WEEK_RE, iso_week
-from app.notebook.render import Rendered, Resolved, render
+from app.notebook.isoweeks import iso_week
+from app.notebook.render import Rendered, render
+from app.notebook.resolving import (  # noqa: F401  (where links resolve: resolving.py)
+    alias_keys,
+    keys_of,
+    placed,
+    resolve,
+    resolver,
+    target_key,
+)
 
 # What a save may change; the API, the edit form and the merge view all take these names.
 FIELDS = ("date", "title", "body", "tags", "status", "publish")
@@ -116,44 +131,6 @@ def get(session: Session, entry_id: int) -> Entry:
     return entry
 
 
-def keys_of(entry: Entry) -> set[str]:
-    """The link keys an entry answers to: its title, its week if a letter, its date."""
-    keys = {link_key(entry.title), entry.date.isoformat()}
-    if entry.kind == "week":
-        keys.add(entry.iso_week.lower())
-    return keys
-
-
-def resolve(session: Session, target: str) -> Entry | None:
-    key = link_key(target)
-    if WEEK_RE.match(target.strip().upper()):
-        return session.scalar(
-            sa.select(Entry).where(Entry.kind == "week", Entry.iso_week == target.strip().upper())
-        )
-    if DATE_RE.match(key):
-        return session.scalar(
-            sa.select(Entry).where(Entry.date == key).order_by(Entry.kind.desc(), Entry.id)
-        )
-    return session.scalar(  # newest first; the same day: the later entry
-        sa.select(Entry).where(Entry.title_key == key)
-        .order_by(Entry.date.desc(), Entry.id.desc()).limit(1)
-    )
-
-
-def placed(target: str, found) -> Resolved:
-    """Where a link to `target` goes, given the entry it resolves to (or None)."""
-    if found is not None:
-        return Resolved(entry_url(found), True, found.status == "draft")
-    if WEEK_RE.match(target.strip().upper()):
-        return Resolved(f"/weeks/{target.strip().upper()}", False)
-    field = "date" if DATE_RE.match(target.strip()) else "title"
-    return Resolved(f"/entries/new?{field}={quote(target.strip())}", False)
-
-
-def _resolver(session: Session):
-    return lambda target: placed(target, resolve(session, target))
-
-
 # -- saving -------------------------------------------------------------------------------
 
 
@@ -185,12 +162,15 @@ Renderer = Callable[[Session, Entry], Rendered]  # an entry's stored HTML, set; 
 
 
 def apply(session: Session, entry: Entry, fields: Fields, author: str, note: str,
-          rendered: Renderer | None = None) -> Entry:
+          rendered: Renderer | None = None, aliases: list[str] | None = None) -> Entry:
     """Write a save: the fields, a revision, links, tags, the index, the mirror file
     (queued) and the entries whose links to it change. `rendered` sets the entry's HTML
-    (and that of each entry linking to it); by default they are rendered here."""
+    (and that of each entry linking to it); by default they are rendered here. `aliases`
+    (link keys), when given, replace the entry's (an import's); else they stay, as its
+    source_path does."""
     rendered = rendered or _render
-    old_keys = keys_of(entry) if entry.id else set()
+    old_aliases = alias_keys(session, entry.id)
+    old_keys = keys_of(entry, old_aliases) if entry.id else set()
     old_status = entry.status
     old_path = mirror.relpath(entry) if entry.id else None
     entry.date = fields.date
@@ -208,6 +188,12 @@ def apply(session: Session, entry: Entry, fields: Fields, author: str, note: str
         entry.slug = entry.iso_week.lower()
     session.add(entry)
     session.flush()  # an id for the links, tags and index rows below
+    if aliases is not None and aliases != old_aliases:
+        session.execute(sa.delete(EntryAlias).where(EntryAlias.entry_id == entry.id))
+        session.add_all(EntryAlias(entry_id=entry.id, key=key) for key in aliases)
+        session.flush()
+    else:
+        aliases = old_aliases
     found = rendered(session, entry)
     session.add(
         Revision(
@@ -223,9 +209,10 @@ def apply(session: Session, entry: Entry, fields: Fields, author: str, note: str
     # Links written before this entry existed (or under its old title) render afresh.
     # Links to a draft are marked as such, so publishing or unpublishing re-renders them all.
     # Notes that embed this one (![[Title]]) show its new text.
+    new_keys = keys_of(entry, aliases)
     status_changed = entry.status != old_status
-    for source in affected(session, changed_keys(old_keys, keys_of(entry), status_changed),
-                           keys_of(entry), skip=entry.id):
+    for source in affected(session, changed_keys(old_keys, new_keys, status_changed),
+                           new_keys, skip=entry.id):
         rendered(session, source)
     return entry
 
@@ -239,8 +226,8 @@ def render_body(session: Session, body: str) -> Rendered:
     """Markdown → sanitized HTML with links resolved against the notebook (also the
     editor's preview, so a preview shows exactly what a save would store)."""
     bound = {name: functools.partial(embed, session) for name, embed in embeds.EMBEDS.items()}
-    return render(body, resolve_link=_resolver(session), tag_url=tag_url, embeds=bound,
-                  resolve_attachment=inclusions.attachment_finder(session),
+    return render(body, resolve_link=resolver(session), tag_url=tag_url, embeds=bound,
+                  resolve_attachment=attachments.resolver(session),
                   embed_note=inclusions.note_embedder(session, resolve))
 
 
@@ -272,11 +259,18 @@ def _store_links_and_tags(session: Session, entry: Entry, rendered: Rendered) ->
     # In one executemany each, not as ORM objects: a note may hold thousands of links,
     # and this runs under the write lock.
     insert_many(session, Link.__table__, [
-        {"source_id": entry.id, "target_key": link_key(link.target)[:200],
+        {"source_id": entry.id, "target_key": target_key(link.target),
          "text": link.text[:200], "context": link.context[:400]} for link in rendered.links])
     tags = list(dict.fromkeys(entry.tag_list + [t for t in rendered.tags if TAG_RE.match(t)]))
     insert_many(session, EntryTag.__table__, [{"entry_id": entry.id, "tag": tag}
                                               for tag in tags])
+    entry.body_tags = body_tags(entry.tag_list, tags)
+
+
+def body_tags(field: list[str], tags: list[str]) -> str:
+    """Entry.body_tags: the tags of the text that the field does not hold (as many as fit)."""
+    found = " ".join(tag for tag in tags if tag not in field)
+    return found if len(found) <= 1000 else found[:1001].rsplit(" ", 1)[0]
 
 
 def linkers(session: Session, keys: set[str], skip: int | None,
@@ -307,18 +301,23 @@ def affected(session: Session, changed: set[str], embedded: set[str],
 
 def create(
     session: Session, *, author: str, date, title, body="", tags=None, status="published",
-    publish=False, kind: str = "entry", note: str = "",
+    publish=False, kind: str = "entry", note: str = "", source_path: str | None = None,
+    aliases: list[str] | None = None,
 ) -> Entry:
+    """A new entry; `source_path` is the file an import made it from (its identity for
+    the next import of that folder), `aliases` that file's other names (link keys)."""
     fields = Fields(parse_date(date), check_title(title), check_body(body), parse_tags(tags),
                     check_status(status), check_publish(publish))
-    entry = Entry(kind=kind, revision=0, created_at=utcnow())
+    entry = Entry(kind=kind, revision=0, created_at=utcnow(), source_path=source_path,
+                  name_key=note_paths.name_of(note_paths.path_key(source_path))
+                  if source_path else None)
     if kind == "week":
         entry.iso_week = iso_week(fields.date)
-    return apply(session, entry, fields, author, note)
+    return apply(session, entry, fields, author, note, aliases=aliases)
 
 
 def update(session: Session, entry: Entry, changes: dict, *, base_revision, author: str,
-           note: str = "") -> Entry:
+           note: str = "", aliases: list[str] | None = None) -> Entry:
     """Apply `changes` (any of FIELDS) made on top of
     `base_revision`. If the entry has moved on since, the changes are merged with what was
     saved meanwhile; only changes that overlap raise Conflict (the caller shows the merge
@@ -344,9 +343,9 @@ def update(session: Session, entry: Entry, changes: dict, *, base_revision, auth
         and fields.body == entry.body_md and fields.tags == entry.tag_list
         and fields.status == entry.status and fields.publish == entry.publish
     )
-    if unchanged:
+    if unchanged and (aliases is None or aliases == alias_keys(session, entry.id)):
         return entry  # saving the same text twice makes no empty revision
-    return apply(session, entry, fields, author, note)
+    return apply(session, entry, fields, author, note, aliases=aliases)
 
 
 def delete(session: Session, entry: Entry, *, base_revision=None,
@@ -354,7 +353,7 @@ def delete(session: Session, entry: Entry, *, base_revision=None,
     """Delete the entry; the entries linking to it render anew (`rendered`, as in apply)."""
     if base_revision is not None and base_revision != entry.revision:
         raise stale(entry, base_revision)
-    keys = keys_of(entry)
+    keys = keys_of(entry, alias_keys(session, entry.id))
     search_index.remove_entry(session, entry.id)
     mirror.queue_delete(session, entry)
     session.delete(entry)

@@ -23,7 +23,7 @@ from sqlalchemy.orm import Session
 
 from app.db import Prepared
 from app.errors import NotFound
-from app.models import Entry
+from app.models import Entry, all_tags
 
 
 class EntryRow(NamedTuple):
@@ -34,6 +34,7 @@ class EntryRow(NamedTuple):
     title: str
     slug: str
     tags: str
+    body_tags: str
     status: str
     revision: int
     created_at: dt.datetime
@@ -47,10 +48,15 @@ class EntryRow(NamedTuple):
     def tag_list(self) -> list[str]:
         return self.tags.split()
 
+    @property
+    def all_tags(self) -> list[str]:
+        return all_tags(self.tags, self.body_tags)
+
 
 # What a list shows (every column but the bodies), and a whole entry: in EntryRow's order.
 LISTED = (Entry.id, Entry.kind, Entry.date, Entry.iso_week, Entry.title, Entry.slug,
-          Entry.tags, Entry.status, Entry.revision, Entry.created_at, Entry.updated_at)
+          Entry.tags, Entry.body_tags, Entry.status, Entry.revision, Entry.created_at,
+          Entry.updated_at)
 WHOLE = (*LISTED, Entry.body_md, Entry.body_html, Entry.toc_html, Entry.publish)
 assert [c.key for c in WHOLE] == list(EntryRow._fields)
 

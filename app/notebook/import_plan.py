@@ -1,12 +1,13 @@
 """Step 2 of a bulk import (app/notebook/bulk_import.py): what each file does. In file
 order and in memory, it decides as a save per file would (transfer.import_folder_slowly):
-which entry a file creates or updates (the week's letter, or the entry that day named
-like the file or its title), its slug, its revision, that it is unchanged, or why it is
-refused, with the same checks as entries.create/update.
+which entry a file creates or updates (link_index.LinkIndex.match: one entry per file,
+found again by its path), its slug, its revision, that it is unchanged, or why it cannot
+be imported, with the same checks as entries.create/update.
 """
 
 from __future__ import annotations
 
+import re
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -14,7 +15,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from app.errors import Refusal
-from app.models import Entry
+from app.models import Entry, EntryAlias, link_key
 from app.notebook import entries
 from app.notebook.isoweeks import iso_week
 from app.notebook.link_index import NEW, Known, LinkIndex, keys_of
@@ -27,6 +28,9 @@ class ImportReport:
     unchanged: int = 0
     errors: list[str] = field(default_factory=list)
     skipped: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # imported, but not all as written
+    attachments: dict[str, int] = field(default_factory=dict)  # added, updated, unchanged
+    plan: list[str] = field(default_factory=list)  # a dry run's: what each file would do
     seconds: float = 0.0
 
     @property
@@ -55,51 +59,87 @@ class Op:
 
 def existing(db) -> list[Known]:
     with db.read() as session:
+        aliases: dict[int, list[str]] = {}
+        for entry_id, key in session.execute(sa.select(EntryAlias.entry_id, EntryAlias.key)
+                                             .order_by(EntryAlias.key)):
+            aliases.setdefault(entry_id, []).append(key)
         rows = session.execute(sa.select(
             Entry.id, Entry.kind, Entry.date, Entry.iso_week, Entry.title, Entry.slug,
-            Entry.status, Entry.revision, Entry.tags, Entry.body_md, Entry.publish))
+            Entry.status, Entry.revision, Entry.tags, Entry.body_md, Entry.publish,
+            Entry.source_path))
         return [Known(r.id, r.id, r.kind, r.date, r.iso_week, r.title, r.slug, r.status,
-                      r.revision, r.tags, hash(r.body_md), r.publish) for r in rows]
+                      r.revision, r.tags, hash(r.body_md), r.publish, r.source_path,
+                      tuple(aliases.get(r.id, ()))) for r in rows]
 
 
-def plan(parsed: Iterable, existing: list[Known], author: str,
-          report: ImportReport) -> tuple[list[Op], list[Known]]:
-    """What each file does, in order, as transfer's save per file would decide it."""
+def import_tags(raw: list[str]) -> tuple[list[str], list[str]]:
+    """Front matter's tags as the notebook keeps them, and those it cannot (a tag starts
+    with a letter: Obsidian's #2024 is not one here), which the import names."""
+    tags: list[str] = []
+    dropped: list[str] = []
+    for value in raw:
+        for word in re.split(r"[\s,]+", value):
+            tag = word.strip().lstrip("#").lower()
+            if not tag or tag in tags:
+                continue
+            (tags if entries.TAG_RE.match(tag) else dropped).append(tag)
+    return tags[:entries.MAX_TAGS], dropped + tags[entries.MAX_TAGS:]
+
+
+def import_aliases(raw: list[str]) -> tuple[str, ...]:
+    return tuple(sorted({link_key(alias)[:200] for alias in raw if link_key(alias)}))
+
+
+def fields_of(p, date) -> tuple[entries.Fields, list[str]]:
+    """A parsed file's fields, checked as a save checks them, and what was left aside."""
+    tags, dropped = import_tags(p.tags)
+    warnings = list(p.warnings)
+    if dropped:
+        warnings.append("tags left aside: " + ", ".join(dropped[:10]))
+    return entries.Fields(entries.parse_date(date), entries.check_title(p.title),
+                          entries.check_body(p.body), tags,
+                          entries.check_status(p.status),
+                          entries.check_publish(p.publish)), warnings
+
+
+def plan(parsed: Iterable, existing: list[Known], author: str, report: ImportReport,
+         in_folder: set[str] = frozenset()) -> tuple[list[Op], list[Known]]:  # type: ignore[assignment]
+    """What each file does, in order, as transfer's save per file would decide it.
+    `in_folder`: the paths of every file of this import (inside its folder)."""
     index = LinkIndex()
     for known in existing:
         index.add(known)
     ops: list[Op] = []
     untouched: list[Known] = []
+    claimed: set[int] = set()
     for n, p in enumerate(parsed):
         if isinstance(p, str):  # a file that could not be read
             report.errors.append(p)
             continue
         week = iso_week(p.date)
-        slugs = {entries.slugify(p.slug or p.title), entries.slugify(p.title)}
-        found = index.match(p.kind, p.date, week, slugs)
+        found = index.match(p.kind, week, p.source, claimed, in_folder)
+        kind = p.kind
+        if found is None and kind == "week" and week in index.weeks:
+            kind = "entry"  # that week's letter is another file's
+            p.warnings.append(f"{week} has a letter already: imported as an entry")
         try:
-            if found is None:
-                fields = entries.Fields(entries.parse_date(p.date), entries.check_title(p.title),
-                                        entries.check_body(p.body), entries.parse_tags(p.tags),
-                                        entries.check_status(p.status),
-                                        entries.check_publish(p.publish))
-            else:
-                date = p.date if p.kind == "entry" else found.date
-                fields = entries.Fields(entries.parse_date(date), entries.check_title(p.title),
-                                        entries.check_body(p.body), entries.parse_tags(p.tags),
-                                        entries.check_status(p.status),
-                                        entries.check_publish(p.publish))
+            # a letter's date stays in its week (entries.update's rule)
+            fields, warnings = fields_of(p, p.date if found is None or found.kind == "entry"
+                                         else found.date)
         except Refusal as exc:
             report.errors.append(f"{p.path}: {exc}")
             continue
+        report.warnings += [f"{p.path}: {warning}" for warning in warnings]
+        aliases = import_aliases(p.aliases)
         if found is None:
-            known = Known(None, NEW + n, p.kind, fields.date, week, fields.title, "",
-                          fields.status)
+            known = Known(None, NEW + n, kind, fields.date, week, fields.title, "",
+                          fields.status, source=p.source, aliases=aliases)
             before = None
             report.created += 1
         else:
+            claimed.add(id(found))
             same = (fields.date == found.date and fields.title == found.title
-                    and hash(fields.body) == found.body_hash
+                    and hash(fields.body) == found.body_hash and aliases == found.aliases
                     and fields.tags == found.tag_list and fields.status == found.status
                     and fields.publish == found.publish)
             if same:
@@ -109,12 +149,22 @@ def plan(parsed: Iterable, existing: list[Known], author: str,
             known, before = found, found.copy()
             index.remove(known)
             report.updated += 1
+        claimed.add(id(known))
         known.date, known.iso_week, known.title = fields.date, iso_week(fields.date), fields.title
         known.tags, known.status = " ".join(fields.tags), fields.status
         known.publish = fields.publish
         known.body_hash, known.revision = hash(fields.body), known.revision + 1
+        known.aliases = aliases
         known.slug = (index.unique_slug(known, entries.slugify(fields.title))
                       if known.kind == "entry" else known.iso_week.lower())
         index.add(known)
         ops.append(Op(p.path, known, known.copy(), before, fields.body))
     return ops, untouched
+
+
+def describe(op: Op, root: Path) -> str:
+    """One line of a dry run's plan."""
+    verb = "create" if op.before is None else "update"
+    after = op.after
+    return (f"{verb} {op.path.relative_to(root).as_posix()}: {after.kind} {after.title!r} "
+            f"of {after.date.isoformat()}")

@@ -17,14 +17,17 @@ import datetime as dt
 import logging
 import os
 import re
+import stat
 import threading
 from dataclasses import dataclass, field
 from pathlib import Path
 
+import sqlalchemy as sa
 import yaml
 from sqlalchemy.orm import Session
 
 from app.models import Entry
+from app.notebook import embeds
 from base.durable import write_atomic
 
 log = logging.getLogger(__name__)
@@ -55,7 +58,8 @@ def relpath(entry: Entry) -> Path:
     return Path(f"{entry.date.year:04d}") / f"{entry.date.isoformat()}-{entry.slug}.md"
 
 
-def to_text(entry: Entry) -> str:
+def to_text(entry: Entry, body: str | None = None) -> str:
+    """The entry's file: front matter, then `body` (its markdown unless given)."""
     meta: dict = {"title": entry.title, "date": entry.date}
     if entry.kind == "week":
         meta["kind"] = "week"
@@ -67,7 +71,7 @@ def to_text(entry: Entry) -> str:
     dumper = SafeDumper if _short_and_plain(entry.title, meta["tags"]) else yaml.SafeDumper
     front = yaml.dump(meta, Dumper=dumper, sort_keys=False, allow_unicode=True,
                       default_flow_style=None)
-    body = entry.body_md
+    body = entry.body_md if body is None else body
     return f"---\n{front}---\n{body}\n" if body else f"---\n{front}---\n"
 
 
@@ -76,7 +80,7 @@ def to_text(entry: Entry) -> str:
 
 @dataclass
 class _Pending:
-    writes: dict[int, tuple[Path, str]] = field(default_factory=dict)
+    writes: dict[int | str, tuple[Path, str]] = field(default_factory=dict)
     removes: set[Path] = field(default_factory=set)
 
 
@@ -86,11 +90,21 @@ def _pending(session: Session) -> _Pending | None:
     return session.info.setdefault("mirror", _Pending())
 
 
+def file_text(session: Session, entry: Entry, up: int = 1) -> tuple[str, dict[str, str]]:
+    """The entry's file with what its embeds show written in (embeds.in_files), and the
+    files that needs; `up`: how deep under the folder the file lies."""
+    body, files = embeds.in_files(session, entry.body_md, up)
+    return to_text(entry, body), files
+
+
 def queue_write(session: Session, entry: Entry, old: Path | None = None) -> None:
-    queue_file(session, entry.id, relpath(entry), to_text(entry), old)
+    text, files = file_text(session, entry)
+    queue_file(session, entry.id, relpath(entry), text, old)
+    for path, drawn in files.items():
+        queue_file(session, path, Path(path), drawn)  # type: ignore[arg-type]
 
 
-def queue_file(session: Session, entry_id: int, new: Path, text: str,
+def queue_file(session: Session, entry_id: int | str, new: Path, text: str,
                old: Path | None = None) -> None:
     """queue_write with the file's place and text already worked out (bulk import)."""
     pending = _pending(session)
@@ -169,71 +183,161 @@ def write_many(root: Path, files: list[tuple[Path, str]]) -> None:
             tmp.unlink(missing_ok=True)
 
 
+def restore_lost(db, untouched: list) -> None:
+    """An import killed between a commit and its mirror files: the files of `untouched`
+    (entries the import left as they were) that are not there, written now."""
+    root = db.notes_dir
+    if root is None:
+        return
+    lost = [k.id for k in untouched if not (Path(root) / relpath(k)).exists()]
+    with db.read() as session:
+        for i in range(0, len(lost), 500):
+            found = session.scalars(sa.select(Entry).where(Entry.id.in_(lost[i:i + 500])))
+            write_many(Path(root), [(relpath(e), file_text(session, e)[0]) for e in found])
+
+
 # -- reading a file back -----------------------------------------------------------------
+
+# A note is at most entries.MAX_BODY characters, 4 bytes each at the most: a larger file is
+# refused from its size, before a byte of it is read.
+MAX_NOTE_BYTES = 4_000_000
+DATE_IN_NAME_RE = re.compile(r"(?<!\d)(\d{4})-(\d{2})-(\d{2})(?!\d)")
+# Where a YAML alias (*name) could begin a node; only front matter that has one is read by
+# the slower loader that refuses them.
+_MAYBE_ALIAS_RE = re.compile(r"(?:^|[\s\[{,])\*", re.M)
+
+
+class _NoAliasLoader(yaml.SafeLoader):
+    """PyYAML's safe loader, less aliases: nine levels of nested aliases in a few hundred
+    bytes expand to billions of nodes (a "billion laughs"), and a note needs none."""
+
+    def compose_node(self, parent, index):
+        if self.check_event(yaml.AliasEvent):
+            raise yaml.composer.ComposerError(None, None, "YAML aliases (*name) are not read",
+                                              self.peek_event().start_mark)
+        return super().compose_node(parent, index)
 
 
 @dataclass
 class Parsed:
     path: Path
+    source: str  # its path inside the imported folder, "/"-separated: its identity
     kind: str
     date: dt.date
-    slug: str | None  # from the file name, as written
     title: str
     body: str
-    tags: list[str]
+    tags: list[str]  # as written; the import keeps those a tag may be (import_plan)
     status: str
     publish: bool = False  # Obsidian Publish's own key
+    aliases: list[str] = field(default_factory=list)
+    warnings: list[str] = field(default_factory=list)  # what was read otherwise than written
 
 
-def parse_file(path: Path, follow_symlinks: bool = True) -> Parsed:
-    """Read one markdown file: front matter if it has some, else the date from its name.
-    With follow_symlinks=False a link is refused when opened (O_NOFOLLOW), so it cannot be
-    swapped in between listing the folder and reading the file."""
-    flags = os.O_RDONLY | (0 if follow_symlinks else os.O_NOFOLLOW)
-    with os.fdopen(os.open(path, flags), encoding="utf-8") as fh:
-        text = fh.read().replace("\r\n", "\n")
-    meta: dict = {}
-    body = text
-    if text.startswith("---\n"):
-        end = text.find("\n---\n", 4)
-        if end == -1 and text.endswith("\n---"):
-            end = len(text) - 4
-        if end != -1:
-            meta = yaml.load(text[4:end], Loader=SafeLoader) or {}
-            if not isinstance(meta, dict):
-                raise ValueError("front matter is not a mapping")
-            body = text[end + 5:]
+def read_note(path: Path, follow_symlinks: bool = True) -> tuple[str, float]:
+    """A note's text and modification time. Only a regular file is read (a FIFO named
+    x.md would block the import for ever; O_NONBLOCK opens it without waiting for a
+    writer), and only one of at most MAX_NOTE_BYTES, checked before reading."""
+    flags = os.O_RDONLY | os.O_NONBLOCK | (0 if follow_symlinks else os.O_NOFOLLOW)
+    fd = os.open(path, flags)
+    try:
+        info = os.fstat(fd)
+        if not stat.S_ISREG(info.st_mode):
+            raise ValueError("not a regular file (not imported)")
+        if info.st_size > MAX_NOTE_BYTES:
+            raise ValueError(f"{info.st_size} bytes: a note is at most {MAX_NOTE_BYTES} bytes "
+                             "(not imported)")
+        with os.fdopen(fd, "rb", closefd=False) as fh:
+            data = fh.read(MAX_NOTE_BYTES + 1)
+    finally:
+        os.close(fd)
+    if len(data) > MAX_NOTE_BYTES:  # it grew since
+        raise ValueError(f"more than {MAX_NOTE_BYTES} bytes: not imported")
+    return data.decode("utf-8").removeprefix("\ufeff").replace("\r\n", "\n"), info.st_mtime
+
+
+def _front_matter(text: str, warnings: list[str]) -> tuple[dict, str]:
+    if not text.startswith("---\n"):
+        return {}, text
+    end = text.find("\n---\n", 4)
+    if end == -1 and text.endswith("\n---"):
+        end = len(text) - 4
+    if end == -1:
+        return {}, text
+    raw = text[4:end]
+    loader = _NoAliasLoader if _MAYBE_ALIAS_RE.search(raw) else SafeLoader
+    try:
+        meta = yaml.load(raw, Loader=loader) or {}
+    except (yaml.YAMLError, RecursionError) as exc:
+        first = str(exc).splitlines()[0] if str(exc) else type(exc).__name__
+        warnings.append(f"front matter not read ({first}): kept as text")
+        return {}, text
+    if not isinstance(meta, dict):
+        warnings.append("front matter is not a mapping: kept as text")
+        return {}, text
+    return meta, text[end + 5:]
+
+
+def _a_date(value) -> dt.date | None:
+    if isinstance(value, dt.datetime):
+        value = value.date()
+    if not isinstance(value, dt.date):
+        found = DATE_IN_NAME_RE.match(str(value or "").strip())
+        try:
+            value = dt.date(int(found[1]), int(found[2]), int(found[3])) if found else None
+        except ValueError:
+            return None
+    return value if value is not None and 1900 <= value.year <= 2999 else None
+
+
+def _strings(value) -> list[str]:
+    if value is None:
+        return []
+    if isinstance(value, str):
+        return [value]
+    if isinstance(value, list):
+        return [str(v) for v in value if v is not None and not isinstance(v, (dict, list))]
+    return [str(value)]
+
+
+def parse_file(path: Path, follow_symlinks: bool = True, root: Path | None = None) -> Parsed:
+    """Read one note as Obsidian reads it: its title is its file's name, unless front matter
+    names another (`title:`); its date is front matter's `date:` or `created:`, else a date
+    in its name, else the day it was last changed. Nothing in it is refused but a `publish:`
+    other than true or false: what cannot be read as written (front matter, a tag, a
+    status) is kept as text or left aside, and said in `warnings`. With follow_symlinks=False
+    a link is refused when opened (O_NOFOLLOW), so it cannot be swapped in between listing
+    the folder and reading it."""
+    text, mtime = read_note(path, follow_symlinks)
+    warnings: list[str] = []
+    meta, body = _front_matter(text, warnings)
+    body = embeds.without_shown(body)
+    source = path.relative_to(root).as_posix() if root is not None else path.name
     stem = path.stem
     letter = LETTER_FILE_RE.match(stem)
-    named = ENTRY_FILE_RE.match(stem)
     kind = meta.get("kind") or ("week" if letter else "entry")
     if kind not in ("entry", "week"):
-        raise ValueError(f"kind must be entry or week, not {kind!r}")
-    raw_date = meta.get("date")
-    if raw_date is None and letter:
-        raw_date = dt.date.fromisocalendar(int(letter[1]), int(letter[2]), 1)
-    if raw_date is None and named:
-        raw_date = named[1]
-    if raw_date is None:
-        raise ValueError("no date: give front matter 'date:' or name the file YYYY-MM-DD-….md")
-    date = raw_date if isinstance(raw_date, dt.date) else dt.date.fromisoformat(str(raw_date))
-    if isinstance(date, dt.datetime):
-        date = date.date()
-    title = meta.get("title")
-    if not title:
-        heading = re.search(r"^# (.+)$", body, re.M)
-        if heading:
-            title = heading[1].strip()
-        elif named and named[2]:
-            title = re.sub(r"[-_]+", " ", named[2]).strip().capitalize()
-        else:
-            title = f"Week {stem}" if kind == "week" else date.isoformat()
-    tags = meta.get("tags") or []
-    if isinstance(tags, str):
-        tags = tags.split()
-    slug = named[2] if (named and kind == "entry" and named[2]) else None
+        warnings.append(f"kind {str(kind)[:40]!r} read as entry")
+        kind = "entry"
+    date = _a_date(meta.get("date")) or _a_date(meta.get("created"))
+    if date is None and letter and 1 <= int(letter[2]) <= 53:
+        try:
+            date = dt.date.fromisocalendar(int(letter[1]), int(letter[2]), 1)
+        except ValueError:
+            date = None
+    if date is None:
+        found = DATE_IN_NAME_RE.search(stem)
+        date = _a_date(found[0]) if found else None
+    if date is None:
+        date = dt.datetime.fromtimestamp(mtime).date()
+    title = " ".join(str(meta.get("title") or "").split()) or " ".join(stem.split()) or "Untitled"
+    status = meta.get("status") or "published"
+    if status not in ("draft", "published"):
+        warnings.append(f"status {str(status)[:40]!r} read as published")
+        status = "published"
     publish = meta.get("publish", False)
-    if not isinstance(publish, bool):
-        raise ValueError(f"publish must be true or false, not {publish!r}")
-    return Parsed(path, kind, date, slug, str(title), body, [str(t) for t in tags],
-                  str(meta.get("status") or "published"), publish)
+    if not isinstance(publish, bool):  # whether a note is public is never guessed
+        raise ValueError(f"publish must be true or false, not {str(publish)[:40]!r}")
+    aliases = _strings(meta.get("aliases")) or _strings(meta.get("alias"))
+    return Parsed(path, source, kind, date, title[:200], body,
+                  _strings(meta.get("tags")) or _strings(meta.get("tag")), status,
+                  publish, [a for a in aliases if a.strip()][:50], warnings)

@@ -29,14 +29,15 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from app.errors import Invalid, NotFound, Refusal, refuse_unknown
-from app.models import Entry, Revision, link_key, utcnow
-from app.notebook import embeds, entries, inclusions
+from app.models import Entry, EntryAlias, Revision, link_key, utcnow
+from app.notebook import attachments, embeds, entries, inclusions, note_paths
 from app.notebook.addresses import tag_url
 from app.notebook.entries import DATE_RE, FIELDS, Fields
 from app.notebook.isoweeks import WEEK_RE, iso_week
 from app.notebook.render import Rendered, Resolved
 from app.notebook.render.isolated import RenderRefused, budgeted
 from app.notebook.render.template import Template, fill
+from app.notebook.resolving import keys_for
 
 ATTEMPTS = 3
 CHUNK = 500  # keys per IN (...): under every SQLite's limit on bound values
@@ -83,7 +84,7 @@ def prepare_create(reader: Session, *, date, title, body="", tags=None, status="
                             "status": status, "publish": publish})
     fields = Fields(dt.date.fromisoformat(done["date"]), done["title"], done["body"],
                     done["tags"], done["status"], done["publish"])
-    keys = _keys(kind, fields)
+    keys = keys_for(kind, fields.title, fields.date, None)
     return Prepared(None, kind, 0, fields, note, render(fields.body, "body", reader),
                     _linkers(reader, keys, keys, skip=None), keys, keys)
 
@@ -115,8 +116,11 @@ def prepare_update(reader: Session, entry_id: int, changes: dict, *, base_revisi
             fields.publish) == (entry.date, entry.title, entry.body_md, entry.tag_list,
                                 entry.status, entry.publish):
         return Prepared(entry.id, entry.kind, entry.revision, None)
-    embedded = _keys(entry.kind, fields)
-    keys = entries.changed_keys(entries.keys_of(entry), embedded,
+    # The keys it answers to after the save: an imported note keeps its file's path and
+    # aliases (a save from the editor changes neither).
+    aliases = entries.alias_keys(reader, entry.id)
+    embedded = keys_for(entry.kind, fields.title, fields.date, entry.source_path, aliases)
+    keys = entries.changed_keys(entries.keys_of(entry, aliases), embedded,
                                 fields.status != entry.status)
     return Prepared(entry.id, entry.kind, entry.revision, fields, note,
                     render(fields.body, "body", reader),
@@ -151,7 +155,7 @@ def prepare_delete(reader: Session, entry_id: int, *, base_revision=None) -> Pre
     entry = entries.get(reader, entry_id)
     if base_revision is not None and base_revision != entry.revision:
         raise entries.stale(entry, base_revision)
-    keys = entries.keys_of(entry)
+    keys = entries.keys_of(entry, entries.alias_keys(reader, entry.id))
     return Prepared(entry.id, entry.kind, entry.revision, None,
                     linkers=_linkers(reader, keys, set(), skip=entry.id), keys=keys,
                     deleting=True)
@@ -165,19 +169,12 @@ def render(body: str, field_name: str, reader: Session | None = None) -> Templat
     try:
         tpl = budgeted(body, tuple(embeds.EMBEDS), tag_url, files=files)
         if tpl.unknown and reader is not None:
-            find = inclusions.attachment_finder(reader)
+            find = attachments.resolver(reader)
             files = {name: find(name) for name in tpl.unknown}
             tpl = budgeted(body, tuple(embeds.EMBEDS), tag_url, files=files)
     except RenderRefused as exc:
         raise Invalid(str(exc), field_name) from None
     return tpl
-
-
-def _keys(kind: str, fields: Fields) -> set[str]:
-    keys = {link_key(fields.title), fields.date.isoformat()}
-    if kind == "week":
-        keys.add(iso_week(fields.date).lower())
-    return keys
 
 
 def _linkers(reader: Session, keys: set[str], embedded: set[str], skip: int | None
@@ -237,7 +234,7 @@ def commit(session: Session, prepared: Prepared, *, author: str) -> Entry:
                                                       prepared.embedded, prepared.entry_id)}
     if now != {i: revision for i, (revision, _) in prepared.linkers.items()}:
         raise Moved
-    find = inclusions.attachment_finder(session)
+    find = attachments.resolver(session)
     for tpl in [prepared.body, *(tpl for _, tpl in prepared.linkers.values())]:
         if tpl is not None and any(find(name) != url for name, url in tpl.files.items()):
             raise Moved
@@ -261,7 +258,7 @@ def place(session: Session, tpl: Template) -> Rendered:
     against the notebook as this session sees it; Moved if an attachment the render was
     handed is not the one this session finds."""
     if tpl.files:
-        find = inclusions.attachment_finder(session)
+        find = attachments.resolver(session)
         if any(find(name) != url for name, url in tpl.files.items()):
             raise Moved
     bound = {name: functools.partial(embed, session) for name, embed in embeds.EMBEDS.items()}
@@ -270,28 +267,53 @@ def place(session: Session, tpl: Template) -> Rendered:
 
 
 def resolve_many(session: Session, targets: list[str]) -> dict[str, Resolved]:
-    """`entries.resolve` for many targets at once: the same answers (same keys, the same
-    entry among several), with one query per kind of target and CHUNK targets."""
-    weeks, dates, titles = {}, {}, {}
+    """`entries.resolve` (resolving.py) for many targets at once: the same answers in the
+    same order of rules (a week, a date, an imported file's path, a title, an alias; the
+    same entry among several), with one query per rule and CHUNK targets."""
+    weeks, dates, paths, titles = {}, {}, {}, {}
     for target in targets:
-        key = link_key(target)
-        if WEEK_RE.match(target.strip().upper()):
-            weeks[target] = target.strip().upper()
+        page = note_paths.page_of(target)
+        key = link_key(page)
+        if not page:
+            continue  # [[#Heading]]: this page, no entry
+        if WEEK_RE.match(page.strip().upper()):
+            weeks[target] = page.strip().upper()
         elif DATE_RE.match(key):
             try:
                 dates[target] = dt.date.fromisoformat(key)
             except ValueError:
                 dates[target] = None  # no such day: nothing is dated on it
         else:
-            titles[target] = key
+            paths[target], titles[target] = note_paths.target_key(page), key
     cols = (Entry.id, Entry.kind, Entry.iso_week, Entry.date, Entry.slug, Entry.status)
-    week_kind = Entry.kind == "week"
+    newest = (Entry.date.desc(), Entry.id.desc())  # the same day: the later entry
     found = {}
-    found.update(_first(session, cols, Entry.iso_week, weeks, (Entry.id,), week_kind))
+    found.update(_first(session, cols, Entry.iso_week, weeks, (Entry.id,), Entry.kind == "week"))
     found.update(_first(session, cols, Entry.date, dates, (Entry.kind.desc(), Entry.id)))
-    found.update(_first(session, cols, Entry.title_key, titles,
-                        (Entry.date.desc(), Entry.id.desc())))
+    found.update(_by_path(session, cols, paths))
+    titles = {t: key for t, key in titles.items() if t not in found}
+    found.update(_first(session, cols, Entry.title_key, titles, newest))
+    aliased = {t: key for t, key in titles.items() if t not in found}
+    found.update(_first(session, cols, EntryAlias.key, aliased, newest,
+                        EntryAlias.entry_id == Entry.id))
     return {target: entries.placed(target, found.get(target)) for target in targets}
+
+
+def _by_path(session: Session, cols, paths: dict[str, str]) -> dict:
+    """target → the row of the imported file its path key reaches (note_paths.best)."""
+    names = sorted({note_paths.name_of(key) for key in paths.values()})
+    rows: dict[str, list] = {}
+    for start in range(0, len(names), CHUNK):
+        for row in session.execute(sa.select(*cols, Entry.source_path, Entry.name_key)
+                                   .where(Entry.name_key.in_(names[start:start + CHUNK]))):
+            rows.setdefault(row.name_key, []).append(row)
+    found = {}
+    for target, key in paths.items():
+        named = rows.get(note_paths.name_of(key), [])
+        best = note_paths.best(key, ((note_paths.path_key(r.source_path), r.id) for r in named))
+        if best is not None:
+            found[target] = next(r for r in named if r.id == best)
+    return found
 
 
 def _first(session: Session, cols, column, wanted: dict, order, *where) -> dict:

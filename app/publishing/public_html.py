@@ -5,7 +5,7 @@ The stored HTML links into the notebook (/entries/…, /weeks/…, /tags/…, /r
 where there is none (a private or draft entry, a private tag, a run's page, any other
 page of the notebook), plain text: the words the public entry itself wrote, with no
 address and no title of what it pointed at. A run card keeps its numbers and sentences;
-its inline charts become one image, the card's standalone SVG (app/journal/cards.py).
+its inline charts become one image, the card's standalone SVG (app/journal/views/cards.py).
 """
 
 from __future__ import annotations

@@ -43,7 +43,7 @@ def entry_json(entry: Entry | EntryRow, *, full: bool = True) -> dict:
     data = {
         "id": entry.id, "kind": entry.kind, "date": entry.date.isoformat(),
         "week": entry.iso_week, "title": entry.title, "slug": entry.slug,
-        "tags": entry.tag_list, "status": entry.status, "revision": entry.revision,
+        "tags": entry.all_tags, "status": entry.status, "revision": entry.revision,
         "url": addresses.entry_url(entry),
         "created_at": entry.created_at.isoformat() + "Z",
         "updated_at": entry.updated_at.isoformat() + "Z",
