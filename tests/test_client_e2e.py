@@ -310,7 +310,9 @@ def test_errors_say_what_happened_with_their_exit_codes(cpl, server):
     assert gone.rc == 6 and "cannot reach" in gone.err
     assert cpl("show", "999999").rc == 4
     assert cpl("run", "gemm_roofline", "-p", "iters=many").rc == 2
-    waiting = cpl("run", "gemm_roofline", "-p", "device=cuda")  # no GPU runner: it waits
+    refused = cpl("run", "gemm_roofline", "-p", "device=cuda")  # no GPU runner: refused
+    assert refused.rc != 0 and "no runner can take this run" in refused.err
+    waiting = cpl("run", "gemm_roofline", "-p", "device=cuda", "--anyway")  # then it waits
     run_id = waiting.out.strip()
     assert waiting.rc == 0 and "waits" in waiting.err
     assert cpl("runs", "cancel", run_id).rc == 0

@@ -25,8 +25,9 @@ def runner(app, db):
     return client, headers
 
 
-def new_run(client, experiment="data_parallel", **params):
-    r = client.post("/api/v1/runs", json={"experiment": experiment, "params": params or SMALL})
+def new_run(client, experiment="data_parallel", anyway=False, **params):
+    r = client.post("/api/v1/runs", json={"experiment": experiment, "params": params or SMALL,
+                                          **({"queue_anyway": True} if anyway else {})})
     assert r.status_code == 201, r.get_json()
     return r.get_json()
 
@@ -201,7 +202,7 @@ def test_runner_tokens_reach_only_the_runner_api(runner, client):
 
 
 def test_runs_needing_gpus_go_only_to_runners_that_have_them(runner, client, db):
-    new_run(client, device="cuda", world_size=2, steps=1)
+    new_run(client, anyway=True, device="cuda", world_size=2, steps=1)  # none can take it yet
     assert lease(runner).status_code == 204  # this runner has no GPU
     big = bearer(add_token(db, "gpu8", "runner"))
     client.post("/api/v1/runner/register", json={"labels": {"gpu_count": 8}}, headers=big)
@@ -209,7 +210,7 @@ def test_runs_needing_gpus_go_only_to_runners_that_have_them(runner, client, db)
 
 
 def test_a_run_can_require_a_gpu_model(runner, client, db):
-    r = client.post("/api/v1/runs", json={"experiment": "gemm_roofline",
+    r = client.post("/api/v1/runs", json={"experiment": "gemm_roofline", "queue_anyway": True,
                                           "requires": {"gpu_model": "H200"}})
     assert r.status_code == 201 and r.get_json()["requires"] == {"gpu_model": "H200"}
     assert lease(runner).status_code == 204  # this runner has no H200

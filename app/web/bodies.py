@@ -20,6 +20,7 @@ from __future__ import annotations
 import fcntl
 import logging
 import os
+import select
 import socket
 import struct
 import termios
@@ -75,14 +76,82 @@ def buffered_by_server(stream) -> int:
     return held
 
 
-class HangUpAfter:
-    """A response after which the connection ends. gunicorn ignores an application's
-    `Connection: close` (a hop-by-hop header) and would keep the connection, first reading
-    whatever is left of the request body; so once the response is written (gunicorn then
-    closes the iterable), both directions are shut and the rest of the body is never read."""
+class Lingering:
+    """Connections answered before their body arrived, read and thrown away by one thread
+    for a moment before they are closed. Closed at once, the kernel would answer the body
+    still arriving with a reset, and a client busy sending it (a form posted in two writes)
+    could lose the answer it had been sent; no worker thread waits for that body."""
 
-    def __init__(self, response, sock: socket.socket):
-        self.response, self.sock = response, sock
+    def __init__(self, seconds: float = 2.0, most: int = 256):
+        self.seconds, self.most = seconds, most
+        self._lock = threading.Lock()
+        self._socks: dict[socket.socket, tuple[float, int]] = {}
+        self._wake = threading.Event()
+        self._pid: int | None = None
+
+    def add(self, sock: socket.socket) -> None:
+        try:
+            own = sock.dup()  # the connection outlives the server's own close of it
+            own.setblocking(False)
+        except OSError:
+            return
+        with self._lock:
+            if len(self._socks) >= self.most:
+                own.close()
+                return
+            self._socks[own] = (time.monotonic() + self.seconds, 0)
+            if self._pid != os.getpid():
+                self._pid = os.getpid()
+                threading.Thread(target=self._run, name="lingering", daemon=True).start()
+        self._wake.set()
+
+    def _run(self) -> None:
+        while True:
+            with self._lock:
+                socks = list(self._socks)
+                if not socks:
+                    self._wake.clear()
+            if not socks:
+                self._wake.wait()
+                continue
+            try:
+                readable, _, _ = select.select(socks, [], [], 0.2)
+            except (OSError, ValueError):
+                readable = socks
+            now = time.monotonic()
+            for sock in socks:
+                deadline, thrown = self._socks[sock]
+                done = now > deadline or thrown > DRAIN_LIMIT * 16
+                if sock in readable and not done:
+                    try:
+                        data = sock.recv(READ_PIECE)
+                    except BlockingIOError:
+                        data = b"?"
+                    except OSError:
+                        data = b""
+                    done = not data
+                    with self._lock:
+                        self._socks[sock] = (deadline, thrown + len(data))
+                if done:
+                    with self._lock:
+                        self._socks.pop(sock, None)
+                    sock.close()
+
+
+LINGERING = Lingering()
+
+
+class HangUpAfter:
+    """A response after which the connection ends, its body unread. gunicorn ignores an
+    application's `Connection: close` (a hop-by-hop header) and would keep the connection,
+    first reading whatever is left of the body in the worker's thread. So once the response
+    is written (gunicorn then closes the iterable), the write side is shut (the client reads
+    the answer, then the end), the rest of the body is left to LINGERING, and gunicorn is
+    told the body failed (its Body.failed), so it closes the connection instead of reading
+    it; a gunicorn without that flag gets the read side shut as well."""
+
+    def __init__(self, response, sock: socket.socket, body: CountedBody):
+        self.response, self.sock, self.body = response, sock, body
 
     def __iter__(self):
         return iter(self.response)
@@ -92,7 +161,12 @@ class HangUpAfter:
             if hasattr(self.response, "close"):
                 self.response.close()
         finally:
-            stop_reading(self.sock, socket.SHUT_RDWR)
+            stop_reading(self.sock, socket.SHUT_WR)
+            if hasattr(self.body.stream, "failed"):
+                self.body.stream.failed = True
+                LINGERING.add(self.sock)
+            else:
+                stop_reading(self.sock, socket.SHUT_RD)
 
 
 class CountedBody:
@@ -228,7 +302,7 @@ class SlowBodies:
         finally:
             with self._lock:
                 self._watched.pop(id(body), None)
-        return HangUpAfter(response, sock) if unread else response
+        return HangUpAfter(response, sock, body) if unread else response
 
     def _watch(self, key: int, sock: socket.socket, body: CountedBody) -> None:
         with self._lock:

@@ -144,8 +144,6 @@ def run(ctx: Ctx, experiment, params, requires, nodes, anyway, watching, exit_st
     if anyway:
         body["queue_anyway"] = True
     started = ctx.api.post("/api/v1/runs", body)
-    if started.get("waiting"):
-        click.echo(f"warning: {started['waiting']}", err=True)
     follow_up(ctx, started, watching or exit_status, exit_status, interval, as_json)
 
 
