@@ -173,6 +173,18 @@ def test_the_census_sees_shapes_bytes_and_views_and_prices_them():
     assert t["memory_traffic"] == pytest.approx(phase["bytes"] / 1e9)
 
 
+def test_a_gpu_step_is_priced_as_max_of_host_and_device_a_cpu_step_as_their_sum():
+    phase = {"gemm": {"g": 10}, "attention": {}, "ops": 100, "views": 0, "dtensor_ops": 0,
+             "bytes": 0}
+    for host_s, device_s in ((5e-3, 1e-3), (1e-3, 5e-3)):  # host-bound, then device-bound
+        kw = {"flops": 1, "peak_flops": 1, "op_s": host_s / 100, "gemm_s": {"g": device_s / 10}}
+        gpu = cost.Calibration(**kw, host_overlaps=True).compute({"step": phase})
+        cpu = cost.Calibration(**kw).compute({"step": phase})
+        assert sum(gpu.values()) == pytest.approx(max(host_s, device_s))
+        assert sum(cpu.values()) == pytest.approx(host_s + device_s)
+        assert gpu["gemm"] == cpu["gemm"] == pytest.approx(device_s)
+
+
 def test_the_pipeline_formula_for_equal_stages_is_m_plus_p_minus_1_slots():
     fb = [dict.fromkeys(cost.COMPUTE_TERMS, 0.0) | {"gemm": 0.4}] * 4  # 0.1 per mb
     opt = [dict.fromkeys(cost.COMPUTE_TERMS, 0.0)] * 4

@@ -87,6 +87,32 @@ def time_fn(ctx: Context, fn: Callable[[], None], iters: int, warmup: int,
     return times
 
 
+def device_times(ctx: Context, fn: Callable[[], None], iters: int, warmup: int) -> list[float]:
+    """Seconds of each call as the device runs it, for what a step prices by shape (GEMMs,
+    attention, copies). On CPU the host runs it: time_fn. On CUDA a synchronize after
+    every call would add the host's launch and wait to a kernel that, in a step, runs
+    while the host launches the next; the host's part is priced once, as the per-operator
+    overhead, and composed with the device's by max (cost.Calibration.compute). So the
+    calls are queued behind a sleeping kernel and timed by events between them: the
+    device runs them back to back, whatever the host's pace."""
+    if not ctx.is_cuda:
+        return time_fn(ctx, fn, iters, warmup, fence=False)
+    for _ in range(warmup):
+        fn()
+    ctx.sync()
+    marks = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+    torch.cuda._sleep(SLEEP_CYCLES)
+    marks[0].record()
+    for mark in marks[1:]:
+        fn()
+        mark.record()
+    ctx.sync()
+    return [a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:], strict=False)]
+
+
+SLEEP_CYCLES = 20_000_000  # GPU clock cycles: long enough to queue every call behind it
+
+
 def expected(times: list[float]) -> float:
     """What one call costs in a step that makes many: their mean - a step adds up every
     call, its stalls included (a collective's median per call can be half its mean on a
@@ -113,7 +139,7 @@ def copy_bandwidth(ctx: Context, nbytes: int = 64 << 20, iters: int = 5) -> floa
     """Read+write bytes per second of a device copy of nbytes."""
     src = torch.ones(max(1, nbytes // 4), device=ctx.device)
     dst = torch.empty_like(src)
-    times = time_fn(ctx, lambda: dst.copy_(src), iters, warmup=1, fence=False)
+    times = device_times(ctx, lambda: dst.copy_(src), iters, warmup=1)
     return 2 * src.numel() * 4 / statistics.median(times)
 
 
@@ -150,7 +176,7 @@ def gemm_time(ctx: Context, key: tuple, iters: int = 7) -> float:
     fn = {"mm": lambda: torch.mm(a, b), "bmm": lambda: torch.bmm(a, b),
           "addmm": lambda: torch.addmm(bias, a, b),
           "baddbmm": lambda: torch.baddbmm(bias, a, b)}[op]
-    return expected(time_fn(ctx, fn, iters, warmup=2, fence=False))
+    return expected(device_times(ctx, fn, iters, warmup=2))
 
 
 def attention_times(ctx: Context, shape: tuple, dtype: str, iters: int = 5) -> dict[str, float]:
@@ -163,9 +189,8 @@ def attention_times(ctx: Context, shape: tuple, dtype: str, iters: int = 5) -> d
 
     out = forward()
     grad = torch.ones_like(out)
-    t_f = expected(time_fn(ctx, forward, iters, warmup=2, fence=False))
-    t_fb = expected(time_fn(ctx, lambda: forward().backward(grad), iters, warmup=2,
-                            fence=False))
+    t_f = expected(device_times(ctx, forward, iters, warmup=2))
+    t_fb = expected(device_times(ctx, lambda: forward().backward(grad), iters, warmup=2))
     return {"forward": t_f, "backward": max(t_fb - t_f, 0.0)}
 
 
@@ -283,7 +308,8 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
     return cost.Calibration(
         flops=rate, peak_flops=max(peak, rate) if name.startswith("measured") else peak,
         links=links, n=ctx.world, peak_name=name, gemm_s=gemm_s, attention_s=attention_s,
-        op_s=op_s, dtensor_op_s=max(r["dtensor"] for r in everyone), bandwidth=bandwidth)
+        op_s=op_s, dtensor_op_s=max(r["dtensor"] for r in everyone), bandwidth=bandwidth,
+        host_overlaps=ctx.is_cuda)
 
 
 def _mnk(key: tuple) -> int:
