@@ -40,7 +40,13 @@ import uuid  # noqa: E402
 
 import torch  # noqa: E402
 import torch._dynamo  # noqa: E402,F401  (what an optimizer's first step imports)
+from torch.distributed import TCPStore  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
+from torch.distributed.elastic.rendezvous import rendezvous_handler_registry  # noqa: E402
+from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import (  # noqa: E402
+    StaticTCPRendezvous,
+    create_rdzv_handler,
+)
 from torch.distributed.launcher.api import elastic_launch  # noqa: E402
 from torch.distributed.run import config_from_args, parse_args  # noqa: E402
 
@@ -48,6 +54,33 @@ from jobs.lab.launcher import worker  # noqa: E402
 
 WORKER = "jobs.lab.launcher.worker"
 AGENT = "jobs.lab.launcher.elastic"
+RDZV_FD_ENV = "COMMONPLACE_RDZV_FD"  # launch.py's: node 0's reserved listening socket
+RESERVED = "reserved-static"
+
+
+class ReservedStaticRendezvous(StaticTCPRendezvous):
+    """torchrun's static rendezvous, whose node 0 serves its store on a socket reserved
+    (bound and listening) before the port was handed to the other nodes, rather than
+    binding the port only now, when another process may have taken it. Connections
+    that arrived meanwhile wait in its backlog."""
+
+    def __init__(self, inner: StaticTCPRendezvous, fd: int) -> None:
+        super().__init__(inner.master_addr, inner.master_port, inner.rank, inner.world_size,
+                         inner.run_id, int(inner.timeout.total_seconds()))
+        self.fd = fd
+
+    def get_backend(self) -> str:
+        return RESERVED
+
+    def next_rendezvous(self):  # noqa: ANN201  (torchrun's RendezvousInfo)
+        if self._store is None and self.rank == 0:
+            self._store = TCPStore(self.master_addr, self.master_port, self.world_size, True,
+                                   self.timeout, multi_tenant=True, master_listen_fd=self.fd)
+        return super().next_rendezvous()
+
+
+def _reserved_handler(params):  # noqa: ANN001,ANN202  (torchrun's registry calls it)
+    return ReservedStaticRendezvous(create_rdzv_handler(params), int(os.environ[RDZV_FD_ENV]))
 
 
 def requested_device(script_args: list[str]) -> str:
@@ -87,6 +120,10 @@ def main(argv: list[str] | None = None) -> None:
     if args.master_port is None:
         args.master_port = 29500
     config, _, _ = config_from_args(args)
+    if config.rdzv_backend == "static" and os.environ.get(RDZV_FD_ENV, "").isdigit():
+        # (after config_from_args, which gives only "static" its node rank)
+        rendezvous_handler_registry.register(RESERVED, _reserved_handler)
+        config.rdzv_backend = RESERVED
     elastic_launch(config=config, entrypoint=rank)(*args.training_script_args)
 
 
