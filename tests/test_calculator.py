@@ -7,13 +7,14 @@ The browser half is tests/browser/test_calculator.py."""
 from __future__ import annotations
 
 import json
+import re
 
 import pytest
 
 from app.journal import runs
 from app.models import Runner
 from jobs.lab.predict import cost, memory, whatif
-from jobs.lab.predict.cost import LinkFit
+from jobs.lab.predict.calibration import LinkFit
 from tests.helpers import OWNER, VIEWER, error_of, parse
 from tests.real_runs import lab_output
 from tests.strict_pages import assert_strict_page
@@ -171,6 +172,13 @@ def test_pipeline_sends_an_activation_forward_and_a_gradient_back(client):
     ({"overlap": "maybe"}, "overlap"), ({"memory_gb": -1}, "memory_gb"),
     ({"bogus": 1}, "bogus"), ({"model": "custom", "hidden": 100, "heads": 3}, "heads"),
     ({"model": "custom", "layers": 0}, "layers"),
+    ({"recompute": "some"}, "recompute"), ({"activations": "guess"}, "activations"),
+    ({"sequence_parallel": "perhaps"}, "sequence_parallel"),
+    ({"virtual_stages": 0}, "virtual_stages"), ({"virtual_stages": 2}, "virtual_stages"),
+    ({"model": "124m", "pp": 4, "virtual_stages": 2, "dp": 1, "batch_size": 16,
+      "micro_batches": 16}, "virtual_stages"),  # 12 layers do not make 4 x 2 chunks
+    ({"model": "124m", "pp": 2, "virtual_stages": 2, "dp": 1, "batch_size": 15,
+      "micro_batches": 3}, "virtual_stages"),  # 3 micro-batches are not a multiple of 2
 ])
 def test_bad_inputs_are_refused_naming_the_field(client, payload, field):
     for response in (client.post("/api/v1/calculator", json=payload),
@@ -223,12 +231,28 @@ def test_the_page_renders_the_default_answer(client):
 def test_the_form_recalculates_through_the_server(client):
     html = client.get("/calculator", query_string={
         "model": "70b", "dp": "4", "tp": "8", "pp": "4", "zero": "1", "batch_size": "64",
-        "micro_batches": "16", "overlap": ["false", "true"]}).text
-    a = ask(client, model="70b", dp=4, tp=8, pp=4, zero=1, batch_size=64, micro_batches=16)
+        "micro_batches": "16", "overlap": "false"}).text
+    a = ask(client, model="70b", dp=4, tp=8, pp=4, zero=1, batch_size=64, micro_batches=16,
+            overlap=False)
     assert "64.99B" in html and f"{a['bubble_fraction'] * 100:.1f}%" in html
     assert 'data-comm-row="TP all_reduce">' in html  # shown (no hidden attribute)
-    unticked = client.get("/calculator?overlap=false").text
-    assert 'id="c-overlap" name="overlap" value="true" checked' not in unticked
+    overlap = html.split('id="c-overlap"', 1)[1].split("</select>", 1)[0]
+    assert '<option value="false" selected>' in overlap and " selected" not in overlap.replace(
+        '<option value="false" selected>', "")
+
+
+def test_the_form_sends_one_value_per_parameter_in_plain_words(client):
+    html = client.get("/calculator").text
+    form = parse(html)
+    calc = html.split('id="calc-form"', 1)[1].split("</form>", 1)[0]
+    named = re.findall(r'<(?:input|select)[^>]* name="([^"]+)"', calc)
+    assert len(named) == len(set(named)), named  # a query of it repeats no parameter
+    assert set(named) == set(whatif.FIELDS)
+    assert {"tied", "overlap", "sequence_parallel", "recompute", "activations"} <= set(
+        form.selects)
+    for cryptic in ("(0: the GPU's)", "Fraction of peak", ">Hidden<"):
+        assert cryptic not in html
+    assert "Memory per GPU in GB (leave 0 for the GPU&#39;s own)" in html
 
 
 def test_a_bad_value_on_the_page_is_said_and_kept(client):
@@ -327,6 +351,73 @@ def test_a_small_configuration_opens_the_lab_form_prefilled(client):
 def test_what_the_lab_cannot_run_says_why(client, inputs, why):
     lab = ask(client, **inputs)["lab"]
     assert not lab["ok"] and why in lab["why"]
+
+
+def test_a_suggested_change_is_checked_to_fit_before_it_is_offered(client):
+    seven = {"model": "7b", "gpu": "h100", "dp": 8, "zero": 3}  # 128 sequences, 16 micro
+    lab = ask(client, **seven)["lab"]
+    assert not lab["ok"] and "set micro-batches to 1 and the batch to" in lab["why"]
+    assert ask(client, **seven, micro_batches=1)["lab"]["why"] == "it does not fit in memory"
+    taken = ask(client, **seven, **lab["suggest"])  # what it suggests runs here and fits
+    assert taken["lab"]["ok"] and taken["memory"]["fits"]
+    small = {"model": "124m", "dp": 2, "zero": 1, "batch_size": 32, "micro_batches": 4}
+    lab = ask(client, **small)["lab"]
+    assert lab["why"].endswith("set micro-batches to 1")
+    assert ask(client, **{**small, **lab["suggest"]})["lab"]["ok"]
+    tiny = ask(client, **small, memory_gb=0.01)["lab"]  # nothing fits in 10 MB
+    assert "does not fit, even one sequence a GPU" in tiny["why"] and "suggest" not in tiny
+
+
+# Korthikanti et al. 2022, Table 2: activation bytes per transformer layer, as multiples of
+# s*b*h, for GPT-3 175B's shape (a = 96, s = 2048, h = 12288) on t = 8.
+GPT3 = {"model": "custom", "layers": 96, "hidden": 12288, "heads": 96, "seq_len": 2048,
+        "vocab": 51200, "tied": True, "tp": 8, "dp": 1, "pp": 1, "batch_size": 1,
+        "micro_batches": 1, "activations": "paper"}
+KORTHIKANTI = [  # (sequence_parallel, recompute, s*b*h multiple)
+    (False, "none", 10 + 24 / 8 + 5 * 96 * 2048 / (12288 * 8)),
+    (True, "none", 34 / 8 + 5 * 96 * 2048 / (12288 * 8)),
+    (False, "selective", 10 + 24 / 8), (True, "selective", 34 / 8), (False, "full", 2),
+]
+
+
+@pytest.mark.parametrize("sp,recompute,multiple", KORTHIKANTI)
+def test_the_papers_activation_table_comes_out_when_chosen(client, sp, recompute, multiple):
+    a = ask(client, **GPT3, sequence_parallel=sp, recompute=recompute)
+    base = ask(client, **{**GPT3, "layers": 1}, sequence_parallel=sp, recompute=recompute)
+    # 95 more layers: the per-layer bytes, without the embedding's and the head's
+    per_layer = (a["memory"]["parts_bytes"]["activations"]
+                 - base["memory"]["parts_bytes"]["activations"]) / 95
+    assert per_layer == pytest.approx(multiple * 2048 * 12288)
+    assert any("Korthikanti" in line for line in a["assumptions"])
+
+
+def test_sequence_parallelism_with_selective_recomputation_cuts_activations_5x(client):
+    """The paper's headline: 5x less activation memory than tensor parallelism alone."""
+    def per_layer(**kw):
+        two = ask(client, **{**GPT3, "layers": 2}, **kw)["memory"]["parts_bytes"]["activations"]
+        return two - ask(client, **{**GPT3, "layers": 1}, **kw)["memory"]["parts_bytes"][
+            "activations"]
+    ratio = per_layer() / per_layer(sequence_parallel=True, recompute="selective")
+    assert 5 <= ratio < 6
+    lab = ask(client, **{**GPT3, "activations": "lab"})  # fused attention, no dropout
+    paper = ask(client, **GPT3)
+    assert lab["memory"]["parts_bytes"]["activations"] < paper["memory"]["parts_bytes"][
+        "activations"]
+
+
+def test_recomputation_and_interleaving_trade_time_for_memory(client):
+    plain = {"model": "1b", "dp": 1, "pp": 2, "batch_size": 16, "micro_batches": 8}
+    a = ask(client, **plain)
+    full = ask(client, **plain, recompute="full")
+    assert full["memory"]["parts_bytes"]["activations"] < a["memory"]["parts_bytes"][
+        "activations"]
+    assert full["time"]["terms_s"]["gemm"] == pytest.approx(4 / 3 * a["time"]["terms_s"]["gemm"])
+    inter = ask(client, **plain, virtual_stages=3)
+    assert inter["bubble_fraction"] == pytest.approx(1 / (3 * 8 + 1))
+    assert inter["time"]["terms_s"]["bubble"] == pytest.approx(a["time"]["terms_s"]["bubble"] / 3)
+    assert inter["communication"]["PP send"]["count"] == 3 * a["communication"]["PP send"]["count"]
+    assert inter["memory"]["parts_bytes"]["activations"] > a["memory"]["parts_bytes"][
+        "activations"]  # stage 0 holds its warm-up's chunks
 
 
 def test_the_run_form_takes_parameters_from_the_query(client):

@@ -12,6 +12,7 @@ from __future__ import annotations
 import datetime as dt
 import os
 import signal
+import socket
 import time
 
 import pytest
@@ -19,6 +20,7 @@ import sqlalchemy as sa
 
 from app.journal import runs
 from app.models import Run, RunEvent, RunNode
+from jobs.runner.node import RDZV_FD_ENV, Reservation
 from tests.client_helpers import Terminal
 from tests.helpers import SMALL, add_token, bearer, count, form_for
 from tests.test_journal_e2e import REAPER, TTL, Journal, alive, api, processes_of, wait_until
@@ -279,6 +281,24 @@ def test_the_nodes_logs_merge_into_one_by_their_own_offsets(client, a, b):
     assert status == 409 and body["error"]["code"] == "log_gap"
     log = client.get(f"/api/v1/runs/{run_id}/logs?offset=0").get_json()["data"]
     assert log == "[node0 rank0]:one\n[node1 rank2]:two\n[node0 rank1]:three\n"
+
+
+def test_the_offered_port_is_held_until_node_0_is_handed_it():
+    held = Reservation("127.0.0.1")
+    try:
+        offer = held.offer()
+        assert held.offer() == offer  # every lease call offers the same, still held
+        with socket.socket() as thief, pytest.raises(OSError):
+            thief.bind(("127.0.0.1", offer["port"]))
+        assert held.handed(None) == {}  # a run on one host: nothing to hand
+        assert held.handed({"node_rank": 1}) == {}  # node 1 connects to node 0's
+        handed = held.handed({"node_rank": 0})
+        fd = held.sock.fileno()
+        assert handed == {"env": {RDZV_FD_ENV: str(fd)}, "pass_fds": (fd,)}
+        held.renew()  # after the run: the next offer is a socket of its own
+        assert held.sock is None and held.offer()["address"] == "127.0.0.1"
+    finally:
+        held.close()
 
 
 # -- two real runner agents on loopback ---------------------------------------------------

@@ -92,6 +92,20 @@ def test_the_owners_follow_the_strategy(client, stored):
     assert all("reduce-scattered in bucket" in t["comm"] for t in zero1)
 
 
+def test_zero3_tiles_say_that_each_rank_keeps_its_slice_of_everything(client, stored):
+    run_id, _ = stored("zero")
+    shown = panels(section(client.get(f"/runs/{run_id}").get_data(as_text=True)))
+    zero3 = tiles(shown["zero3"])
+    owned = [t for t in zero3 if "rank 0:" in t["owners"]]
+    assert owned and all("its parameters, gradient and optimizer state" in t["owners"]
+                         and "of the optimizer state" not in t["owners"] for t in owned)
+    blocks = [t for t in zero3 if "with the rest of" in t["comm"]]
+    assert blocks and all("[block" not in t["comm"] for t in blocks)
+    assert any("with the rest of its block" in t["comm"] for t in blocks)
+    zero1 = tiles(shown["zero1"])  # ZeRO-1 still says what it shards
+    assert any("of the optimizer state" in t["owners"] for t in zero1)
+
+
 def test_tensor_parallel_tiles_are_halves(client, stored):
     run_id, _ = stored("tensor_parallel")
     view = section(client.get(f"/runs/{run_id}").get_data(as_text=True))

@@ -160,6 +160,17 @@ def test_the_run_page_shows_the_timeline_the_traffic_and_the_trace_link(app, cli
     assert f"Step {step} of 1f1b" in text
 
 
+def test_the_view_opens_on_a_strategy_every_rank_computes_in(app, client, pipeline_out):
+    run_id = store_run(app, "pipeline", pipeline_out)
+    found = rank_events.load(artifact_path(app.config["DATA_DIR"], run_id, EVENTS_FILE))
+    page = client.get(f"/runs/{run_id}").get_data(as_text=True)
+    opened = re.search(r'aria-current="page">([a-z0-9_]+)<', page.split('id="timeline"')[1])
+    assert opened and opened.group(1) != "single"  # rank 1 idles through the reference
+    working = {e.rank for e in found.events
+               if e.strategy == opened.group(1) and e.kind in ("forward", "backward")}
+    assert working == set(found.ranks()) == {0, 1}
+
+
 @pytest.mark.parametrize("query", ["tl_strategy=nope", "tl_step=abc", "tl_step=999",
                                    "tl_step=-1", "tl_step=" + "9" * 40,
                                    "tl_strategy=%3Cscript%3E&tl_step=1e9"])

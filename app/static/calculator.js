@@ -118,7 +118,7 @@
     }));
     if (a.inputs.model !== "custom") {
       SHAPE.forEach((name) => { form.elements[name].value = a.inputs[name]; });
-      form.elements.namedItem("c-tied").checked = a.inputs.tied;
+      form.elements.namedItem("c-tied").value = String(a.inputs.tied);
     }
   }
 
@@ -127,7 +127,7 @@
     error.textContent = problem.message;
     error.hidden = false;
     out.classList.add("stale");
-    const field = problem.field && form.querySelector('[name="' + problem.field + '"]:not([type=hidden])');
+    const field = problem.field && form.querySelector('[name="' + problem.field + '"]');
     if (field) field.setAttribute("aria-invalid", "true");
   }
 
@@ -178,7 +178,7 @@
     } else if (el.id === "c-model" && el.value !== "custom") {
       const option = el.selectedOptions[0];
       SHAPE.forEach((name) => { form.elements[name].value = option.getAttribute("data-" + name); });
-      form.elements.namedItem("c-tied").checked = option.getAttribute("data-tied") === "true";
+      form.elements.namedItem("c-tied").value = option.getAttribute("data-tied");
     } else if (SHAPE.includes(el.name) || el.id === "c-tied") {
       form.elements.model.value = "custom";
     }
@@ -187,7 +187,7 @@
     later();
   });
   form.addEventListener("change", (event) => {
-    if (event.target.tagName === "SELECT" || event.target.type === "checkbox") later();
+    if (event.target.tagName === "SELECT") later();
   });
   form.addEventListener("submit", (event) => { event.preventDefault(); ask(); });
 })();

@@ -72,7 +72,7 @@ class Agent:
                  cancel_grace_s: float = 10.0, advertise: str = "127.0.0.1",
                  rdzv_port: int = 0, poll_wait: int = 10):
         self.client = client
-        self.advertise, self.rdzv_port = advertise, rdzv_port  # this host as a gang node
+        self.rdzv = node.Reservation(advertise, rdzv_port)  # this host as a gang node
         self.poll_wait = poll_wait  # a stop (Ctrl-C) is never more than this away
         self.work_dir = work_dir
         self.labels = labels if labels is not None else host_labels()
@@ -89,7 +89,7 @@ class Agent:
             try:
                 answer = self.client.call("POST", "/api/v1/runner/lease", {
                     "wait": self.poll_wait,
-                    "node": node.offer(self.advertise, self.rdzv_port)})
+                    "node": self.rdzv.offer()})
             except Busy as exc:  # enough runners are polling right now: ask again later
                 log.info("the server is busy; polling again in %.0fs", exc.retry_after)
                 self.stopping.wait(exc.retry_after)
@@ -140,11 +140,13 @@ class Agent:
         argv = [sys.executable, "-m", "jobs.lab", "run", job.experiment,
                 "--params", json.dumps(job.params), "--out", str(job.lab_dir),
                 *node.lab_args(job.gang)]
+        handed = self.rdzv.handed(job.gang)
         try:
             job.proc = subprocess.Popen(
                 argv, cwd=REPO_ROOT, stdout=subprocess.PIPE, stderr=subprocess.STDOUT,
                 start_new_session=True, preexec_fn=die_with_parent,
-                env={**os.environ, "PYTHONUNBUFFERED": "1"})
+                pass_fds=handed.get("pass_fds", ()),
+                env={**os.environ, "PYTHONUNBUFFERED": "1", **handed.get("env", {})})
         except OSError as exc:
             self.report(job, FAILED, f"could not start the lab: {exc}", "launch_failed", None)
             return
@@ -155,6 +157,8 @@ class Agent:
         for thread in (reader, beat, ship):
             thread.start()
         rc = job.proc.wait()
+        if handed:
+            self.rdzv.renew()
         reader.join(timeout=10)
         ship.join(timeout=5)
         self.job = None

@@ -2,7 +2,10 @@
 app/journal/gangs.py, the protocol docs/RUNNER.md).
 
 Every lease call offers this host as a node: the address the other hosts reach it at
-(`--advertise`, default 127.0.0.1) and a rendezvous port free on it. When the server has
+(`--advertise`, default 127.0.0.1) and a rendezvous port on it that it holds (a
+Reservation: bound and listening from the first offer on, so that no other process can
+take it before a run uses it; node 0's launcher serves the rendezvous on that very
+socket, its descriptor passed down, and the agent then reserves afresh). When the server has
 a gang run for it, the lease says which node this is and where node 0's rendezvous is;
 the lab launches this host's share (`python -m jobs.lab run … --gang '{…}'`), torchrun
 tags every line with its node and rank, and the agent ships its log by whole lines, so
@@ -17,15 +20,47 @@ import socket
 
 from base.contract import EVENTS_FILE
 
+RDZV_FD_ENV = "COMMONPLACE_RDZV_FD"  # the lab's name for it (jobs/lab/launcher/launch.py)
 
-def offer(address: str, port: int = 0) -> dict:
-    """This host as a node: `port` 0 picks one that is free now (a fixed one suits a
-    firewall that opens one port between the hosts)."""
-    if not port:
-        with socket.socket(socket.AF_INET6 if ":" in address else socket.AF_INET) as sock:
-            sock.bind(("" if address not in ("127.0.0.1", "::1") else address, 0))
-            port = sock.getsockname()[1]
-    return {"address": address, "port": port}
+
+class Reservation:
+    """This host's rendezvous port, held open: `port` 0 takes one the kernel picks, a
+    fixed one suits a firewall that opens one port between the hosts."""
+
+    def __init__(self, address: str, port: int = 0) -> None:
+        self.address, self.fixed = address, port
+        self.sock: socket.socket | None = None
+
+    def _socket(self) -> socket.socket:
+        if self.sock is None:
+            sock = socket.socket(socket.AF_INET6 if ":" in self.address else socket.AF_INET)
+            # a fixed port is taken again while the last run's connections linger
+            sock.setsockopt(socket.SOL_SOCKET, socket.SO_REUSEADDR, 1)
+            local = self.address if self.address in ("127.0.0.1", "::1") else ""
+            sock.bind((local, self.fixed))
+            sock.listen(128)  # a node that connects early waits in the backlog
+            self.sock = sock
+        return self.sock
+
+    def offer(self) -> dict:
+        return {"address": self.address, "port": self._socket().getsockname()[1]}
+
+    def handed(self, gang: dict | None) -> dict:
+        """What a run's launcher needs to serve its rendezvous here (node 0 of a gang):
+        {"env": ..., "pass_fds": ...} for Popen; nothing for any other run."""
+        if gang is None or node_rank(gang) != 0 or self.sock is None:
+            return {}
+        fd = self.sock.fileno()
+        return {"env": {RDZV_FD_ENV: str(fd)}, "pass_fds": (fd,)}
+
+    def renew(self) -> None:
+        """After a run that used the socket: the next run gets a fresh one."""
+        self.close()
+
+    def close(self) -> None:
+        if self.sock is not None:
+            self.sock.close()
+            self.sock = None
 
 
 def lab_args(gang: dict | None) -> list[str]:

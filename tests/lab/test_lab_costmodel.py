@@ -8,7 +8,7 @@ import torch
 from jobs.lab.components.census import OpCensus
 from jobs.lab.components.instrument import SavedActivations
 from jobs.lab.components.model import ModelConfig, build_model, make_batch
-from jobs.lab.predict import cost, memory
+from jobs.lab.predict import calibration, cost, memory
 from jobs.lab.strategies.pipeline_parallel import Stage
 from jobs.lab.strategies.tensor_parallel import ColumnParallelLinear
 
@@ -34,20 +34,20 @@ def test_gpt2_124m_is_124m_with_a_tied_head():
 
 def test_one_rank_communicates_for_free():
     # world_size=1 has no link to calibrate: its collectives are predicted to cost nothing
-    cal = cost.Calibration(flops=1e9, peak_flops=1e9, n=1)
+    cal = calibration.Calibration(flops=1e9, peak_flops=1e9, n=1)
     assert cal.coll("all_reduce", 1 << 20, 10) == 0.0
     assert cal.comm({"all_reduce": {"bytes": 1 << 20, "count": 3}}) == 0.0
 
 
 def test_a_collective_is_priced_with_its_own_group_sizes_link():
-    world = cost.LinkFit(alpha=14.8e-3, bandwidth=1e8)  # 8 ranks on 2 shared cores
-    pair = cost.LinkFit(alpha=0.5e-3, bandwidth=1e9)
-    cal = cost.Calibration(flops=1e9, peak_flops=1e9, n=8,
+    world = calibration.LinkFit(alpha=14.8e-3, bandwidth=1e8)  # 8 ranks on 2 shared cores
+    pair = calibration.LinkFit(alpha=0.5e-3, bandwidth=1e9)
+    cal = calibration.Calibration(flops=1e9, peak_flops=1e9, n=8,
                                 links={"all_reduce": world, "all_reduce@2": pair})
-    assert cost.link_key("all_reduce", 2, 8) == "all_reduce@2"
-    assert cost.link_key("all_reduce", 8, 8) == cost.link_key("all_reduce", 0, 8) \
+    assert calibration.link_key("all_reduce", 2, 8) == "all_reduce@2"
+    assert calibration.link_key("all_reduce", 8, 8) == calibration.link_key("all_reduce", 0, 8) \
         == "all_reduce"
-    assert cost.link_key("send_recv", 2, 8) == "send_recv"  # the world's ring probes p2p
+    assert calibration.link_key("send_recv", 2, 8) == "send_recv"  # the world's ring probes p2p
     S = 1 << 16
     assert cal.coll("all_reduce", S, 4, n=2) == pytest.approx(4 * pair.time("all_reduce", S / 4, 2))
     assert cal.coll("all_reduce", S, 4) == pytest.approx(4 * world.time("all_reduce", S / 4, 8))
@@ -104,12 +104,12 @@ def test_fit_link_recovers_alpha_and_bandwidth_and_reports_its_error():
     alpha, W, n = 2e-4, 1.5e9, 4
     samples = [(S, alpha + cost.busbw_factor("all_reduce", n) * S / W)
                for S in (1 << 10, 1 << 14, 1 << 18, 1 << 22)]
-    fit = cost.fit_link("all_reduce", n, samples)
+    fit = calibration.fit_link("all_reduce", n, samples)
     assert fit.alpha == pytest.approx(alpha, rel=1e-6)
     assert fit.bandwidth == pytest.approx(W, rel=1e-6)
     assert fit.rms_rel_error < 1e-9 and fit.samples == samples
     noisy = [(S, t * (1.2 if i % 2 else 0.8)) for i, (S, t) in enumerate(samples)]
-    rough = cost.fit_link("all_reduce", n, noisy)
+    rough = calibration.fit_link("all_reduce", n, noisy)
     assert 0.1 < rough.rms_rel_error <= rough.max_rel_error < 0.5
 
 
@@ -184,12 +184,24 @@ def test_the_census_sees_shapes_bytes_and_views_and_prices_them():
     assert sum(phase["gemm"].values()) == 3
     assert phase["views"] > 0 and phase["ops"] > 0 and phase["bytes"] > 0
     assert census.profile()["collectives"] == {}
-    cal = cost.Calibration(flops=1, peak_flops=1, op_s=1e-6, bandwidth=1e9,
+    cal = calibration.Calibration(flops=1, peak_flops=1, op_s=1e-6, bandwidth=1e9,
                                 gemm_s=dict.fromkeys(phase["gemm"], 1e-3))
     t = cal.compute({"step": phase})
     assert t["gemm"] == pytest.approx(3e-3)
     assert t["op_overhead"] == pytest.approx((phase["ops"] + phase["views"]) * 1e-6)
     assert t["memory_traffic"] == pytest.approx(phase["bytes"] / 1e9)
+
+
+def test_a_gpu_step_is_priced_as_max_of_host_and_device_a_cpu_step_as_their_sum():
+    phase = {"gemm": {"g": 10}, "attention": {}, "ops": 100, "views": 0, "dtensor_ops": 0,
+             "bytes": 0}
+    for host_s, device_s in ((5e-3, 1e-3), (1e-3, 5e-3)):  # host-bound, then device-bound
+        kw = {"flops": 1, "peak_flops": 1, "op_s": host_s / 100, "gemm_s": {"g": device_s / 10}}
+        gpu = calibration.Calibration(**kw, host_overlaps=True).compute({"step": phase})
+        cpu = calibration.Calibration(**kw).compute({"step": phase})
+        assert sum(gpu.values()) == pytest.approx(max(host_s, device_s))
+        assert sum(cpu.values()) == pytest.approx(host_s + device_s)
+        assert gpu["gemm"] == cpu["gemm"] == pytest.approx(device_s)
 
 
 def test_the_pipeline_formula_for_equal_stages_is_m_plus_p_minus_1_slots():

@@ -11,6 +11,7 @@ import sys
 from lab_helpers import PLUGINS, ROOT, TINY, launch
 
 from jobs.lab.catalogue import registry
+from jobs.lab.launcher.elastic import requested_device, start_method
 from jobs.lab.launcher.launch import command as launch_command
 from jobs.lab.launcher.launch import environment
 
@@ -28,10 +29,47 @@ def test_ranks_are_forked_from_the_agent_with_the_experiment_loaded(tmp_path):
     ranks = [json.loads((origins / f"rank{r}.json").read_text()) for r in range(2)]
     for rank in ranks:
         assert rank["parent"] == agent  # forked by the agent, not started by a shell
+        assert "ranks start by fork (device cpu)" in run.stdout
         # loaded before the worker imported the experiment (the plugin runs first)
         assert {"torch._dynamo", "jobs.lab.experiments.training"} <= set(rank["modules"])
         assert rank["nvml_check"] == "1"  # the agent asked NVML, never cuInit
         assert rank["sigterm_default"]  # not the agent's handler, which raises
+
+
+def test_cuda_ranks_start_by_forkserver_when_nvml_cannot_answer(tmp_path):
+    """The case that made torch call cuInit in the agent: NVML unloadable (an empty
+    library path, and this host has none) and MIG devices named, which torch does not
+    even ask NVML about. The ranks are not the agent's children but the forkserver's, with
+    the experiment preloaded there; on this CPU-only host they then report that no CUDA
+    device is visible, a result, not a crash."""
+    origins = tmp_path / "origins"
+    origins.mkdir()
+    no_libs = tmp_path / "no-libs"
+    no_libs.mkdir()
+    run = launch("data_parallel", {**DP, "device": "cuda"}, tmp_path / "run",
+                 env={"COMMONPLACE_LAB_PLUGIN": str(PLUGINS / "rank_origin.py"),
+                      "RANK_ORIGIN_DIR": str(origins), "LD_LIBRARY_PATH": str(no_libs),
+                      "CUDA_VISIBLE_DEVICES": "MIG-4b0e3a3c-5b1e-5a3c-9f43-0c3e7d0a1b2c"})
+    log = (tmp_path / "run" / "output.log").read_text()
+    assert "ranks start by forkserver (device cuda)" in log
+    assert run.result["reason"]["code"] == "unsupported", log[-2000:]
+    agent = json.loads((tmp_path / "run" / "pids.json").read_text())["torchrun_pgid"]
+    for r in range(2):
+        rank = json.loads((origins / f"rank{r}.json").read_text())
+        assert rank["parent"] != agent
+        assert "forkserver" in rank["parent_cmdline"]
+        assert "jobs.lab.experiments.training" in rank["modules"]
+
+
+def test_the_start_method_forks_only_where_no_rank_can_touch_cuda():
+    assert start_method("cpu", cuda_built=True) == "fork"
+    assert start_method("auto", cuda_built=False) == "fork"
+    assert start_method("auto", cuda_built=True) == "forkserver"
+    assert start_method("cuda", cuda_built=False) == "forkserver"
+    assert requested_device(["zero", "--params", '{"device": "cuda"}', "--out", "x"]) == "cuda"
+    assert requested_device(["zero", "--params", "{}"]) == "auto"
+    assert requested_device(["zero", "--params", "[1]"]) == "auto"
+    assert requested_device(["zero"]) == "auto"
 
 
 def test_the_agent_runs_only_the_lab_worker(tmp_path):

@@ -7,7 +7,7 @@ from __future__ import annotations
 import pytest
 
 from jobs.lab.experiments import summary, timing
-from jobs.lab.predict import cost as costmodel
+from jobs.lab.predict import calibration
 
 # fsdp2 in a suggested first run: one preempted step among quick ones
 PREEMPTED = [0.0195, 0.0190, 0.721, 0.0201, 0.0188]
@@ -56,7 +56,7 @@ def test_a_step_faster_than_its_own_priced_gemms_is_invalid():
 
 
 def test_the_peak_is_the_best_of_its_tries_with_their_spread():
-    cal = costmodel.Calibration(flops=0.0, peak_flops=17.8e9, peak_samples=[17.8e9])
+    cal = calibration.Calibration(flops=0.0, peak_flops=17.8e9, peak_samples=[17.8e9])
     cal.add_peak_samples([99.8e9, 60e9])
     assert cal.peak_flops == 99.8e9
     spread = cal.as_dict()["peak_spread"]

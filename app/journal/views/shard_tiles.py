@@ -62,14 +62,20 @@ def bar(t: Tensor) -> str:
             f'aria-hidden="true" focusable="false">{empty}{rects}</svg>')
 
 
-def owners_text(t: Tensor, e: int) -> str:
+# what a rank keeps of a flat range it owns, by strategy: ZeRO-1/2 keep the weights whole
+# everywhere and shard their updates; ZeRO-3 keeps nothing else of the tensor
+FLAT_HELD = {"zero2": " of the optimizer state and gradient",
+             "zero3": ": its parameters, gradient and optimizer state"}
+
+
+def owners_text(t: Tensor, e: int, strategy: str = "") -> str:
     if t.split == "replicated":
         return f"every rank, a full copy ({nbytes(t.numel * e)} each)"
     parts = []
     for p in t.pieces:
         if not p.numel:
             continue
-        held = "" if p.dim != FLAT else " of the optimizer state"
+        held = "" if p.dim != FLAT else FLAT_HELD.get(strategy, " of the optimizer state")
         parts.append(f"rank {p.rank}: {p.describe()}{held} ({shape_text(p.shape)})")
     return " · ".join(parts) or "no rank"
 
@@ -85,6 +91,10 @@ def merged(lines: list[str], layers: list[str]) -> str:
     [block 0: 3 of 4; block 1: 2 of 4] as soon as …")."""
     if all(line == lines[0] for line in lines):
         return lines[0]
+    if all(f"block {layer}" in line and line.replace(f"block {layer}", "its block")
+           == lines[0].replace(f"block {layers[0]}", "its block")
+           for line, layer in zip(lines, layers, strict=True)):
+        return lines[0].replace(f"block {layers[0]}", "its block")  # each names its own
     words = [line.split(" ") for line in lines]
     head = 0
     while all(len(w) > head and w[head] == words[0][head] for w in words):
@@ -111,14 +121,15 @@ def label(t: Tensor) -> str:
     return t.short.replace(".weight", ".w").replace(".bias", ".b")
 
 
-def tile(tensors: list[Tensor], e: int, where: str, block_comm: tuple[str, ...]) -> str:
+def tile(tensors: list[Tensor], e: int, where: str, block_comm: tuple[str, ...],
+         strategy: str = "") -> str:
     """A tile for the tensor `tensors[0]` stands for: itself, or the same tensor of every
     block in a run of identical blocks (its traffic then listed per block if it differs)."""
     t = tensors[0]
     comm = [merged([u.comm[j] for u in tensors], [u.name.split(".")[1] for u in tensors])
             for j in range(len(t.comm))] + list(block_comm)
     name = t.short if len(tensors) > 1 else t.name
-    owners = owners_text(t, e)
+    owners = owners_text(t, e, strategy)
     data = {"name": name, "where": where, "shape": shape_text(t.shape),
             "params": f"{t.numel:,}", "bytes": nbytes(t.numel * e), "owners": owners,
             "held": held_text(t, e), "comm": " ¶ ".join(comm) or "nothing"}
@@ -130,10 +141,10 @@ def tile(tensors: list[Tensor], e: int, where: str, block_comm: tuple[str, ...])
             f'<span class="shard-shape">{escape(shape_text(t.shape))}</span>{bar(t)}</button>')
 
 
-def tiles(blocks: list[Block], e: int, where: str) -> str:
+def tiles(blocks: list[Block], e: int, where: str, strategy: str = "") -> str:
     """The tiles of the first of `blocks`, each standing for that tensor in all of them."""
     return '<div class="shard-tiles">' + "".join(
-        tile([b.tensors[j] for b in blocks], e, where, blocks[0].comm)
+        tile([b.tensors[j] for b in blocks], e, where, blocks[0].comm, strategy)
         for j in range(len(blocks[0].tensors))) + "</div>"
 
 
@@ -156,7 +167,7 @@ def _span(blocks: list[Block]) -> str:
     return f"blocks {blocks[0].index}–{blocks[-1].index}"
 
 
-def row(blocks: list[Block], e: int) -> str:
+def row(blocks: list[Block], e: int, strategy: str = "") -> str:
     """One block, or a run of identical blocks: "blocks 0–3 ×4", expandable to each."""
     first, n = blocks[0], len(blocks)
     params = sum(t.numel for t in first.tensors)
@@ -171,7 +182,7 @@ def row(blocks: list[Block], e: int) -> str:
     notes = "".join(f'<p class="shard-row-note">{escape(line)}</p>'
                     for line in (*first.comm, *([first.note] if first.note else [])))
     out = [f'<div class="shard-row" data-block="{escape(first.key)}">', head, notes,
-           tiles(blocks, e, _span(blocks))]
+           tiles(blocks, e, _span(blocks), strategy)]
     if n > 1:
         out.append(f'<details class="shard-each"><summary>each of the {n} blocks</summary>')
         for b in blocks[:MAX_TILED_LAYERS]:
@@ -193,7 +204,7 @@ def signature(b: Block) -> tuple:
                                   t.held) for t in b.tensors))
 
 
-def rows(blocks: tuple[Block, ...], e: int) -> str:
+def rows(blocks: tuple[Block, ...], e: int, strategy: str = "") -> str:
     """Every block in order, consecutive identical transformer blocks collapsed."""
     runs: list[list[Block]] = []
     for b in blocks:
@@ -202,4 +213,4 @@ def rows(blocks: tuple[Block, ...], e: int) -> str:
             runs[-1].append(b)
         else:
             runs.append([b])
-    return "".join(row(r, e) for r in runs)
+    return "".join(row(r, e, strategy) for r in runs)

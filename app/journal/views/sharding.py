@@ -191,6 +191,6 @@ def _panel(lay: Layout, measured: list[int] | None, pid: str) -> str:
             f'<h3 id="{escape(pid)}-h">{escape(lay.strategy)} <span class="hint">'
             f"{escape(lay.label)} · {ranks}</span></h3>"
             f'<ul class="shard-summary">{summary}</ul>{_legend(lay)}'
-            f'<div class="shard-blocks">{rows(lay.blocks, lay.e)}</div>'
+            f'<div class="shard-blocks">{rows(lay.blocks, lay.e, lay.strategy)}</div>'
             f'<output class="shard-detail" aria-live="polite">Tap a tile: its shapes, bytes, '
             f"owners and what moves for it.</output>{_ranks(lay, measured)}</section>")

@@ -84,8 +84,8 @@ def run_link(lab: dict) -> str:
 
 
 def _last_values() -> dict:
-    """The query's fields, each its last value: a checkbox follows a hidden "false" of
-    the same name, so an unticked box still says so."""
+    """The query's fields, each its last value (the form sends one of each; an older
+    link's checkbox sent a hidden "false" before its "true")."""
     return {name: values[-1] for name, values in request.args.lists()}
 
 

@@ -5,8 +5,8 @@ between ranks (traffic.py), and the link to the Chrome trace.
 templates/experiments/_run_views.html calls `rank_views(run)`; it renders nothing when
 the run has no events. The strategy and the step come from the query string
 (?tl_strategy=gpipe&tl_step=2): plain links, so picking works without JavaScript. A name
-or step the run does not have falls back to the default (the first strategy, its
-median timed step) and says so, rather than failing the whole page.
+or step the run does not have falls back to the default (the first strategy every rank
+computes in, its median timed step) and says so, rather than failing the whole page.
 """
 
 from __future__ import annotations
@@ -30,11 +30,24 @@ def _result_entry(run: Run, strategy: str) -> dict:
     return {}
 
 
+def _everyone_computes(strategies: list[str], found: rank_events.RunEvents) -> str:
+    """The first strategy in which every rank of the run computes: a run's single-device
+    reference leaves the other ranks idle the whole step, which is not what the view is
+    for (the first strategy when none does)."""
+    ranks = set(found.ranks())
+    for strategy in strategies:
+        working = {e.rank for e in found.events
+                   if e.strategy == strategy and e.kind in ("forward", "backward")}
+        if len(ranks) > 1 and working >= ranks:
+            return strategy
+    return strategies[0]
+
+
 def _pick(strategies: list[str], found: rank_events.RunEvents) -> tuple[str, int, str]:
     """(strategy, step, a note when the query asked for something the run lacks)."""
     note = ""
     asked = request.args.get("tl_strategy")
-    strategy = asked if asked in strategies else strategies[0]
+    strategy = asked if asked in strategies else _everyone_computes(strategies, found)
     if asked is not None and asked != strategy:
         note = f"This run has no strategy {asked[:64]!r}; showing {strategy}."
     steps = found.timed_steps(strategy)

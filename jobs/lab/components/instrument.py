@@ -9,10 +9,16 @@ counts. Times are seconds since a common origin taken right after a
 barrier, so events of different ranks share one clock.
 
 On CUDA a span's host clock would measure kernel launches, not their execution: every
-span and every collective also records two CUDA events on the current stream, and
-``Timeline.resolve()`` - called after the step's own synchronize - replaces the host
-times by the events' times, placed on the common clock through an anchor event recorded
-while the device was idle (right after the step's opening synchronize).
+span records two CUDA events on the current stream, and ``Timeline.resolve()`` - called
+after the step's own synchronize - replaces the host times by the events' times, placed
+on the common clock through an anchor event recorded while the device was idle (right
+after the step's opening synchronize). A collective runs on NCCL's own stream, so events
+on the compute stream around its wait() would time whatever compute was queued before
+the wait too (the backward it overlaps): each collective is timed on a timing stream of
+its group's, which waits for the compute stream at launch (the collective cannot start
+before that either, nor before its group's previous one, which this stream also waited
+for) and for the collective's work right after launch, so its two events bracket the
+collective alone.
 """
 
 from __future__ import annotations
@@ -115,17 +121,16 @@ class Timeline:
 
 class _Pending:
     """Collectives in flight: bytes were counted at launch, time is taken when wait()
-    returns (on CUDA: when the waiting stream may go on, not when the host gets there)."""
+    returns (on CUDA the end was recorded on the timing stream at launch: `end`)."""
 
-    def __init__(self, comm: Comm, works: list, records: list[tuple]) -> None:
-        self.comm, self.works, self.records = comm, works, records
+    def __init__(self, comm: Comm, works: list, records: list[tuple], end: Any = None) -> None:
+        self.comm, self.works, self.records, self.end = comm, works, records, end
 
     def wait(self) -> None:
         for work in self.works:
             work.wait()
-        end = self.comm.timeline.mark()
         for record in self.records:
-            self.comm._time(*record, end)
+            self.comm._time(*record, self.end)
         self.works, self.records = [], []
 
 
@@ -136,8 +141,10 @@ class Comm:
 
     It never blocks: bytes and calls are counted at launch; time is host seconds on
     CPU (gloo's work is done when the call or its wait() returns) and CUDA events on
-    the current stream on GPU, read in reset(), which the experiment calls after its
-    step's own synchronize. Calls use ``group`` unless given another."""
+    the group's timing stream on GPU (the module docstring), read in reset(), which the
+    experiment calls after its step's own synchronize. Calls use ``group`` unless given
+    another. On CUDA every call is launched asynchronously and, when the caller asked
+    for a synchronous one, waited for at once: what nccl does for a synchronous call."""
 
     def __init__(self, timeline: Timeline, group: Any = None,
                  device: torch.device | None = None) -> None:
@@ -145,6 +152,34 @@ class Comm:
         self.cuda = device is not None and device.type == "cuda"
         self.counters: dict[str, dict[str, float]] = {}
         self._unread: list[tuple[str, dict]] = []  # CUDA-timed calls: (kind, event)
+        self._streams: dict[Any, Any] = {}  # CUDA: a timing stream per group
+
+    def _timing_stream(self, group: Any) -> Any:
+        if group not in self._streams:
+            self._streams[group] = torch.cuda.Stream(self.device)
+        return self._streams[group]
+
+    def _start(self, group: Any) -> Any:
+        """CUDA: an event when a collective launched now on `group` can start."""
+        if not self.cuda:
+            return None
+        stream = self._timing_stream(group)
+        stream.wait_stream(torch.cuda.current_stream(self.device))
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(stream)
+        return event
+
+    def _end(self, group: Any, works: list) -> Any:
+        """CUDA: an event when `works` (just launched on `group`) have ended."""
+        if not self.cuda:
+            return None
+        stream = self._timing_stream(group)
+        with torch.cuda.stream(stream):
+            for work in works:
+                work.wait()  # (nccl: makes the current stream, this one, wait)
+        event = torch.cuda.Event(enable_timing=True)
+        event.record(stream)
+        return event
 
     def reset(self) -> dict[str, dict[str, float]]:
         self.timeline.resolve()  # after the step's synchronize: nothing timed waits
@@ -157,16 +192,16 @@ class Comm:
     def _counter(self, kind: str) -> dict[str, float]:
         return self.counters.setdefault(kind, {"count": 0, "bytes": 0, "time_s": 0.0})
 
-    def _launch(self, kind: str, nbytes: int, fields: dict) -> tuple:
+    def _launch(self, kind: str, nbytes: int, fields: dict, group: Any = None) -> tuple:
         c = self._counter(kind)
         c["count"] += 1
         c["bytes"] += nbytes
-        return kind, nbytes, self.timeline.mark(), self.timeline.now(), fields
+        return kind, nbytes, self._start(group), self.timeline.now(), fields
 
     def _time(self, kind: str, nbytes: int, start: Any, host_t0: float, fields: dict,
               end: Any) -> None:
-        """The call has ended: on CPU now; on CUDA when `end` (an event recorded where
-        its result is waited for) runs."""
+        """The call has ended: on CPU now; on CUDA when `end` (an event on the timing
+        stream, after the collective's work) runs."""
         event = self.timeline.add(kind, host_t0, self.timeline.now(), bytes=nbytes, **fields)
         if self.cuda:
             self.timeline.on_device(event, start, end)
@@ -174,12 +209,18 @@ class Comm:
         else:
             self._counter(kind)["time_s"] += event["t1"] - event["t0"]
 
-    def _run(self, kind: str, nbytes: int, fn: Callable[[], Any], async_op: bool,
-             fields: dict) -> _Pending | None:
+    def _run(self, kind: str, nbytes: int, fn: Callable[[bool], Any], async_op: bool,
+             fields: dict, group: Any = None) -> _Pending | None:
+        """`fn(async_op)` launches the call on `group` (None: this wrapper's)."""
+        group = self._g(group)
         record = self._launch(kind, nbytes, {"asynchronous": True, **fields} if async_op
-                              else fields)
-        work = fn()
-        pending = _Pending(self, [work] if async_op else [], [record])
+                              else fields, group)
+        works = []
+        if async_op or self.cuda:
+            works.append(fn(True))
+        else:
+            fn(False)  # gloo: done when it returns
+        pending = _Pending(self, works, [record], self._end(group, works))
         if async_op:
             return pending
         pending.wait()
@@ -191,20 +232,23 @@ class Comm:
     def all_reduce(self, t: torch.Tensor, group: Any = None, async_op: bool = False,
                    **fields: Any) -> _Pending | None:
         return self._run("all_reduce", t.numel() * t.element_size(),
-                         lambda: dist.all_reduce(t, group=self._g(group), async_op=async_op),
-                         async_op, fields)
+                         lambda a: dist.all_reduce(t, group=self._g(group), async_op=a),
+                         async_op, fields, group)
 
     def all_reduce_future(self, t: torch.Tensor, group: Any = None,
                           **fields: Any) -> torch.futures.Future:
         """An all_reduce as a Future (what a DDP comm hook returns), counted at launch
         and timed when the future completes (on CUDA the callback runs on streams that
         wait for the collective, so an event recorded there marks its end)."""
+        group = self._g(group)
         record = self._launch("all_reduce", t.numel() * t.element_size(),
-                              {"asynchronous": True, **fields})
-        fut = dist.all_reduce(t, group=self._g(group), async_op=True).get_future()
+                              {"asynchronous": True, **fields}, group)
+        work = dist.all_reduce(t, group=group, async_op=True)
+        end = self._end(group, [work])
+        fut = work.get_future()
 
         def done(f: torch.futures.Future) -> torch.Tensor:
-            self._time(*record, self.timeline.mark())
+            self._time(*record, end)
             value = f.value()
             return value[0] if isinstance(value, list) else value
 
@@ -213,25 +257,27 @@ class Comm:
     def all_gather(self, out: torch.Tensor, inp: torch.Tensor, group: Any = None,
                    async_op: bool = False, **fields: Any) -> _Pending | None:
         return self._run("all_gather", out.numel() * out.element_size(),
-                         lambda: dist.all_gather_into_tensor(out, inp, group=self._g(group),
-                                                             async_op=async_op),
-                         async_op, fields)
+                         lambda a: dist.all_gather_into_tensor(out, inp, group=self._g(group),
+                                                               async_op=a),
+                         async_op, fields, group)
 
     def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, group: Any = None,
                        async_op: bool = False, **fields: Any) -> _Pending | None:
         return self._run("reduce_scatter", inp.numel() * inp.element_size(),
-                         lambda: dist.reduce_scatter_tensor(out, inp, group=self._g(group),
-                                                            async_op=async_op),
-                         async_op, fields)
+                         lambda a: dist.reduce_scatter_tensor(out, inp, group=self._g(group),
+                                                              async_op=a),
+                         async_op, fields, group)
 
     def broadcast(self, t: torch.Tensor, src: int, group: Any = None, **fields: Any) -> None:
         self._run("broadcast", t.numel() * t.element_size(),
-                  lambda: dist.broadcast(t, src=src, group=self._g(group)), False, fields)
+                  lambda a: dist.broadcast(t, src=src, group=self._g(group), async_op=a),
+                  False, fields, group)
 
     def all_to_all(self, out: torch.Tensor, inp: torch.Tensor, group: Any = None,
                    **fields: Any) -> None:
         self._run("all_to_all", inp.numel() * inp.element_size(),
-                  lambda: dist.all_to_all_single(out, inp, group=self._g(group)), False, fields)
+                  lambda a: dist.all_to_all_single(out, inp, group=self._g(group), async_op=a),
+                  False, fields, group)
 
     def p2p(self, sends: Sequence[tuple[torch.Tensor, int]] = (),
             recvs: Sequence[tuple[torch.Tensor, int]] = (), **fields: Any) -> _Pending:
@@ -244,8 +290,9 @@ class Comm:
             for t, peer in items:
                 ops.append(dist.P2POp(op, t, peer, self.group))
                 records.append(self._launch(kind, t.numel() * t.element_size(),
-                                            {"peer": peer, **fields}))
-        return _Pending(self, dist.batch_isend_irecv(ops), records)
+                                            {"peer": peer, **fields}, ("p2p", self.group)))
+        works = dist.batch_isend_irecv(ops)
+        return _Pending(self, works, records, self._end(("p2p", self.group), works))
 
 
 class _Saved:

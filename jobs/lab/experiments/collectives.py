@@ -11,7 +11,7 @@ from typing import Any
 from jobs.lab.components.context import Context
 from jobs.lab.components.instrument import Comm, Timeline
 from jobs.lab.experiments.probes import collective, message_bytes, slowest_median, time_fn
-from jobs.lab.predict import cost
+from jobs.lab.predict import calibration, cost
 
 
 def sizes(lo: int, hi: int) -> list[int]:
@@ -83,7 +83,7 @@ def run(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
             step += 1
             ctx.progress(step, total, op=op, bytes=S, time_s=t,
                          busbw_GBps=row["busbw_Bps"] / 1e9)
-        fit = cost.fit_link(op, n, samples)
+        fit = calibration.fit_link(op, n, samples)
         fits[op] = {"alpha_s": fit.alpha, "busbw_Bps": fit.bandwidth,
                     "rms_rel_error": fit.rms_rel_error, "max_rel_error": fit.max_rel_error,
                     "formula": "t = alpha + factor(op, n) * S / W"}

@@ -25,7 +25,7 @@ from jobs.lab.components.context import NATIVE, Context, devices_served
 from jobs.lab.components.instrument import Comm
 from jobs.lab.components.model import ModelConfig, build_model, loss_fn, make_batch
 from jobs.lab.components.optim import make_optimizer
-from jobs.lab.predict import cost
+from jobs.lab.predict import calibration
 from jobs.lab.predict.memory import RECIPES
 
 DENSE_BF16_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
@@ -92,6 +92,32 @@ def time_fn(ctx: Context, fn: Callable[[], None], iters: int, warmup: int,
     return times
 
 
+def device_times(ctx: Context, fn: Callable[[], None], iters: int, warmup: int) -> list[float]:
+    """Seconds of each call as the device runs it, for what a step prices by shape (GEMMs,
+    attention, copies). On CPU the host runs it: time_fn. On CUDA a synchronize after
+    every call would add the host's launch and wait to a kernel that, in a step, runs
+    while the host launches the next; the host's part is priced once, as the per-operator
+    overhead, and composed with the device's by max (calibration.Calibration.compute). So the
+    calls are queued behind a sleeping kernel and timed by events between them: the
+    device runs them back to back, whatever the host's pace."""
+    if not ctx.is_cuda:
+        return time_fn(ctx, fn, iters, warmup, fence=False)
+    for _ in range(warmup):
+        fn()
+    ctx.sync()
+    marks = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
+    torch.cuda._sleep(SLEEP_CYCLES)
+    marks[0].record()
+    for mark in marks[1:]:
+        fn()
+        mark.record()
+    ctx.sync()
+    return [a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:], strict=False)]
+
+
+SLEEP_CYCLES = 20_000_000  # GPU clock cycles: long enough to queue every call behind it
+
+
 def expected(times: list[float]) -> float:
     """What one call costs in a step that makes many: their mean - a step adds up every
     call, its stalls included (a collective's median per call can be half its mean on a
@@ -118,7 +144,7 @@ def copy_bandwidth(ctx: Context, nbytes: int = 64 << 20, iters: int = 5) -> floa
     """Read+write bytes per second of a device copy of nbytes."""
     src = torch.ones(max(1, nbytes // 4), device=ctx.device)
     dst = torch.empty_like(src)
-    times = time_fn(ctx, lambda: dst.copy_(src), iters, warmup=1, fence=False)
+    times = device_times(ctx, lambda: dst.copy_(src), iters, warmup=1)
     return 2 * src.numel() * 4 / statistics.median(times)
 
 
@@ -186,7 +212,7 @@ def gemm_time(ctx: Context, key: tuple, iters: int = 7) -> float:
     fn = {"mm": lambda: torch.mm(a, b), "bmm": lambda: torch.bmm(a, b),
           "addmm": lambda: torch.addmm(bias, a, b),
           "baddbmm": lambda: torch.baddbmm(bias, a, b)}[op]
-    return expected(time_fn(ctx, fn, iters, warmup=2, fence=False))
+    return expected(device_times(ctx, fn, iters, warmup=2))
 
 
 def attention_times(ctx: Context, shape: tuple, dtype: str, iters: int = 5) -> dict[str, float]:
@@ -199,9 +225,8 @@ def attention_times(ctx: Context, shape: tuple, dtype: str, iters: int = 5) -> d
 
     out = forward()
     grad = torch.ones_like(out)
-    t_f = expected(time_fn(ctx, forward, iters, warmup=2, fence=False))
-    t_fb = expected(time_fn(ctx, lambda: forward().backward(grad), iters, warmup=2,
-                            fence=False))
+    t_f = expected(device_times(ctx, forward, iters, warmup=2))
+    t_fb = expected(device_times(ctx, lambda: forward().backward(grad), iters, warmup=2))
     return {"forward": t_f, "backward": max(t_fb - t_f, 0.0)}
 
 
@@ -268,7 +293,7 @@ def subgroups(ctx: Context, n: int) -> tuple[Any, list[int]]:
 
 def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
                burst: int = 4, group: tuple[Any, list[int]] | None = None
-               ) -> cost.LinkFit:
+               ) -> calibration.LinkFit:
     """alpha and W of `op`, fitted to the time per call of bursts of `burst` calls in a
     row on as many different buffers - as a step issues them: one after another, not each
     after a barrier, and each on its own tensor (gloo costs about twice as much per call
@@ -292,11 +317,11 @@ def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
     n = len(group[1]) if group else ctx.world
     samples = [(message_bytes(op, S, n), max(m[i] for m in means))
                for i, S in enumerate(sizes)]
-    return cost.fit_link(op, n, samples)
+    return calibration.fit_link(op, n, samples)
 
 
 def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
-              precision: str = "fp32_sgd") -> cost.Calibration:
+              precision: str = "fp32_sgd") -> calibration.Calibration:
     """What this run's step times are priced with, measured for what its strategies run
     (``needs``: the same on every rank - links {op: largest message}, gemm and attention
     keys from the census, the model kind, whether DTensor is used, the mean bytes of an
@@ -327,7 +352,7 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
         for way in ("forward", "backward"):
             attention_s[(way, shape, dt)] = max(r["attention"][i][way] for r in everyone)
     bandwidth = min(r["bandwidth"] for r in everyone)
-    priced = cost.Calibration(flops=0.0, peak_flops=0.0, gemm_s=gemm_s,
+    priced = calibration.Calibration(flops=0.0, peak_flops=0.0, gemm_s=gemm_s,
                                    attention_s=attention_s, bandwidth=bandwidth)
     t = priced.compute({"step": tiny_phase})
     tiny_s = max(r["tiny"] for r in everyone)
@@ -337,11 +362,12 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
     rate = 2 * _mnk(big) / gemm_s[big] if big else 0.0
     peak, name = peak_for(ctx, dtype)
     peak = min(p for p in ctx.gather(peak))
-    return cost.Calibration(
+    return calibration.Calibration(
         flops=rate, peak_flops=max(peak, rate) if name.startswith("measured") else peak,
         peak_samples=[peak] if name.startswith("measured") else [],
         links=links, n=ctx.world, peak_name=name, gemm_s=gemm_s, attention_s=attention_s,
-        op_s=op_s, dtensor_op_s=max(r["dtensor"] for r in everyone), bandwidth=bandwidth)
+        op_s=op_s, dtensor_op_s=max(r["dtensor"] for r in everyone), bandwidth=bandwidth,
+        host_overlaps=ctx.is_cuda)
 
 
 def _mnk(key: tuple) -> int:

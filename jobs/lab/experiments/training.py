@@ -32,7 +32,7 @@ from jobs.lab.experiments import timing
 from jobs.lab.experiments.probes import calibrate, concurrency, peak_sample
 from jobs.lab.experiments.recompute_versus import add_versus_single
 from jobs.lab.experiments.summary import counted_kinds, summarise
-from jobs.lab.predict.cost import link_key
+from jobs.lab.predict.calibration import link_key
 from jobs.lab.predict.memory import RECIPES
 from jobs.lab.strategies.base import Strategy, TrainSpec
 from jobs.lab.strategies.correctness import TOLERANCES, gate, gate_batches, reference_steps

@@ -13,10 +13,16 @@ gang), log tee and prefixes, and tearing the ranks down when one fails.
 bench/launch.py measures both ways in one run (docs/PERFORMANCE.md, *Starting a run's
 ranks*).
 
-Forking is safe for CUDA while the agent has not initialised it. The imports here touch
-no device; torchrun's LaunchConfig asks torch.cuda.is_available(), which calls cuInit
-(and so spoils CUDA in every forked child) unless PYTORCH_NVML_BASED_CUDA_CHECK=1, set
-before torch is imported, makes it ask NVML instead.
+Forking is safe for CUDA only while the agent has not initialised it, and that cannot be
+promised: torchrun's LaunchConfig asks torch.cuda.is_available(), and even with
+PYTORCH_NVML_BASED_CUDA_CHECK=1 (set below, before torch is imported) torch falls back to
+cudaGetDeviceCount - cuInit in the agent, a broken CUDA in every forked child - whenever
+NVML cannot load or answer, or CUDA_VISIBLE_DEVICES names MIG devices (torch/cuda's
+_device_count_nvml gives up on "MIG-"). So ranks that may use CUDA are never forked from
+the agent: they start by forkserver, a fresh Python (exec'd, not forked from the agent)
+that imports the same modules once and forks each rank from itself; only device=cpu runs
+(CUDA_VISIBLE_DEVICES="", launch.py) and hosts whose torch has no CUDA are forked from
+the agent. A rank that finds itself in a bad fork anyway stops with a clear error.
 """
 
 from __future__ import annotations
@@ -26,18 +32,71 @@ import os
 os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # before torch: see above
 
 import importlib  # noqa: E402
+import json  # noqa: E402
+import multiprocessing  # noqa: E402
 import signal  # noqa: E402
 import sys  # noqa: E402
 import uuid  # noqa: E402
 
+import torch  # noqa: E402
 import torch._dynamo  # noqa: E402,F401  (what an optimizer's first step imports)
+from torch.distributed import TCPStore  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
+from torch.distributed.elastic.rendezvous import rendezvous_handler_registry  # noqa: E402
+from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import (  # noqa: E402
+    StaticTCPRendezvous,
+    create_rdzv_handler,
+)
 from torch.distributed.launcher.api import elastic_launch  # noqa: E402
 from torch.distributed.run import config_from_args, parse_args  # noqa: E402
 
 from jobs.lab.launcher import worker  # noqa: E402
 
 WORKER = "jobs.lab.launcher.worker"
+AGENT = "jobs.lab.launcher.elastic"
+RDZV_FD_ENV = "COMMONPLACE_RDZV_FD"  # launch.py's: node 0's reserved listening socket
+RESERVED = "reserved-static"
+
+
+class ReservedStaticRendezvous(StaticTCPRendezvous):
+    """torchrun's static rendezvous, whose node 0 serves its store on a socket reserved
+    (bound and listening) before the port was handed to the other nodes, rather than
+    binding the port only now, when another process may have taken it. Connections
+    that arrived meanwhile wait in its backlog."""
+
+    def __init__(self, inner: StaticTCPRendezvous, fd: int) -> None:
+        super().__init__(inner.master_addr, inner.master_port, inner.rank, inner.world_size,
+                         inner.run_id, int(inner.timeout.total_seconds()))
+        self.fd = fd
+
+    def get_backend(self) -> str:
+        return RESERVED
+
+    def next_rendezvous(self):  # noqa: ANN201  (torchrun's RendezvousInfo)
+        if self._store is None and self.rank == 0:
+            self._store = TCPStore(self.master_addr, self.master_port, self.world_size, True,
+                                   self.timeout, multi_tenant=True, master_listen_fd=self.fd)
+        return super().next_rendezvous()
+
+
+def _reserved_handler(params):  # noqa: ANN001,ANN202  (torchrun's registry calls it)
+    return ReservedStaticRendezvous(create_rdzv_handler(params), int(os.environ[RDZV_FD_ENV]))
+
+
+def requested_device(script_args: list[str]) -> str:
+    """The device the worker's --params ask for ("auto" when they do not say)."""
+    try:
+        params = json.loads(script_args[script_args.index("--params") + 1])
+    except (ValueError, IndexError):
+        return "auto"
+    return str(params.get("device", "auto")) if isinstance(params, dict) else "auto"
+
+
+def start_method(device: str, cuda_built: bool) -> str:
+    """fork where no rank can touch CUDA; else forkserver (the module docstring says why)."""
+    if device == "cpu" or (device == "auto" and not cuda_built):
+        return "fork"
+    return "forkserver"
 
 
 @record
@@ -46,15 +105,25 @@ def main(argv: list[str] | None = None) -> None:
     if not (args.module and args.training_script == WORKER):
         raise SystemExit(f"jobs.lab.launcher.elastic runs only -m {WORKER}")
     experiment = args.training_script_args[0] if args.training_script_args else ""
+    preload = [AGENT, WORKER]
     if experiment in worker.IMPLEMENTATIONS:
         importlib.import_module(worker.IMPLEMENTATIONS[experiment])
-    args.start_method = "fork"
+        preload.append(worker.IMPLEMENTATIONS[experiment])
+    device = requested_device(args.training_script_args)
+    args.start_method = start_method(device, torch.backends.cuda.is_built())
+    if args.start_method == "forkserver":
+        multiprocessing.set_forkserver_preload(preload)
+    print(f"ranks start by {args.start_method} (device {device})", file=sys.stderr, flush=True)
     if args.standalone:  # as torchrun's own run() resolves --standalone
         args.rdzv_backend, args.rdzv_endpoint = "c10d", "localhost:0"
         args.rdzv_id = str(uuid.uuid4())
     if args.master_port is None:
         args.master_port = 29500
     config, _, _ = config_from_args(args)
+    if config.rdzv_backend == "static" and os.environ.get(RDZV_FD_ENV, "").isdigit():
+        # (after config_from_args, which gives only "static" its node rank)
+        rendezvous_handler_registry.register(RESERVED, _reserved_handler)
+        config.rdzv_backend = RESERVED
     elastic_launch(config=config, entrypoint=rank)(*args.training_script_args)
 
 
@@ -64,6 +133,9 @@ def rank(*argv: str) -> None:
     a rank told to stop by SIGTERM stops there. Its exception is printed as a rank of its
     own prints it, through the hook init_process_group installs ("[rank1]: Traceback …"),
     for the launcher to read in the log; torchrun would only keep it in an error file."""
+    if torch.cuda._is_in_bad_fork():  # forked from a process that had initialised CUDA
+        raise SystemExit("this rank was forked after CUDA was initialised in its parent; "
+                         "CUDA cannot work here (start ranks by forkserver or spawn)")
     for sig in (signal.SIGTERM, signal.SIGHUP, signal.SIGQUIT):
         signal.signal(sig, signal.SIG_DFL)
     signal.signal(signal.SIGINT, signal.default_int_handler)

@@ -8,18 +8,25 @@ result.json and the exit code says it too (the table is base/contract.py); the
 runner agent only forwards it.
 
 torchrun runs in its own session (process group): the watchdog, a cancel and a
-failure all end it with killpg, SIGTERM then SIGKILL, so no rank outlives the run.
+failure all end it with killpg, SIGTERM then SIGKILL, so no rank outlives the run. If
+this launcher dies without doing so (SIGKILL), the kernel kills torchrun (a parent-death
+signal), and each rank dies with its parent in turn (worker.die_with_parent).
 
 A run that spans hosts (`gang`: nodes, node_rank, endpoint, rdzv_id, as the runner's
 lease gives them) runs world_size / nodes ranks here, torchrun --nnodes --node-rank with
 the static rendezvous at node 0's endpoint (c10d would ignore --node-rank and number the
 hosts by address, so rank 0 and its result could land anywhere). Every line is tagged
 with its node and rank ("[node1 rank3]:"), so the nodes' logs merge into one. Rank 0,
-on node 0, writes the result; another node succeeds when its own ranks finished.
+on node 0, writes the result; another node succeeds when its own ranks finished. Every
+node waits for the others at the rendezvous for GANG_JOIN_S (COMMONPLACE_GANG_JOIN_S)
+at most, then fails saying so. Node 0's rendezvous listens on a socket the runner
+reserved when it offered the port and still holds (its descriptor in RDZV_FD_ENV), so
+no other process can take the port in between (elastic.py).
 """
 
 from __future__ import annotations
 
+import ctypes
 import json
 import os
 import re
@@ -44,6 +51,15 @@ OUT_OF_MEMORY_RE = re.compile(r"out of memory|OutOfMemoryError", re.I)
 NODE_TAG_RE = re.compile(r"^\[node\d+(?: rank\d+)?\]:")
 LOOPBACK = ("127.", "localhost", "[::1]")
 TIMED_OUT_RE = re.compile(r"\btimed? ?out\b|\btimeout\b", re.I)
+# a node's TCPStore gave up on the rendezvous: node 0 waiting for the others to connect,
+# another node for node 0's store to accept it
+RENDEZVOUS_RE = re.compile(r"waiting for clients|trying to connect to|client socket has "
+                           r"timed out|DistNetworkError|DistStoreError", re.I)
+RANK_LINE_RE = re.compile(r"^\[(?:node\d+ )?rank\d+\]:")  # a rank's: past the rendezvous
+AGENT_READY = "ranks start by"  # elastic.py's line just before its rendezvous
+GANG_JOIN_S = float(os.environ.get("COMMONPLACE_GANG_JOIN_S", "120"))
+JOIN_GRACE_S = 10.0  # the launcher's own deadline, past torchrun's: a node never answered
+RDZV_FD_ENV = "COMMONPLACE_RDZV_FD"  # node 0: the listening socket the runner reserved
 
 
 def failure_result(experiment: str, params: Any, code: str, message: str) -> dict:
@@ -74,7 +90,7 @@ def command(experiment: str, params: dict, out: str, gang: dict | None = None) -
     else:
         where = [f"--nnodes={gang['nodes']}", f"--node-rank={gang['node_rank']}",
                  "--rdzv-backend=static", f"--rdzv-endpoint={gang['endpoint']}",
-                 f"--rdzv-id={gang['rdzv_id']}",
+                 f"--rdzv-id={gang['rdzv_id']}", f"--rdzv-conf=timeout={GANG_JOIN_S:.0f}",
                  f"--nproc-per-node={params['world_size'] // gang['nodes']}",
                  "--tee=3", f"--log-dir={os.path.join(out, 'torchrun')}"]
     return [sys.executable, "-m", "jobs.lab.launcher.elastic", *where, "--monitor-interval=0.2",
@@ -82,8 +98,12 @@ def command(experiment: str, params: dict, out: str, gang: dict | None = None) -
             "--out", out]
 
 
-def environment(params: dict, gang: dict | None = None) -> dict[str, str]:
+def environment(params: dict, gang: dict | None = None,
+                rdzv_fd: int | None = None) -> dict[str, str]:
     env = dict(os.environ)
+    env.pop(RDZV_FD_ENV, None)
+    if rdzv_fd is not None:  # the agent listens on it (elastic.py)
+        env[RDZV_FD_ENV] = str(rdzv_fd)
     env.update(OMP_NUM_THREADS="1", PYTHONUNBUFFERED="1")
     if gang is None or gang["endpoint"].startswith(LOOPBACK):
         env.update(MASTER_ADDR="127.0.0.1", GLOO_SOCKET_IFNAME="lo")
@@ -98,6 +118,32 @@ def environment(params: dict, gang: dict | None = None) -> dict[str, str]:
         # fully_shard on a gloo group moves modules to CUDA when it sees a GPU (#132471)
         env["CUDA_VISIBLE_DEVICES"] = ""
     return env
+
+
+def reserved_fd(gang: dict | None) -> int | None:
+    """Node 0's reserved rendezvous socket, when the runner passed one for this port."""
+    raw = os.environ.get(RDZV_FD_ENV, "")
+    if gang is None or gang["node_rank"] != 0 or not raw.isdigit():
+        return None
+    import socket  # (only a gang's node 0 needs it)
+    try:
+        with socket.socket(fileno=os.dup(int(raw))) as sock:
+            port = sock.getsockname()[1]
+    except OSError:
+        return None
+    return int(raw) if str(port) == gang["endpoint"].rsplit(":", 1)[1] else None
+
+
+def _die_with(launcher: int) -> Any:
+    """torchrun's preexec: SIGKILL when this launcher dies (or has died already)."""
+    def preexec() -> None:
+        try:
+            ctypes.CDLL("libc.so.6", use_errno=True).prctl(1, signal.SIGKILL)  # PDEATHSIG
+        except (OSError, AttributeError):
+            return  # not Linux: the process group is what there is
+        if os.getppid() != launcher:
+            os._exit(1)
+    return preexec
 
 
 def _kill_group(proc: subprocess.Popen) -> None:
@@ -175,18 +221,29 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
     tail: deque[str] = deque(maxlen=400)
     log = open(os.path.join(out, contract.OUTPUT_LOG), "w")
     started = time.monotonic()
-    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=environment(params, gang),
+    fd = reserved_fd(gang)
+    proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=environment(params, gang, fd),
                             stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True,
-                            bufsize=1, start_new_session=True)
+                            bufsize=1, start_new_session=True, pass_fds=(fd,) if fd else (),
+                            preexec_fn=_die_with(os.getpid()))
     # who to kill if this launcher itself dies: torchrun leads its own process group
     write_json(os.path.join(out, contract.PIDS_FILE), contract.pids_record(os.getpid(), proc.pid))
-    state = {"timed_out": False, "cancelled": False}
+    state = {"timed_out": False, "cancelled": False, "unassembled": False}
+    ready, joined = threading.Event(), threading.Event()
 
     def watchdog() -> None:
         if _wait(proc, timeout_s):
             return
         state["timed_out"] = True
         _kill_group(proc)
+
+    def gang_watch() -> None:
+        """torchrun's store bounds its own wait, but not a connection that a held port
+        accepted and nothing answers (node 0's runner up, its launcher not)."""
+        ready.wait()
+        if not joined.wait(GANG_JOIN_S + JOIN_GRACE_S) and proc.poll() is None:
+            state["unassembled"] = True
+            _kill_group(proc)
 
     def on_signal(signum: int, _frame: Any) -> None:
         state["cancelled"] = True
@@ -197,8 +254,14 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
         for sig in (signal.SIGTERM, signal.SIGINT):
             previous[sig] = signal.signal(sig, on_signal)
     threading.Thread(target=watchdog, daemon=True).start()
+    if gang:
+        threading.Thread(target=gang_watch, daemon=True).start()
     try:
         for line in proc.stdout:
+            if line.startswith(AGENT_READY):
+                ready.set()
+            elif RANK_LINE_RE.match(line):
+                joined.set()
             if tag and not NODE_TAG_RE.match(line):
                 line = tag + line
             stdout.write(line)
@@ -207,6 +270,7 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
             tail.append(NODE_TAG_RE.sub("", line) if tag else line)
         rc = proc.wait()
     finally:
+        ready.set()  # (the gang's watch ends with the run)
         if proc.poll() is None:
             _kill_group(proc)
         log.close()
@@ -231,6 +295,12 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
         message = result["reason"]["message"] if result.get("reason") else ""
     elif first > 0 and (rc == 0 or _all_done(out, ranks)):
         decided_here, code, message = False, "succeeded", ""  # node 0 has the result
+    elif gang and not joined.is_set() and (state["unassembled"]
+                                           or RENDEZVOUS_RE.search("".join(tail))):
+        code, message = "timeout", (
+            f"the gang did not assemble: not all {gang['nodes']} nodes reached the "
+            f"rendezvous at {gang['endpoint']} within {GANG_JOIN_S:.0f} s (a node that never "
+            "started, or cannot reach node 0)")
     else:
         code, message = classify_crash(tail, rc)
     if decided_here:  # the result says so, keeping whatever the ranks wrote

@@ -126,6 +126,7 @@ def rank(*argv: str) -> None:
     rank, world = int(os.environ.get("RANK", "0")), int(os.environ.get("WORLD_SIZE", "1"))
     os.makedirs(args.out, exist_ok=True)
     result_path = os.path.join(args.out, contract.RESULT_FILE)
+    load_plugin()
     try:
         # (the GPUs this host needs: its own ranks, when the run spans hosts)
         local = int(os.environ.get("LOCAL_WORLD_SIZE", world))
@@ -138,7 +139,6 @@ def rank(*argv: str) -> None:
                 context.environment(None, "cpu", world), {}), default=_jsonable)
         print(f"error: {exc}", file=sys.stderr, flush=True)
         return
-    load_plugin()
     ctx = context.init(device)
     ctx.out_dir = args.out
     context.say(f"worker rank={ctx.rank} pid={os.getpid()} backend={ctx.backend}")

@@ -19,7 +19,7 @@ import math
 from typing import Any
 
 from jobs.lab.catalogue import registry
-from jobs.lab.predict import cost
+from jobs.lab.predict import activation_choices, cost, schedule
 from jobs.lab.predict import memory as memorymodel
 from jobs.lab.predict.whatif import PRESETS, Hardware
 
@@ -61,13 +61,18 @@ def memory(c: dict, hw: Hardware, rank: int) -> dict[str, Any]:
     P = cost.rank_params(L, h, s, v, t=t, p=p, rank=rank, tied=c["tied"])
     state = memorymodel.model_state(c["precision"], P, stage=stage, d=d)
     first, last = rank == 0, rank == p - 1
-    blocks = len(cost.stage_layers(L, p, rank))
-    one = memorymodel.activations("gpt", blocks, n, h, c["heads"], v, e, t=t,
-                                  first=first, last=last)
+    n_blocks = len(cost.stage_layers(L, p, rank))
+    ends = memorymodel.activations("gpt", 0, n, h, c["heads"], v, e, t=t, first=first,
+                                   last=last)  # the embedding's and the head's
     in_flight = min(p - rank, m)
+    held_blocks = activation_choices.in_flight_blocks(c, rank, n_blocks)
+    activations = held_blocks * activation_choices.per_block(c, n, e) + in_flight * ends
     work = memorymodel.backward_working_set(n, h, e, t)
     temporary = max(work, memorymodel.loss_gradient("gpt", n, h, v, e) if last else 0)
     buffers = {"backward's largest temporary": temporary}
+    if c["recompute"] == "full":  # a block's activations, rebuilt for its backward
+        buffers["a block rebuilt"] = activation_choices.per_block(
+            {**c, "recompute": "none"}, n, e)
     if d > 1 and stage == 0:
         buffers["DDP buckets"] = P * e
     elif d > 1 and stage in (1, 2):
@@ -79,11 +84,12 @@ def memory(c: dict, hw: Hardware, rank: int) -> dict[str, Any]:
     if p > 1:
         buffers["pipeline receive buffers"] = in_flight * n * h * e * ((not first) + (not last))
     parts = {"params": state["params"], "grads": state["grads"],
-             "optimizer": state["optimizer"], "activations": in_flight * one,
+             "optimizer": state["optimizer"], "activations": activations,
              "buffers": sum(buffers.values())}
     total = sum(parts.values())
     return {"stage": rank, "params_held": P, "parts_bytes": parts, "buffers": buffers,
-            "total_bytes": total, "micro_batches_in_flight": in_flight,
+            "total_bytes": total,
+            "micro_batches_in_flight": held_blocks / n_blocks if n_blocks else in_flight,
             "bytes_per_param": state["total"] / P, "fits": total <= hw.hbm_bytes,
             "margin_bytes": hw.hbm_bytes - total}
 
@@ -100,9 +106,11 @@ def communication(c: dict, rank: int) -> dict[str, dict]:
         tp = cost.tp_comm(len(cost.stage_layers(L, p, rank)), b, s, h, e)
         out["TP all_reduce"] = {"op": "all_reduce", "bytes": m * tp["all_reduce"]["bytes"],
                                 "count": m * tp["all_reduce"]["count"], "n": t, "span": t}
-    if p > 1:
+    if p > 1:  # a micro-batch crosses the ranks once per virtual stage
+        vs = c["virtual_stages"]
         for kind, x in cost.pp_comm(rank, p, m, b * s * h * e).items():
-            out[f"PP {kind}"] = {"op": "send_recv", **x, "n": 2, "span": t * d * p}
+            out[f"PP {kind}"] = {"op": "send_recv", "bytes": vs * x["bytes"],
+                                 "count": vs * x["count"], "n": 2, "span": t * d * p}
     if d > 1:
         root, blocks = rank_units(c, rank)
         embed = 2 if rank == 0 else 0  # the model's order: wte, wpe, blocks, ln_f, head
@@ -139,7 +147,11 @@ def stage_terms(c: dict, hw: Hardware, rank: int, comm: dict) -> tuple[dict, dic
     f = cost.rank_flops_per_token(L, h, s, v, t=t, p=p, rank=rank, tied=c["tied"])
     blocks = len(cost.stage_layers(L, p, rank))
     ops = m * (1 + OPS_BACKWARD) * OPS_PER_BLOCK * blocks
-    fb = {"gemm": f["gemm"] * tokens / hw.flops, "attention": f["attention"] * tokens / hw.flops,
+    # recomputation runs forward again (a third of forward + backward): every block's
+    # (full), or the attention core's (selective)
+    again = {"none": (1, 1), "selective": (1, 4 / 3), "full": (4 / 3, 4 / 3)}[c["recompute"]]
+    fb = {"gemm": again[0] * f["gemm"] * tokens / hw.flops,
+          "attention": again[1] * f["attention"] * tokens / hw.flops,
           "op_overhead": ops * hw.op_s, "memory_traffic": 0.0}
     state = memorymodel.model_state(c["precision"], cost.rank_params(
         L, h, s, v, t=t, p=p, rank=rank, tied=c["tied"]), stage=c["zero"], d=d)
@@ -186,8 +198,10 @@ def estimate(c: dict, hw: Hardware) -> dict[str, Any]:
                                       t_p2p, [x[2] for x in terms])
     worst = pipe["critical_rank"]
     step_terms = {k: v_ for k, v_ in pipe["terms_s"].items() if k != "comm"}
-    if p > 1:
-        step_terms["PP send/recv"] = pipe["terms_s"]["comm"]
+    vs = c["virtual_stages"]
+    if p > 1:  # interleaved: fill and drain of chunks 1/v of a stage, v times the sends
+        step_terms["bubble"] = pipe["terms_s"]["bubble"] / vs
+        step_terms["PP send/recv"] = pipe["terms_s"]["comm"] * vs
     step_terms.update(exposed_dp(c, hw, comms[worst], terms[worst][0]))
     step = cost.prediction(step_terms, "T = pipeline (m + p - 1 slots of compute + "
                                 "TP all-reduces + 2 sends) + optimizer + exposed DP/ZeRO "
@@ -214,17 +228,25 @@ def estimate(c: dict, hw: Hardware) -> dict[str, Any]:
                 "memory_bytes": hw.hbm_bytes, "memory_Bps": hw.hbm_Bps},
         "memory": {**ranks[heaviest], "per_stage": ranks},
         "time": {**step, "tokens_per_s": tokens / T},
-        "bubble_fraction": cost.bubble_fraction(p, m),
+        "bubble_fraction": schedule.interleaved_bubble(p, m, c["virtual_stages"]),
         "communication": comm_out,
         "mfu": model_flops / (T * world * hw.peak_flops),
         "assumptions": assumptions(c, hw),
-        "lab": lab_run(c, ranks[heaviest]["fits"]),
+        "lab": lab_run(c, hw),
     }
 
 
+ACTIVATION_MODELS = {
+    "lab": "activations as the lab's GPT block keeps them: fused attention (FlashAttention-"
+           "style, no s x s scores kept) and no dropout",
+    "paper": "activations as Korthikanti et al. 2022 count them (their Table 2): attention "
+             "scores and softmax kept, dropout masks of 1 byte, 16-bit activations",
+}
+
+
 def assumptions(c: dict, hw: Hardware) -> list[str]:
-    out = ["GPT blocks as the lab's model (jobs/lab/components/model.py): LayerNorm, 4h GeLU MLP, "
-           "separate q/k/v, no dropout; FlashAttention-style attention (no s x s scores)",
+    out = ["GPT blocks as the lab's model (jobs/lab/components/model.py): LayerNorm, 4h GeLU "
+           "MLP, separate q/k/v", ACTIVATION_MODELS[c["activations"]],
            f"matmuls run at {hw.flops / hw.peak_flops:.0%} of the peak"
            + ("" if hw.op_s == 0 else " (measured), plus the measured per-operator "
               "overhead for about 30 operators per block forward, 2.4x backward"),
@@ -233,12 +255,24 @@ def assumptions(c: dict, hw: Hardware) -> list[str]:
            "tensor parallelism as Megatron's: embeddings, head and LayerNorms replicated; "
            "its 4 all-reduces per block and micro-batch are on the critical path",
            "pipeline 1F1B: stage r holds min(p - r, m) micro-batches' activations; "
-           "bubble (p - 1)/(m + p - 1)",
+           "bubble (p - 1)/(m + p - 1)" if c["virtual_stages"] == 1 else
+           f"interleaved 1F1B, {c['virtual_stages']} chunks a GPU: bubble (p - 1)/(v m + p - 1), "
+           "v times the sends, a stage holds its warm-up's chunks",
            "DP gradients are reduced once per step (no_sync on the other micro-batches), "
            + ("overlapped with the last micro-batch's backward" if c["overlap"] else
               "not overlapped with compute"),
-           "not counted: CUDA context and allocator fragmentation (1 to 2 GB), activation "
-           "recomputation, sequence/context parallelism"]
+           "not counted: CUDA context and allocator fragmentation (1 to 2 GB), context "
+           "parallelism"]
+    if c["recompute"] != "none":
+        out.append({"full": "full recomputation: a block keeps its input and runs its "
+                            "forward again in backward (4/3 of the matmul time)",
+                    "selective": "selective recomputation: the attention core runs again "
+                                 "in backward (4/3 of the attention time)"}[c["recompute"]])
+    if c["sequence_parallel"] and c["tp"] > 1:
+        out.append("sequence parallelism: LayerNorms and dropout on 1/t of the tokens; each "
+                   "all-reduce becomes an all-gather and a reduce-scatter of the same bytes"
+                   + (", and the column-parallel inputs are kept gathered (as the lab's "
+                      "sequence experiment does)" if c["activations"] == "lab" else ""))
     if c["zero"] == 3:
         out.append("ZeRO-3 gathers and reduce-scatters every micro-batch (FSDP2's default), "
                    + ("hidden behind compute by prefetch" if c["overlap"] else "exposed"))
@@ -251,9 +285,54 @@ def assumptions(c: dict, hw: Hardware) -> list[str]:
 LAB = {"dp": "data_parallel", "zero": "zero", "tp": "tensor_parallel", "pp": "pipeline"}
 
 
-def lab_run(c: dict, fits: bool) -> dict[str, Any]:
+def lab_run(c: dict, hw: Hardware) -> dict[str, Any]:
     """The lab experiment that runs this configuration, and its parameters - or why the
-    lab cannot (it runs one kind of parallelism at a time, within registry.py's ranges)."""
+    lab cannot. A change it suggests (one micro-batch, a smaller batch) is one it has
+    checked: the changed configuration is one the lab runs and that fits."""
+    plan = _lab_plan(c)
+    if plan.get("one_micro_batch"):
+        return _one_micro_batch(c, hw, plan["experiment"])
+    if plan["ok"] and not _fits(c, hw):
+        return {"ok": False, "experiment": plan["experiment"],
+                "why": "it does not fit in memory"}
+    return plan
+
+
+def _fits(c: dict, hw: Hardware) -> bool:
+    return all(memory(c, hw, r)["fits"] for r in range(c["pp"]))
+
+
+def _one_micro_batch(c: dict, hw: Hardware, name: str) -> dict[str, Any]:
+    """The lab's experiment runs one micro-batch a step: the largest batch (halving the
+    sequences per GPU) that it runs in one micro-batch and that fits, if there is one."""
+    why = f"the lab's {name} experiment runs one micro-batch per step"
+    per_gpu = c["batch_size"] // c["dp"]
+    while per_gpu >= 1:
+        trial = {**c, "micro_batches": 1, "batch_size": per_gpu * c["dp"]}
+        plan = _lab_plan(trial)
+        if not plan["ok"]:
+            return {"ok": False, "experiment": name, "why": f"{why}; {plan['why']}"}
+        if _fits(trial, hw):
+            smaller = trial["batch_size"] != c["batch_size"]
+            change = "micro-batches to 1" + (
+                f" and the batch to {trial['batch_size']} sequences ({per_gpu} a GPU; "
+                f"{c['batch_size'] // c['dp']} in one micro-batch does not fit)" if smaller
+                else "")
+            return {"ok": False, "experiment": name, "why": f"{why}: set {change}",
+                    "suggest": {"micro_batches": 1, "batch_size": trial["batch_size"]}}
+        per_gpu //= 2
+    return {"ok": False, "experiment": name,
+            "why": f"{why}, and in one micro-batch it does not fit, even one sequence a GPU"}
+
+
+def _lab_plan(c: dict) -> dict[str, Any]:
+    """What the lab would run, memory aside; {"one_micro_batch": True} when only the
+    micro-batches stand in the way."""
+    if c["recompute"] != "none" or c["sequence_parallel"] or c["virtual_stages"] > 1:
+        return {"ok": False, "why": "recomputation, sequence parallelism and interleaving "
+                                    "are the lab's recompute, sequence and pipeline "
+                                    "experiments, each on its own: open one from the "
+                                    "catalogue"}
     used = [k for k in ("tp", "pp") if c[k] > 1]
     used += ([] if c["dp"] == 1 else ["zero"] if c["zero"] else ["dp"])  # ZeRO shards DP
     if len(used) > 1:
@@ -267,8 +346,7 @@ def lab_run(c: dict, fits: bool) -> dict[str, Any]:
     if name in ("data_parallel", "pipeline"):
         params["micro_batches"] = c["micro_batches"]
     elif c["micro_batches"] > 1:
-        return {"ok": False, "experiment": name, "why": f"the lab's {name} experiment "
-                "runs one micro-batch per step: set micro-batches to 1"}
+        return {"ok": False, "experiment": name, "one_micro_batch": True}
     if name == "zero":
         params["strategies"] = ["ddp", "fsdp2" if c["zero"] == 3 else f"zero{c['zero']}"]
     try:
@@ -276,7 +354,5 @@ def lab_run(c: dict, fits: bool) -> dict[str, Any]:
     except registry.ParamError as exc:
         return {"ok": False, "experiment": name, "why": f"outside the lab's range: "
                                                         f"{exc.param}: {exc.message}"}
-    if not fits:
-        return {"ok": False, "experiment": name, "why": "it does not fit in memory"}
     note = " (the lab's model has an untied head)" if c["tied"] else ""
     return {"ok": True, "experiment": name, "params": params, "note": note.strip()}

@@ -17,8 +17,9 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from jobs.lab.catalogue.registry import ParamError
+from jobs.lab.predict import activation_choices
 from jobs.lab.predict import memory as memorymodel
-from jobs.lab.predict.cost import LinkFit
+from jobs.lab.predict.calibration import LinkFit
 
 # GPT-style blocks, exactly as the lab's model (jobs/lab/components/model.py: LayerNorm, separate
 # q/k/v, a 4h GeLU MLP, learned positions): a "7B" here is what the lab's formula gives
@@ -84,6 +85,10 @@ FIELDS: dict[str, tuple[str, Any, Any, Any]] = {
     "efficiency": ("float", 0.5, 0.05, 1.0),
     "overlap": ("bool", True, None, None),
     "memory_gb": ("float", 0.0, 0.0, 1e6),
+    "sequence_parallel": ("bool", False, None, None),
+    "recompute": ("str", "none", None, None),
+    "virtual_stages": ("int", 1, 1, 64),
+    "activations": ("str", "lab", None, None),
 }
 
 
@@ -167,6 +172,9 @@ def _check_rules(p: dict[str, Any]) -> None:
     if p["zero"] == 3 and p["pp"] > 1:
         raise ParamError("zero", "ZeRO-3 with pipeline stages would gather every stage's "
                                  "weights again each micro-batch; use ZeRO-1 or 2 with pp > 1")
+    wrong = activation_choices.check(p)
+    if wrong:
+        raise ParamError(*wrong)
 
 
 @dataclass

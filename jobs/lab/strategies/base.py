@@ -22,7 +22,7 @@ from jobs.lab.components.census import is_dtensor
 from jobs.lab.components.context import Context
 from jobs.lab.components.model import Batch, ModelConfig, loss_fn
 from jobs.lab.components.optim import make_optimizer, state_of
-from jobs.lab.predict import cost, experts, memory
+from jobs.lab.predict import calibration, cost, experts, memory
 
 
 @dataclass(frozen=True)
@@ -200,7 +200,7 @@ class Strategy:
         """Bytes (and calls) per optimizer step on this rank, by collective kind."""
         return {}
 
-    def overlap_s(self, cal: cost.Calibration, compute: list[dict]) -> float:
+    def overlap_s(self, cal: calibration.Calibration, compute: list[dict]) -> float:
         """Communication hidden behind computation (none unless a strategy says so)."""
         return 0.0
 
@@ -214,14 +214,14 @@ class Strategy:
         window = max(sum(c.get("backward", {}).values()) for c in compute)
         return max(0.0, min(window / self.micro_batches(), comm_s - last_s))
 
-    def predict(self, cal: cost.Calibration, compute: list[dict]) -> dict[str, Any]:
+    def predict(self, cal: calibration.Calibration, compute: list[dict]) -> dict[str, Any]:
         """Step time from every rank's census, priced (compute[r]: phase -> terms)."""
         totals = [{k: sum(ph[k] for ph in c.values()) for k in cost.COMPUTE_TERMS}
                   for c in compute]
         return cost.predict_flat(totals, self.priced_comm(cal),
                                       self.overlap_s(cal, compute))
 
-    def priced_comm(self, cal: cost.Calibration) -> float:
+    def priced_comm(self, cal: calibration.Calibration) -> float:
         """Seconds of this rank's collectives a step, each over the world's link (a mesh
         prices each dimension over its own group's)."""
         return cal.comm(self.predicted_comm() or {})

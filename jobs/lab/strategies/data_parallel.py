@@ -15,7 +15,7 @@ from typing import Any
 import torch
 
 from jobs.lab.components.model import Batch, build_model, loss_fn
-from jobs.lab.predict import cost
+from jobs.lab.predict import calibration, cost
 from jobs.lab.strategies.base import StepOut, Strategy
 
 
@@ -68,7 +68,7 @@ class DataParallelNaive(Strategy):
     def predicted_comm(self):
         return cost.dp_comm(self.numels(), self.spec.e, self.name, self.spec.cap_elems)
 
-    def overlap_s(self, cal: cost.Calibration, compute: list[dict]) -> float:
+    def overlap_s(self, cal: calibration.Calibration, compute: list[dict]) -> float:
         if self.name == "dp_naive":
             return 0.0  # every all-reduce starts after backward
         last = cost.plan_buckets(self.numels(), self.spec.cap_elems)[-1]

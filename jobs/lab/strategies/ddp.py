@@ -8,7 +8,7 @@ from contextlib import nullcontext
 from torch.nn.parallel import DistributedDataParallel as DDP
 
 from jobs.lab.components.model import Batch, build_model, loss_fn
-from jobs.lab.predict import cost
+from jobs.lab.predict import calibration, cost
 from jobs.lab.strategies.base import StepOut, Strategy
 
 
@@ -64,7 +64,7 @@ class TorchDDP(Strategy):
     def predicted_comm(self):
         return cost.dp_comm(self.numels(), self.spec.e, self.name, self.spec.cap_elems)
 
-    def overlap_s(self, cal: cost.Calibration, compute: list[dict]) -> float:
+    def overlap_s(self, cal: calibration.Calibration, compute: list[dict]) -> float:
         last = cost.plan_buckets(self.numels(), self.spec.cap_elems)[-1]
         return self.backward_overlap(compute, cal.comm(self.predicted_comm()),
                                      cal.coll("all_reduce", last["numel"] * self.spec.e))

@@ -15,7 +15,7 @@ from torch.distributed.fsdp import MixedPrecisionPolicy, fully_shard
 
 from jobs.lab.components.model import Batch, build_model
 from jobs.lab.components.optim import ADAMW_LR, BETAS, EPS, WEIGHT_DECAY
-from jobs.lab.predict import cost
+from jobs.lab.predict import calibration, cost
 from jobs.lab.strategies.base import StepOut, Strategy
 
 
@@ -68,7 +68,7 @@ class TorchFSDP2(Strategy):
         return cost.fsdp_comm(units, self.ctx.world, e_param, e_reduce,
                                    regathered=[True] * (len(units) - 1) + [False])
 
-    def overlap_s(self, cal: cost.Calibration, compute: list[dict]) -> float:
+    def overlap_s(self, cal: calibration.Calibration, compute: list[dict]) -> float:
         """On a GPU FSDP2 prefetches the next unit's all-gather while this one computes,
         and reduce-scatters the last one's gradients while the next computes: all but the
         first gather and the last reduce-scatter can hide (on CPU: nothing, as for DP)."""

@@ -24,7 +24,7 @@ from torch import nn
 
 from jobs.lab.components.instrument import SavedActivations
 from jobs.lab.components.model import Batch, build_model, loss_fn
-from jobs.lab.predict import cost, memory
+from jobs.lab.predict import calibration, cost, memory
 from jobs.lab.predict import schedule as schedule_model
 from jobs.lab.strategies.base import StepOut, Strategy
 from jobs.lab.strategies.pipeline_parallel import PipelineBase
@@ -187,7 +187,7 @@ class Interleaved1F1B(PipelineBase):
         c = schedule_model.messages(self.p, self.m, self.v, self.rank)
         return {k: {"bytes": n * self.mb_bytes(), "count": n} for k, n in c.items() if n}
 
-    def predict(self, cal: cost.Calibration, compute: list[dict]) -> dict:
+    def predict(self, cal: calibration.Calibration, compute: list[dict]) -> dict:
         """The pipeline formula with v*m slots of a chunk (1/v of the stage's work) and
         two messages per slot: T = (v*m + p - 1) slots + optimizer for equal chunks."""
         def terms(c: dict, per_mb: bool) -> dict:

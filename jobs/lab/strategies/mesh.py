@@ -25,7 +25,7 @@ import torch.distributed as dist
 
 from jobs.lab.components import context
 from jobs.lab.components.model import Batch, build_model, loss_fn
-from jobs.lab.predict import cost, mesh
+from jobs.lab.predict import calibration, cost, mesh
 from jobs.lab.strategies.base import Piece, StepOut, Strategy
 from jobs.lab.strategies.data_parallel import GradBuckets
 from jobs.lab.strategies.pipeline_parallel import OneFOneB, Stage
@@ -147,7 +147,7 @@ class MeshMixin:
     def predicted_comm(self):
         return mesh.merged(self.per_dim())
 
-    def priced_comm(self, cal: cost.Calibration) -> float:
+    def priced_comm(self, cal: calibration.Calibration) -> float:
         """Each dimension's bytes over its own group's link: a 2-rank tp all-reduce is
         not priced as an 8-rank one."""
         return sum(cal.comm(table, self.deg[dim]) for dim, table in self.per_dim().items()
@@ -305,7 +305,7 @@ class DataPipeline(MeshMixin, OneFOneB):
             later={"sends held": min(m, again + 1) * fwd + bwd},
             end={"sends held": m * (fwd + bwd)})
 
-    def predict(self, cal: cost.Calibration, compute: list[dict]) -> dict:
+    def predict(self, cal: calibration.Calibration, compute: list[dict]) -> dict:
         """The pipeline formula over the stages of dp index 0, tp index 0, each slot
         lengthened by its tensor-parallel all-reduces; then the dp all-reduce, exposed."""
         def terms(c: dict, per_mb: bool) -> dict:

@@ -16,7 +16,7 @@ from torch import nn
 
 from jobs.lab.components.instrument import SavedActivations
 from jobs.lab.components.model import Batch, build_model, loss_fn
-from jobs.lab.predict import cost, memory
+from jobs.lab.predict import calibration, cost, memory
 from jobs.lab.strategies.base import StepOut, Strategy
 from jobs.lab.strategies.pp_communications import StageComm
 
@@ -146,7 +146,7 @@ class PipelineBase(Strategy):
     def predicted_comm(self):
         return cost.pp_comm(self.rank, self.p, self.m, self.mb_bytes())
 
-    def predict(self, cal: cost.Calibration, compute: list[dict]) -> dict:
+    def predict(self, cal: calibration.Calibration, compute: list[dict]) -> dict:
         """Per stage: forward+backward (spans "forward", "backward"; PyTorch's schedules:
         "schedule") per micro-batch, the rest once per step; composed by the pipeline
         formula with one send/recv of a micro-batch's activation per boundary crossing."""

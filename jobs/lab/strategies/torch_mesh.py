@@ -31,7 +31,7 @@ from torch.nn.parallel import DistributedDataParallel as DDP
 
 from jobs.lab.components.model import Batch, build_model, loss_fn, make_batch
 from jobs.lab.components.optim import ADAMW_LR, BETAS, EPS, WEIGHT_DECAY
-from jobs.lab.predict import cost, mesh
+from jobs.lab.predict import calibration, cost, mesh
 from jobs.lab.strategies.base import StepOut, Strategy
 from jobs.lab.strategies.dtensor_tp import PLAN
 from jobs.lab.strategies.mesh import DataPipeline, device_backend
@@ -109,7 +109,7 @@ class TorchDataTensor(Strategy):
     def predicted_comm(self):
         return mesh.merged(self.per_dim())
 
-    def priced_comm(self, cal: cost.Calibration) -> float:
+    def priced_comm(self, cal: calibration.Calibration) -> float:
         """Each dimension's bytes over its own group's link (mesh.py's MeshMixin too)."""
         return sum(cal.comm(table, self.deg[dim]) for dim, table in self.per_dim().items()
                    if table and dim in self.deg)
@@ -219,7 +219,7 @@ class TorchDataPipeline(Torch1F1B):
                 if self.last else 0}
         return {**mem, "held": {**mem["held"], **kept}, "total": mem["total"] + sum(kept.values())}
 
-    def predict(self, cal: cost.Calibration, compute: list[dict]) -> dict:
+    def predict(self, cal: calibration.Calibration, compute: list[dict]) -> dict:
         """The pipeline formula over the stages of dp index 0, then DDP's all-reduce."""
         ranks = [mesh.rank_of(0, s, 0, self.deg) for s in range(self.p)]
         pred = PipelineBase.predict(self, cal, [compute[r] for r in ranks])

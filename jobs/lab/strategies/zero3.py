@@ -37,7 +37,7 @@ import torch
 
 from jobs.lab.components.model import Batch, build_model, loss_fn
 from jobs.lab.components.optim import update_shard
-from jobs.lab.predict import cost, memory, zero3
+from jobs.lab.predict import calibration, memory, zero3
 from jobs.lab.strategies.base import Piece, StepOut, Strategy
 from jobs.lab.strategies.zero import Zero1
 
@@ -196,7 +196,7 @@ class Zero3(Zero1):
         return zero3.comm([u["numel"] for u in self.buckets], self.spec.e,
                                     self.ctx.world)
 
-    def overlap_s(self, cal: cost.Calibration, compute: list[dict]) -> float:
+    def overlap_s(self, cal: calibration.Calibration, compute: list[dict]) -> float:
         """On a GPU the prefetched all-gathers and the reduce-scatter in flight run beside
         the units' compute: all but the first gather and the last reduce-scatter (the
         embedding's, both) can hide. On CPU gloo's threads compete with the compute for
