@@ -34,8 +34,10 @@ def fill(base: str) -> dict[str, str]:
     for body in ("second", "third"):
         ring = call(base, "PUT", f"/api/v1/entries/{ring['id']}",
                     {"base_revision": ring["revision"], "body": ring["body"] + "\n\n" + body})
+    # no runner here has a GPU: queued anyway, as the run form's second press does
     runs = [call(base, "POST", "/api/v1/runs", {"experiment": "data_parallel",
-                                                "params": {**GPU_RUN, "steps": n}})
+                                                "params": {**GPU_RUN, "steps": n},
+                                                "queue_anyway": True})
             for n in (1, 2)]
     schedule = call(base, "POST", "/api/v1/schedules", {
         "name": "Sunday sweep", "experiment": "data_parallel", "cron": "0 2 1 1 *",
