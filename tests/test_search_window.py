@@ -306,7 +306,7 @@ def test_migration_0007_puts_the_letters_kind_into_an_existing_index(tmp_path):
             "'', '', 'published', 1, '2024-03-12 00:00:00.000000', '2024-03-12 00:00:00.000000')")
         conn.exec_driver_sql("INSERT INTO entry_fts (rowid, title, tags, body) VALUES "
                              "(1, 'Shard plan', '', 'shard'), (2, 'Week 2024-W11', '', 'shard')")
-    assert sorted(upgrades.pending_migrations(db)) == [
+    assert sorted(upgrades.pending_migrations(db))[:6] == [  # and the later ones after
         "0007", "0008", "0009", "0010", "0011", "0012"]
     upgrades.upgrade(db, tmp_path / "backups")
     assert kinds_in_index(db) == {"Shard plan": "", "Week 2024-W11": search_index.LETTER_TOKEN}

@@ -14,7 +14,7 @@ from . import links
 from .anchors import heading_slug
 from .block_skip import SkippingBlockLoop
 from .bounded import BoundedHtmlBlocks, NumberedFootnotes, SplitBlocks, flattened
-from .fences import NestedFences
+from .fences import InfoStrings, NestedFences
 from .highlight import CodeFormatter
 from .inline_skip import SkippingInlineProcessor
 from .lists import ListAfterParagraph
@@ -70,6 +70,8 @@ def _new_markdown(state: RenderState) -> tuple[markdown.Markdown, CommonplaceExt
     # (the "quote" block processor is callouts.py's, a bounded.SplitQuote: ObsidianExtension)
     # just above paragraphs: fences in list items and quotes, which fenced_code cannot see
     md.parser.blockprocessors.register(NestedFences(md.parser), "cp_nested_fences", 12)
+    # before fenced_code (25): a fence whose info string has several words opens a block
+    md.preprocessors.register(InfoStrings(md), "cp_info_strings", 26)
     return md, ext
 
 
