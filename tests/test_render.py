@@ -301,3 +301,14 @@ def test_fenced_code_inside_a_list_item_or_a_quote_is_code():
         els = Elements(render.render(source).html)
         assert [text for _, text in els.all("code")] == ["pip install x\n"], source
         assert "```" not in render.render(source).html, source
+
+
+def test_a_fence_with_a_wordy_info_string_is_code_and_closes():
+    """"```plain text" opens a block (CommonMark's language is the info string's first
+    word); its closing line must not open another that swallows the rest of the note."""
+    r = render.render("```plain text\nshow group count\n```\n\nAfter [[Limiting#Limit|it]].\n\n"
+                      "````md\n```js a b\nkept as written\n```\n````\n\nend")
+    assert r.html.count("<pre>") == 2
+    assert "show group count" in r.html and [link.target for link in r.links] == ["Limiting"]
+    assert "```js a b" in re.sub(r"<[^>]+>", "", r.html)  # the inner fence, as written
+    assert r.html.rstrip().endswith("<p>end</p>")
