@@ -23,6 +23,7 @@ import os
 import select
 import socket
 import struct
+import sys
 import termios
 import threading
 import time
@@ -139,6 +140,36 @@ class Lingering:
 
 
 LINGERING = Lingering()
+
+
+def close_lingering(sock: socket.socket, timeout: float = 2.0, max_drain: int = 65536) -> None:
+    """gunicorn's close_graceful (RFC 9112 section 9.6: send FIN, read what the client is
+    still sending, then close, so the kernel does not answer that data with a reset that
+    could cost the client its response), with the lingering done by LINGERING's thread.
+    gthread calls close_graceful on the worker's one event-loop thread, the thread that
+    accepts and dispatches every connection: each client still trickling a body held the
+    whole worker for its two seconds, one connection after another (24 of them froze pages
+    and /healthz for tens of seconds). `linger_in_a_thread` puts it in gunicorn's place."""
+    try:
+        sock.shutdown(socket.SHUT_WR)
+    except OSError:
+        pass  # not connected any more: nothing to linger for
+    else:
+        LINGERING.add(sock)
+    try:
+        sock.close()
+    except OSError:
+        pass
+
+
+def linger_in_a_thread() -> None:
+    """Under gunicorn (its util module loaded: this process serves through it), its
+    close_graceful becomes close_lingering. gthread looks the function up on the module at
+    each close, so this holds for every connection the worker closes. A server hook would
+    do it too, but gunicorn.conf.py keeps none (nothing there may start anything)."""
+    server_util = sys.modules.get("gunicorn.util")
+    if server_util is not None and hasattr(server_util, "close_graceful"):
+        server_util.close_graceful = close_lingering
 
 
 class HangUpAfter:

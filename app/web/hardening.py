@@ -14,7 +14,14 @@ from werkzeug.exceptions import SecurityError
 from werkzeug.routing import IntegerConverter
 
 from app.web.auth.listeners import is_loopback
-from app.web.bodies import Slots, SlowBodies, busy, give_back_body_slot, take_body_slot
+from app.web.bodies import (
+    Slots,
+    SlowBodies,
+    busy,
+    give_back_body_slot,
+    linger_in_a_thread,
+    take_body_slot,
+)
 
 log = logging.getLogger(__name__)
 
@@ -172,6 +179,7 @@ def init_app(app: Flask) -> None:
     app.url_map.converters["int"] = BoundedInt  # before the blueprints add their routes
     app.register_error_handler(SecurityError, untrusted_host)
     app.wsgi_app = SlowBodies(SecurityHeaders(app.wsgi_app), grace=app.config["BODY_GRACE_S"])
+    linger_in_a_thread()
 
 
 def init_long_polls(app: Flask) -> None:
