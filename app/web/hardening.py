@@ -19,9 +19,9 @@ from app.web.bodies import (
     SlowBodies,
     busy,
     give_back_body_slot,
-    linger_in_a_thread,
     take_body_slot,
 )
+from app.web.lingering import linger_in_a_thread
 
 log = logging.getLogger(__name__)
 
