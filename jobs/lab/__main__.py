@@ -20,7 +20,7 @@ import json
 import sys
 
 from base import contract
-from jobs.lab.catalogue import registry
+from jobs.lab.catalogue import own, registry
 from jobs.lab.launcher import launch
 from jobs.lab.launcher.report import table
 
@@ -62,7 +62,7 @@ def main(argv: list[str] | None = None) -> int:
         return 0
     if args.cmd == "check":
         try:
-            print(json.dumps(registry.validate(args.experiment, json.loads(args.params))))
+            print(json.dumps(own.validate(args.experiment, json.loads(args.params))))
         except (registry.ParamError, json.JSONDecodeError) as exc:
             param = getattr(exc, "param", "params")
             print(f"error: invalid parameter {param}: {getattr(exc, 'message', exc)}",

@@ -56,7 +56,7 @@ def defaults(name: str) -> dict[str, Any]:
     return {k: copy.deepcopy(v["default"]) for k, v in describe(name)["params"].items()}
 
 
-def _coerce(name: str, spec: dict[str, Any], value: Any) -> Any:
+def coerce(name: str, spec: dict[str, Any], value: Any) -> Any:
     kind = spec["type"]
     if kind == "bool":
         if not isinstance(value, bool):
@@ -107,18 +107,35 @@ def validate(name: str, params: dict[str, Any] | None) -> dict[str, Any]:
     if name not in EXPERIMENTS:
         raise ParamError("experiment", f"unknown experiment {name!r}; "
                                        f"choose from {sorted(EXPERIMENTS)}")
+    resolved = resolve(name, EXPERIMENTS[name]["params"], params)
+    _check_rules(name, resolved)
+    return resolved
+
+
+def resolve(name: str, schema: dict[str, dict[str, Any]], params: Any) -> dict[str, Any]:
+    """Defaults filled in and every given value checked against its own spec (type,
+    bounds, choices); the rules between parameters are the caller's."""
     if params is None:
         params = {}
     if not isinstance(params, dict):
         raise ParamError("params", "must be a JSON object")
-    schema = EXPERIMENTS[name]["params"]
     unknown = sorted(set(params) - set(schema))
     if unknown:
         raise ParamError(unknown[0], f"not a parameter of {name}; known: {sorted(schema)}")
-    resolved = defaults(name)
+    resolved = {k: copy.deepcopy(v["default"]) for k, v in schema.items()}
     for key, value in params.items():
-        resolved[key] = _coerce(key, schema[key], value)
-    _check_rules(name, resolved)
+        resolved[key] = coerce(key, schema[key], value)
+    return resolved
+
+
+def validate_declared(spec: dict[str, Any], params: Any) -> dict[str, Any]:
+    """Resolve ``params`` for one of the owner's own experiments (catalogue/own.py: its
+    declaration, already checked): the same types and bounds as the lab's, and the one
+    rule every run has, enough ranks. Raises ParamError."""
+    resolved = resolve(spec["name"], spec["params"], params)
+    least = spec.get("min_world_size", 1)
+    if resolved["world_size"] < least:
+        raise ParamError("world_size", f"{spec['name']} needs at least {least} ranks")
     return resolved
 
 

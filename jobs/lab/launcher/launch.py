@@ -41,7 +41,7 @@ from typing import Any, TextIO
 
 from base import contract
 from base.durable import write_atomic, write_json
-from jobs.lab.catalogue import registry
+from jobs.lab.catalogue import own, registry
 
 REPO_ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.dirname(
     os.path.abspath(__file__)))))
@@ -202,7 +202,7 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
         if os.path.exists(os.path.join(out, stale)):
             os.remove(os.path.join(out, stale))
     try:
-        params = registry.validate(experiment, raw_params)
+        params = own.validate(experiment, raw_params)  # the lab's, or the owner's own
         gang = check_gang(gang, params)
     except (registry.ParamError, ValueError) as exc:
         param, why = (exc.param, exc.message) if isinstance(exc, registry.ParamError) else (

@@ -4,6 +4,7 @@ or this module as a script under plain torchrun:
     python -m torch.distributed.run --standalone --nproc-per-node=N \
         -m jobs.lab.launcher.worker <experiment> --params '<json>' --out DIR
 
+An experiment not in IMPLEMENTATIONS is one of the owner's own (jobs/lab/experiments/own.py).
 Rank 0 writes DIR/result.json; every rank writes DIR/events.rank<r>.jsonl. A
 correctness failure is a *result* (status "failed", reason code "correctness"),
 not a crash: the workers exit 0 and the launcher maps it to its exit code.
@@ -26,6 +27,7 @@ from typing import Any
 from base import contract
 from base.durable import write_json
 from jobs.lab.components import context
+from jobs.lab.experiments import own
 
 IMPLEMENTATIONS = {
     "collectives": "jobs.lab.experiments.collectives",
@@ -143,11 +145,12 @@ def rank(*argv: str) -> None:
     ctx.out_dir = args.out
     context.say(f"worker rank={ctx.rank} pid={os.getpid()} backend={ctx.backend}")
     ctx.log(f"experiment {args.experiment} on {world} rank(s), {ctx.backend}, device {device}")
-    module = importlib.import_module(IMPLEMENTATIONS[args.experiment])
-    if module.__name__.endswith(".training"):
-        body = module.run(ctx, args.experiment, params)
+    if args.experiment not in IMPLEMENTATIONS:  # the owner's own (catalogue/own.py)
+        body = own.run(ctx, args.experiment, params, int(os.environ.get("LOCAL_RANK", "0")))
     else:
-        body = module.run(ctx, params)
+        module = importlib.import_module(IMPLEMENTATIONS[args.experiment])
+        body = (module.run(ctx, args.experiment, params)
+                if module.__name__.endswith(".training") else module.run(ctx, params))
     ctx.timeline.write(os.path.join(args.out, contract.rank_events_file(ctx.rank)))
     if ctx.rank == 0:
         failed = [s for s in body.get("strategies", []) if not s["correctness"]["passed"]]
