@@ -37,6 +37,8 @@ RESULT = {
     "fits": DICT, "table": [DICT],
     "peak_flops": NUM, "copy_bandwidth_Bps": NUM, "tokens_per_s": NUM,
     "achieved_flops": NUM, "mfu": NUM,
+    "title": TEXT, "reports": DICT, "reported": {"scalars": DICT, "series": DICT,
+                                                 "tables": DICT},
 }
 FIT = {"alpha_s": NUM, "busbw_Bps": NUM}
 ROW = {"op": TEXT, "busbw_Bps": NUM, "flops_per_s": NUM, "fraction_of_bound": NUM,

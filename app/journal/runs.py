@@ -23,7 +23,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from app.errors import BadState, Invalid, NotFound, Stale, TooLarge
-from app.journal import gangs, results, run_metrics, runners
+from app.journal import catalogue, gangs, results, run_metrics, runners
 from app.models import Metric, Run, RunEvent, Runner, RunNode, utcnow
 from base import contract
 from base.statuses import (
@@ -98,9 +98,10 @@ def transition(session: Session, run: Run, to: str, *, actor: str, reason: str =
 # -- creating -----------------------------------------------------------------------------
 
 
-def check_params(experiment, params) -> dict:
-    """The experiment's parameters, resolved against the lab's catalogue (defaults filled
-    in), or Invalid naming the parameter. Runs and schedules both ask here."""
+def check_params(session: Session, experiment, params) -> dict:
+    """The experiment's parameters, resolved against the catalogue (the lab's, or an own
+    experiment's declaration a runner reported: catalogue.py), defaults filled in; or
+    Invalid naming the parameter. Runs and schedules both ask here."""
     if not isinstance(experiment, str) or not experiment:
         raise Invalid("experiment is required", "experiment")
     if params is None:
@@ -108,7 +109,7 @@ def check_params(experiment, params) -> dict:
     if not isinstance(params, dict):
         raise Invalid("params must be an object", "params")
     try:
-        return registry.validate(experiment, params)
+        return catalogue.validate(session, experiment, params)
     except registry.ParamError as exc:
         raise Invalid(exc.message, exc.param) from None
 
@@ -117,9 +118,9 @@ def create(session: Session, experiment: str, params, *, actor: str, trigger: st
            parent: Run | None = None, schedule_id: int | None = None,
            scheduled_for: dt.datetime | None = None, requires: dict | None = None,
            nodes=None) -> Run:
-    """Validate against the lab's catalogue and enqueue. Bad input raises Invalid naming
+    """Validate against the catalogue and enqueue. Bad input raises Invalid naming
     the parameter, and nothing is written. `nodes`: hosts that run it together (1)."""
-    resolved = check_params(experiment, params)
+    resolved = check_params(session, experiment, params)
     hosts = gangs.check_nodes(nodes, experiment, resolved)
     needs = runners.requirements(resolved, requires, hosts)
     why = f"rerun of run {parent.id}" if parent else (
@@ -187,7 +188,8 @@ def claim(session: Session, runner: Runner, ttl_s: float, *, offer: dict | None 
         sa.select(Run).where(Run.status == QUEUED).order_by(Run.id).limit(50)
     )
     for run in queued:
-        if not runners.matches(run.requires or {}, runner.labels or {}):
+        if not (runners.matches(run.requires or {}, runner.labels or {})
+                and catalogue.offers(runner, run.experiment)):
             continue
         if run.nodes == 1:
             _lease(session, run, runner, runner.id, runner.name, ttl_s)

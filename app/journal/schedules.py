@@ -80,7 +80,7 @@ def latest_fire(cron: str, timezone: str, now: dt.datetime,
     return latest
 
 
-def _clean(data: dict, current: Schedule | None = None) -> dict:
+def _clean(session: Session, data: dict, current: Schedule | None = None) -> dict:
     refuse_unknown(data, FIELDS)
     merged = {
         "name": current.name if current else "", "experiment": current.experiment if current
@@ -110,7 +110,7 @@ def _clean(data: dict, current: Schedule | None = None) -> dict:
         raise Invalid(f"cron {merged['cron']!r} fires every {_span(closest)}; a schedule may "
                       f"start a run at most every {minutes} minutes", "cron")
     experiment = merged["experiment"]
-    merged["params"] = runs.check_params(experiment, merged["params"])
+    merged["params"] = runs.check_params(session, experiment, merged["params"])
     merged["cron"] = " ".join(merged["cron"].split())
     merged["name"] = name.strip() or f"{experiment} ({merged['cron']})"
     return merged
@@ -125,14 +125,14 @@ def _span(delta: dt.timedelta) -> str:
 def create(session: Session, data: dict) -> Schedule:
     if not isinstance(data, dict):
         raise Invalid("send a JSON object")
-    schedule = Schedule(**_clean(data), created_at=utcnow(), updated_at=utcnow())
+    schedule = Schedule(**_clean(session, data), created_at=utcnow(), updated_at=utcnow())
     session.add(schedule)
     session.flush()
     return schedule
 
 
 def update(session: Session, schedule: Schedule, data: dict) -> Schedule:
-    for key, value in _clean(data, schedule).items():
+    for key, value in _clean(session, data, schedule).items():
         setattr(schedule, key, value)
     schedule.updated_at = utcnow()
     return schedule

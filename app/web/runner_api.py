@@ -19,7 +19,7 @@ from flask import Blueprint, current_app, g, jsonify, request
 
 from app.db import OPERATIONAL, get_db, locked
 from app.errors import Invalid
-from app.journal import gangs, liveness, run_files, runners, runs
+from app.journal import catalogue, gangs, liveness, run_files, runners, runs
 from app.models import Run, Runner, utcnow
 from app.web.parsing import json_body
 
@@ -58,6 +58,7 @@ def register():
         raise Invalid("labels is an object of at most 20 simple values", "labels")
     if not isinstance(version, str) or len(version) > 50:
         raise Invalid("version is a short string", "version")
+    experiments = catalogue.check_report(data.get("experiments"))
     with get_db().write() as session:
         runner = session.scalar(sa.select(Runner).where(Runner.name == runner_name()))
         if runner is None:
@@ -65,6 +66,7 @@ def register():
             session.add(runner)
         runner.labels = {k: v for k, v in labels.items()}
         runner.version = version
+        runner.experiments = experiments
         runner.last_seen_at = utcnow()
     return jsonify(runner=runner_name(), **timings())
 

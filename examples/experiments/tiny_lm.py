@@ -54,10 +54,11 @@ EXPERIMENT = {
     "reports": {
         "scalars": {
             "first_loss": "Loss at the first timed step.",
-            "final_loss": "Loss at the last step.",
-            "step_time_median": {"description": "Median time of a timed step.", "unit": "s"},
+            "final_loss": {"description": "Loss at the last step.", "better": "lower"},
+            "step_time_median": {"description": "Median time of a timed step.", "unit": "s",
+                                 "better": "lower"},
             "tokens_per_s": {"description": "Tokens of all ranks per second, at the median "
-                             "step.", "unit": "tokens/s"},
+                             "step.", "unit": "tokens/s", "better": "higher"},
             "parameters": "Parameters of the model.",
         },
         "series": {

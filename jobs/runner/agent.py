@@ -30,6 +30,7 @@ from base.statuses import CANCELLED, FAILED, RUNNING, SUCCEEDED
 from jobs.runner import node
 from jobs.runner.client import VERSION, Busy, Client, Refused, Stale, Unreachable
 from jobs.runner.host import die_with_parent, host_labels, signal_group
+from jobs.runner.installed import Experiments
 
 log = logging.getLogger("commonplace.runner")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -80,12 +81,15 @@ class Agent:
         self.heartbeat_s = 15.0
         self.stopping = threading.Event()
         self.job: Job | None = None
+        self.experiments = Experiments()  # the owner's own, reported when registering
 
     # -- the loop -------------------------------------------------------------------------
 
     def serve(self) -> None:
         self.register()
         while not self.stopping.is_set():
+            if self.experiments.changed():  # a file added, edited or removed: say so
+                self.register()
             try:
                 answer = self.client.call("POST", "/api/v1/runner/lease", {
                     "wait": self.poll_wait,
@@ -117,11 +121,11 @@ class Agent:
         delay = 1.0
         while not self.stopping.is_set():
             try:
-                answer = self.client.call("POST", "/api/v1/runner/register",
-                                          {"labels": self.labels, "version": VERSION})
+                answer = self.client.call("POST", "/api/v1/runner/register", {
+                    "labels": self.labels, "version": VERSION,
+                    "experiments": self.experiments.read()})
                 self.heartbeat_s = float(answer.get("heartbeat_s", 15))
-                log.info("registered as %s (heartbeat every %.1fs)", answer.get("runner"),
-                         self.heartbeat_s)
+                log.info("registered as %s (heartbeat %.1fs)", answer["runner"], self.heartbeat_s)
                 return
             except (Unreachable, Refused, Stale) as exc:
                 log.warning("register failed: %s; retrying in %.0fs", exc, delay)
@@ -151,10 +155,10 @@ class Agent:
             self.report(job, FAILED, f"could not start the lab: {exc}", "launch_failed", None)
             return
         self.report(job, RUNNING, "", "", None, environment=self.labels)
-        reader = threading.Thread(target=self._read_output, args=(job,), daemon=True)
-        beat = threading.Thread(target=self._heartbeat_loop, args=(job,), daemon=True)
-        ship = threading.Thread(target=self._ship_logs_loop, args=(job,), daemon=True)
-        for thread in (reader, beat, ship):
+        reader, _, ship = threads = [threading.Thread(target=f, args=(job,), daemon=True) for f
+                                     in (self._read_output, self._heartbeat_loop,
+                                         self._ship_logs_loop)]
+        for thread in threads:
             thread.start()
         rc = job.proc.wait()
         if handed:
@@ -303,12 +307,11 @@ class Agent:
         status, reason, code = outcome(rc, result, job.cancelled)
         try:
             self._until_sent(lambda: self.flush_logs(job))
-            if job.metrics:
-                for i in range(0, len(job.metrics), 1000):
-                    batch = job.metrics[i:i + 1000]
-                    self._until_sent(lambda b=batch: self.client.call(
-                        "POST", f"/api/v1/runner/runs/{job.run_id}/metrics",
-                        {"epoch": job.epoch, "points": b}))
+            for i in range(0, len(job.metrics), 1000):
+                batch = job.metrics[i:i + 1000]
+                self._until_sent(lambda b=batch: self.client.call(
+                    "POST", f"/api/v1/runner/runs/{job.run_id}/metrics",
+                    {"epoch": job.epoch, "points": b}))
             if result is not None and node.node_rank(job.gang) == 0:
                 self._until_sent(lambda: self.client.call(
                     "POST", f"/api/v1/runner/runs/{job.run_id}/result",

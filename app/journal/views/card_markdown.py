@@ -55,7 +55,7 @@ def run_markdown(session: Session, source: str, timezone: str = "UTC"
         return "", {}
     html = cards.card(run, timezone)
     caption = _text(_CAPTION_RE.search(html)[1])  # type: ignore[index]
-    title = f"Run {run.id} · {cards.title_of(run.experiment)}"
+    title = f"Run {run.id} · {cards.run_title(run)}"
     lines = [f"**[{title}](/runs/{run.id})**{caption[len(title):]}"]
     for pattern in (_REASON_RE, _LESSON_RE):
         lines += ["", *(_text(m) for m in pattern.findall(html))]

@@ -27,7 +27,7 @@ from html import escape
 from sqlalchemy.orm import Session
 
 from app.journal.numbers import finite, percent, ratio, seconds, si
-from app.journal.views import card_training, charts, lessons
+from app.journal.views import card_own, card_training, charts, lessons
 from app.journal.views.card_training import Body
 from app.models import Run
 from app.notebook.atom import feed_alternative
@@ -55,9 +55,17 @@ def embedded_runs(text: str) -> set[int]:
             if (m := RUN_ID_RE.search(b[1]))}
 
 
-def title_of(experiment: str) -> str:
+def title_of(experiment: str, result: dict | None = None) -> str:
+    """The lab's title; an own experiment's is the one its result carries."""
     spec = registry.EXPERIMENTS.get(experiment)
-    return spec["title"] if spec else experiment
+    if spec:
+        return spec["title"]
+    own = (result or {}).get("title") if isinstance(result, dict) else None
+    return own[:120] if isinstance(own, str) and own.strip() else experiment
+
+
+def run_title(run: Run) -> str:
+    return title_of(run.experiment, _result(run))
 
 
 def run_card(session: Session, source: str, timezone: str = "UTC") -> str:
@@ -76,6 +84,8 @@ def _result(run: Run) -> dict:
 
 
 def _kind(result: dict) -> str:
+    if isinstance(result.get("reported"), dict):  # one of the owner's own experiments
+        return "own"
     if isinstance(result.get("strategies"), list):
         return "training"
     if result.get("experiment") == "collectives" or isinstance(result.get("fits"), dict):
@@ -89,20 +99,21 @@ def _kind(result: dict) -> str:
 
 def _teach(kind: str, result: dict) -> list[str]:
     rules = {"training": lessons.training, "collectives": lessons.collectives,
-             "roofline": lessons.roofline, "mfu": lessons.mfu}
+             "roofline": lessons.roofline, "mfu": lessons.mfu,
+             "own": lambda _result: []}  # only the owner knows what its numbers teach
     return rules[kind](result) if kind else []
 
 
 def _body(kind: str, result: dict) -> Body | None:
     makers = {"training": card_training.body, "collectives": _collectives,
-              "roofline": _roofline, "mfu": _mfu}
+              "roofline": _roofline, "mfu": _mfu, "own": card_own.body}
     return makers[kind](result) if kind else None
 
 
 def _picture(run: Run, made: Body | None) -> tuple[str, str] | None:
     if made is None or not made.charts:
         return None
-    svg = charts.standalone(made.charts, f"Run {run.id} · {title_of(run.experiment)}")
+    svg = charts.standalone(made.charts, f"Run {run.id} · {run_title(run)}")
     return svg, hashlib.sha256(svg.encode()).hexdigest()[:16]
 
 
@@ -129,7 +140,7 @@ def card(run: Run, timezone: str = "UTC") -> str:
     parts = [
         f'<figure class="run-card run-{escape(status)}">',
         f'<figcaption><a href="/runs/{run.id}">Run {run.id} · '
-        f"{escape(title_of(run.experiment))}</a> "
+        f"{escape(run_title(run))}</a> "
         f'<span class="run-status">{escape(run.status)}</span> '
         f'<span class="run-meta">{escape(when.strftime("%Y-%m-%d %H:%M %Z"))}'
         f"{' · ' + escape(where) if where else ''}</span></figcaption>",

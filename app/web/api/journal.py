@@ -11,6 +11,7 @@ from flask import current_app, jsonify, request, send_file
 
 from app.db import get_session
 from app.errors import Invalid, NotFound, refuse_unknown
+from app.journal import catalogue as known
 from app.journal import cron_phrases, gangs, run_files, run_query, runners, runs, schedules
 from app.journal.views import rank_events, trace
 from app.models import Metric, Run, RunArtifact, RunEvent, Schedule
@@ -98,13 +99,14 @@ def schedule_json(schedule: Schedule) -> dict:
 
 @bp.get("/experiments")
 def list_experiments():
-    return jsonify(experiments=registry.catalogue())
+    session = get_session()
+    return jsonify(experiments=known.catalogue(session), broken=known.broken(session))
 
 
 @bp.get("/experiments/<name>")
 def get_experiment(name: str):
     try:
-        return jsonify(registry.describe(name))
+        return jsonify(known.describe(get_session(), name))
     except registry.UnknownExperiment:
         raise NotFound(f"no experiment {name!r}") from None
 

@@ -1,6 +1,7 @@
 """Forms generated from the lab's parameter schemas, and the schedule form around them.
 
-The registry (jobs/lab/catalogue/registry.py) is the one place that knows what a parameter may be;
+The registry (jobs/lab/catalogue/registry.py) is the one place that knows what a parameter may be
+(an own experiment's declaration uses its types: jobs/lab/catalogue/own.py);
 these forms only turn what a browser sends (strings) into the JSON types the registry
 checks, so a mistyped number is reported next to its field instead of as a type error.
 Parameter inputs are named "param.<name>" so they can never collide with a schedule's own
@@ -14,8 +15,6 @@ from dataclasses import dataclass, field
 from typing import Any
 
 from werkzeug.datastructures import MultiDict
-
-from jobs.lab.catalogue import registry
 
 PREFIX = "param."
 
@@ -107,19 +106,21 @@ class ParamForm:
     errors: dict[str, str] = field(default_factory=dict)
 
     @classmethod
-    def initial(cls, experiment: str, values: dict | None = None) -> ParamForm:
-        """Defaults, overlaid with `values` (a run's or schedule's params) where they fit."""
-        schema = registry.describe(experiment)["params"]
+    def initial(cls, described: dict, values: dict | None = None) -> ParamForm:
+        """Defaults, overlaid with `values` (a run's or schedule's params) where they fit.
+        `described`: the experiment as the catalogue describes it (app/journal/catalogue.py:
+        the lab's, or an own one a runner reported)."""
+        schema = described["params"]
         values = values or {}
-        return cls(experiment, [ParamField(name, spec, values.get(name, spec["default"]))
-                                for name, spec in schema.items()])
+        return cls(described["name"], [ParamField(name, spec, values.get(name, spec["default"]))
+                                       for name, spec in schema.items()])
 
     @classmethod
-    def parse(cls, experiment: str, form: MultiDict) -> tuple[ParamForm, dict]:
+    def parse(cls, described: dict, form: MultiDict) -> tuple[ParamForm, dict]:
         """The submitted params, typed; conversion problems are kept per field. The
         registry's own checks (bounds, choices, rules between params) come after, in
         runs.check_params."""
-        schema = registry.describe(experiment)["params"]
+        experiment, schema = described["name"], described["params"]
         fields, params, errors = [], {}, {}
         for name, spec in schema.items():
             key = PREFIX + name

@@ -10,6 +10,7 @@ import datetime as dt
 from dataclasses import dataclass
 
 from app.journal import numbers
+from app.journal.views import card_own
 from app.models import Run, utcnow
 
 
@@ -70,10 +71,16 @@ def _num(value) -> float | None:
 
 def headline(run: Run) -> dict[str, list[Metric]]:
     """Groups of numbers worth putting side by side: one group per strategy (training
-    experiments), per collective (the sweep), or one for the whole result."""
+    experiments), per collective (the sweep), or one for the whole result (an own
+    experiment's reported scalars among them)."""
     result = run.result or {}
     groups: dict[str, list[Metric]] = {}
-    if isinstance(result.get("strategies"), list):
+    if isinstance(result.get("reported"), dict):  # an own experiment: its scalars, as declared
+        groups["reported"] = [
+            Metric(name, _num(value), card_own.number(value, str(about.get("unit") or "")),
+                   about.get("better") if about.get("better") in ("higher", "lower") else "")
+            for name, value, about in card_own.scalars(result)]
+    elif isinstance(result.get("strategies"), list):
         for s in result["strategies"]:
             if not isinstance(s, dict):
                 continue

@@ -14,6 +14,7 @@ from flask import abort, current_app, redirect, render_template, request, url_fo
 
 from app.db import get_session
 from app.errors import Invalid
+from app.journal import catalogue as known
 from app.journal import run_files, run_metrics, run_query, runners, runs
 from app.journal.views import cards
 from app.models import Run, Schedule
@@ -46,7 +47,7 @@ def is_id(text: str) -> bool:
 
 def experiment_or_404(name: str) -> dict:
     try:
-        return registry.describe(name)
+        return known.describe(get_session(), name)
     except registry.UnknownExperiment:
         abort(404, description=f"there is no experiment called {name!r}")
 
@@ -68,6 +69,7 @@ def catalogue():
     by_name = {e["name"]: e for e in experiments}
     return render_template(
         "experiments/catalogue.html", experiments=experiments, latest=latest,
+        own=list(known.owned(session).values()), broken=known.broken(session),
         guides=learning.GUIDES, path=learning.path(experiments),
         further=[by_name[n] for n in learning.GOING_FURTHER if n in by_name],
         machine=[by_name[n] for n in learning.THE_MACHINE if n in by_name])
@@ -92,12 +94,12 @@ def new_run(name: str):
     if first:  # the catalogue's suggested first run: small, seconds on a CPU
         values = learning.first_run(name)
     if values is not None or not any(k.startswith("param.") for k in request.args):
-        return form_page(spec, ParamForm.initial(name, values), source=source, first=first)
+        return form_page(spec, ParamForm.initial(spec, values), source=source, first=first)
     # ?param.<name>=value (the calculator's "Run this here"): typed as the form's POST is,
     # then checked by the registry; a bad value is shown as the form's error
-    asked, _ = ParamForm.parse(name, request.args)
+    asked, _ = ParamForm.parse(spec, request.args)
     given = {f.name: f.value for f in asked.fields if f.input_name in request.args}
-    form = ParamForm.initial(name, given)
+    form = ParamForm.initial(spec, given)
     form.errors = {k: v for k, v in asked.errors.items() if k in given}
     unknown = sorted(k for k in request.args if k.startswith("param.")
                      and k.removeprefix("param.") not in spec["params"])
@@ -106,7 +108,7 @@ def new_run(name: str):
                          status=422)
     if not form.errors:
         try:
-            registry.validate(name, given)
+            known.validate(get_session(), name, given)
         except registry.ParamError as exc:
             form.errors[exc.param] = exc.message
     if form.errors:
@@ -118,7 +120,7 @@ def new_run(name: str):
 @bp.post("/experiments/<name>/run")
 def create_run(name: str):
     spec = experiment_or_404(name)
-    form, params = ParamForm.parse(name, request.form)
+    form, params = ParamForm.parse(spec, request.form)
     if form.errors:
         return form_page(spec, form, message=next(iter(form.errors.values())), status=422)
     session = get_session()
@@ -199,12 +201,16 @@ def log_tail(run: Run) -> tuple[str, int]:
 def run_page(run_id: int):
     session = get_session()
     run = run_or_404(run_id)
-    spec = registry.EXPERIMENTS.get(run.experiment, {})
+    try:
+        spec = known.describe(session, run.experiment)
+    except registry.UnknownExperiment:  # an own experiment no runner reports any more
+        spec = {}
     log, log_end = log_tail(run)
     # ?views=0: the page without the sharding, timeline and traffic views, for a slow link
     views = request.args.get("views", "1") != "0"
     return render_template(
         "experiments/run.html", run=run, spec=spec, events=runs.events(session, run),
+        title=cards.run_title(run),
         views=views,
         reruns=list(session.scalars(sa.select(Run.id).where(Run.parent_id == run.id)
                                     .order_by(Run.id))),

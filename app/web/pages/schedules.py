@@ -18,6 +18,7 @@ from flask import current_app, redirect, render_template, request, url_for
 
 from app.db import get_session
 from app.errors import Invalid
+from app.journal import catalogue as known
 from app.journal import runs, schedules
 from app.models import Run, Schedule
 from app.web.access import require_owner
@@ -58,25 +59,39 @@ def upcoming(schedule: Schedule, count: int = 5) -> list[dt.datetime]:
 
 
 def form_context(draft: ScheduleDraft, params: ParamForm, errors: dict, notice: str = ""):
+    experiments = {e["name"]: e for e in known.catalogue(get_session())}
     return {"draft": draft, "params": params, "errors": errors, "notice": notice,
-            "experiments": registry.EXPERIMENTS, "zones": time_zones()}
+            "experiments": experiments, "zones": time_zones()}
+
+
+def described(name: str, params: dict | None = None) -> dict:
+    """The experiment as the catalogue has it; for a schedule of an own experiment that no
+    runner reports any more, its stored parameters as they are, so the page still opens
+    (saving it is refused until a runner reports the experiment again)."""
+    try:
+        return known.describe(get_session(), name)
+    except registry.UnknownExperiment:
+        kinds = {bool: "bool", int: "int", float: "float", list: "str_list"}
+        return {"name": name, "title": name, "params": {
+            k: {"type": kinds.get(type(v), "str"), "default": v, "description": ""}
+            for k, v in (params or {}).items()}}
 
 
 def read_form() -> tuple[ScheduleDraft, ParamForm, dict | None, dict, str]:
     """(draft, param form, data for schedules.create/update or None, errors, notice)."""
     draft = ScheduleDraft.from_form(request.form)
-    if draft.experiment not in registry.EXPERIMENTS:
+    experiments = {e["name"]: e for e in known.catalogue(get_session())}
+    if draft.experiment not in experiments:
         fallback = request.form.get("params_for", "")
-        fallback = fallback if fallback in registry.EXPERIMENTS else next(iter(
-            registry.EXPERIMENTS))
-        return (draft, ParamForm.initial(fallback), None,
+        fallback = fallback if fallback in experiments else next(iter(experiments))
+        return (draft, ParamForm.initial(experiments[fallback]), None,
                 {"experiment": f"unknown experiment {draft.experiment!r}"}, "")
+    spec = experiments[draft.experiment]
     if request.form.get("params_for") != draft.experiment:
-        title = registry.EXPERIMENTS[draft.experiment]["title"]
-        notice = f"Parameters now show the defaults of “{title}”. Review them, then save."
-
-        return draft, ParamForm.initial(draft.experiment), None, {}, notice
-    params_form, params = ParamForm.parse(draft.experiment, request.form)
+        notice = (f"Parameters now show the defaults of “{spec['title']}”. Review them, "
+                  "then save.")
+        return draft, ParamForm.initial(spec), None, {}, notice
+    params_form, params = ParamForm.parse(spec, request.form)
     data, errors = draft.data(params)
     errors.update({k: v for k, v in params_form.errors.items()})
     return draft, params_form, (None if errors else data), errors, ""
@@ -109,11 +124,12 @@ def list_page(form: dict, status: int = 200):
 
 @bp.get("/schedules")
 def schedule_list():
+    experiments = {e["name"]: e for e in known.catalogue(get_session())}
     experiment = request.args.get("experiment", "")
-    if experiment not in registry.EXPERIMENTS:
-        experiment = next(iter(registry.EXPERIMENTS))
+    if experiment not in experiments:
+        experiment = next(iter(experiments))
     draft = ScheduleDraft(experiment=experiment, timezone=current_app.config["TIMEZONE"])
-    return list_page(form_context(draft, ParamForm.initial(experiment), {}))
+    return list_page(form_context(draft, ParamForm.initial(experiments[experiment]), {}))
 
 
 @bp.post("/schedules")
@@ -148,7 +164,8 @@ def detail_page(schedule: Schedule, form: dict, status: int = 200):
 def schedule_page(schedule_id: int):
     schedule = schedules.get(get_session(), schedule_id)
     form = form_context(ScheduleDraft.of(schedule),
-                        ParamForm.initial(schedule.experiment, schedule.params), {})
+                        ParamForm.initial(described(schedule.experiment, schedule.params),
+                                          schedule.params), {})
     return detail_page(schedule, form)
 
 

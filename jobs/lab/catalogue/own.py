@@ -105,12 +105,16 @@ def _reports(reports: Any) -> dict[str, dict[str, dict[str, str]]]:
                 raise Broken(f"{where}: a name is lowercase letters, digits and _")
             if isinstance(about, str):
                 about = {"description": about}
-            if not isinstance(about, dict) or set(about) - {"description", "unit"}:
-                raise Broken(f"{where} is a description, or a dict of description and unit")
+            if not isinstance(about, dict) or set(about) - {"description", "unit", "better"}:
+                raise Broken(f"{where} is a description, or a dict of description, unit "
+                             "and better")
+            if about.get("better", "") not in ("", "higher", "lower"):
+                raise Broken(f"{where}.better is 'higher' or 'lower' (how compare judges it)")
             out[kind][name] = {"description": _text(about.get("description", ""),
                                                     f"{where}.description", 300, empty=True),
                                "unit": _text(about.get("unit", ""), f"{where}.unit", 20,
-                                             empty=True)}
+                                             empty=True),
+                               "better": about.get("better", "")}
     return out
 
 

@@ -27,11 +27,13 @@ MAX_ROWS = 300  # per table, as many as a card shows
 MAX_NAMES = 40  # of each kind
 
 
-def _number(value: Any) -> float | None:
+def _number(value: Any) -> float | int | None:
     """A float, or None for NaN and infinities (JSON has neither). A tensor is read
     with .item(): on CUDA that waits for the device, so report after the timed part."""
     if isinstance(value, torch.Tensor):
         value = value.item()
+    if isinstance(value, int) and not isinstance(value, bool):
+        return value  # a count stays a count
     number = float(value)
     return number if math.isfinite(number) else None
 

@@ -40,8 +40,11 @@ SCHEDULE_FIELDS = {
 
 def paths() -> dict:
     runner = {
-        "/api/v1/runner/register": ("Register this runner (its token names it) with labels",
-                                    {"labels": OBJ, "version": {"type": "string"}}),
+        "/api/v1/runner/register": (
+            "Register this runner (its token names it) with labels, and the owner's own "
+            "experiments it has installed (declarations, or files found broken and why)",
+            {"labels": OBJ, "version": {"type": "string"},
+             "experiments": {"type": "array", "maxItems": 50, "items": OBJ}}),
         "/api/v1/runner/lease": (
             "Long-poll for a run (204 when none). A runner that offers a node may join a "
             "run that spans hosts; its run then carries gang: {nodes, node_rank, endpoint, "
@@ -76,7 +79,9 @@ def paths() -> dict:
     }
     out: dict = {
         "/api/v1/experiments": {"get": {
-            "summary": "The experiment catalogue with parameter schemas",
+            "summary": "The experiment catalogue with parameter schemas: the lab's, then "
+                       "the owner's own that runners reported (own: true); broken lists "
+                       "the experiment files a runner could not use, and why",
             "responses": {"200": json_response(OBJ)}}},
         "/api/v1/experiments/{name}": {"get": {
             "summary": "One experiment's description and parameter schema",
