@@ -164,6 +164,8 @@ def show_card(out: Out, run: dict, title: str, metrics: dict) -> None:
         _collectives(out, result)
     elif isinstance(result.get("table"), list) and "peak_flops" in result:
         _roofline(out, result)
+    elif isinstance(result.get("reported"), dict):
+        _own(out, result["reported"], result.get("reports") or {})
     for key, points in sorted(metrics.items()):
         values = [p[1] for p in points if isinstance(p, list) and len(p) == 2]
         if values:
@@ -234,6 +236,31 @@ def _roofline(out: Out, result: dict) -> None:
             bars.append((shape, r.get("flops_per_s"), r.get("roofline_bound_flops")))
     out.print(table)
     _bars(out, bars, "FLOP/s: measured █ vs roofline bound ░", lambda v: si(v, "FLOP/s"))
+
+
+def _own(out: Out, reported: dict, declared: dict) -> None:
+    """An own experiment's report: its scalars (with their declared units), a sparkline
+    per series, and its tables."""
+    units = {n: (d or {}).get("unit", "") for n, d in (declared.get("scalars") or {}).items()}
+    table = _table("reported", "value", names=list(reported.get("scalars") or {}))
+    for name, value in (reported.get("scalars") or {}).items():
+        unit = units.get(name, "")
+        table.add_row(name, seconds(value) if unit == "s" else si(value, unit))
+    out.print(table)
+    for name, points in (reported.get("series") or {}).items():
+        values = [p[1] for p in points if isinstance(p, list) and len(p) == 2
+                  and isinstance(p[1], (int, float))]
+        if values:
+            out.print(Text.assemble(f"{name:<18} ", (sparkline(values[-60:]), "cyan"),
+                                    f"  {si(values[-1])} (last of {len(values)})"))
+    for name, grid in (reported.get("tables") or {}).items():
+        if not isinstance(grid, dict):
+            continue
+        shown = _table(*(str(c) for c in grid.get("columns") or []) or ("(empty)",))
+        shown.title = name
+        for row in grid.get("rows") or []:
+            shown.add_row(*(v if isinstance(v, str) else si(v) for v in row))
+        out.print(shown)
 
 
 def _bars(out: Out, bars: list, caption: str, fmt) -> None:
