@@ -25,7 +25,7 @@ from pathlib import Path
 
 from app.journal import run_files, runs
 from base.contract import EVENTS_FILE
-from jobs.lab.catalogue import registry
+from jobs.lab.catalogue import own
 
 ROOT = Path(__file__).resolve().parents[1]
 
@@ -54,7 +54,8 @@ def launch_once(tmp_path_factory, experiment: str, params: dict, env: dict | Non
     read the same run. Returns its output directory (result.json, events.jsonl) and
     {"rc", "stdout", "stderr", "seconds"}. A run that failed is not run again: every test
     sharing it sees the failure."""
-    resolved = registry.validate(experiment, params)
+    # (an own experiment's declaration is in the folder the environment names)
+    resolved = own.validate(experiment, params, (env or {}).get(own.FOLDER_ENV))
     key = hashlib.sha256(json.dumps([experiment, resolved, env or {}], sort_keys=True)
                          .encode()).hexdigest()
     shared = tmp_path_factory.getbasetemp()
