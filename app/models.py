@@ -233,7 +233,6 @@ class Runner(Base):
     token_id: Mapped[int | None] = mapped_column(sa.ForeignKey("token.id", ondelete="SET NULL"))
     labels: Mapped[dict] = mapped_column(sa.JSON, default=dict)  # gpu_count, gpu_model, host…
     version: Mapped[str] = mapped_column(sa.String(50), default="")
-    # the owner's own experiments it has installed, as it last reported them
     experiments: Mapped[list] = mapped_column(sa.JSON, default=list, server_default="[]")
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
     last_seen_at: Mapped[dt.datetime | None]

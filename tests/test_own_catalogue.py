@@ -16,6 +16,7 @@ import pytest
 from app.journal.views import card_markdown, cards
 from app.models import Run, RunEvent, Schedule
 from jobs.lab.catalogue import own
+from jobs.runner.installed import Experiments
 from tests.helpers import ROOT, add_token, bearer, count
 from tests.real_runs import launch_once, store_run
 
@@ -198,3 +199,13 @@ def test_the_card_of_a_real_run_shows_its_numbers_charts_table_and_environment(
     assert "final_loss" in page and "Tiny language model" in page
     compare = client.get(f"/runs/compare?ids={first},{second}")
     assert compare.status_code == 200 and "tokens_per_s" in compare.text
+
+
+def test_the_agent_lists_its_folder_through_the_lab_and_notices_changes(folder, tmp_path):
+    listed = Experiments(str(folder))
+    assert {e["name"] for e in listed.read() if "broken" not in e} == {"tiny_lm"}
+    assert not listed.changed()
+    (folder / "tiny_lm.py").write_text((folder / "tiny_lm.py").read_text() + "\n# edited\n")
+    assert listed.changed()
+    gone = Experiments(str(tmp_path / "nowhere")).read()
+    assert len(gone) == 1 and "cannot be read" in gone[0]["broken"]

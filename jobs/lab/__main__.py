@@ -6,6 +6,7 @@
                            [--gang '{"nodes": N, "node_rank": K, "endpoint": "H:P", ...}']
     python -m jobs.lab check <experiment> --params '<json>'
     python -m jobs.lab table DIR [DIR ...]
+    python -m jobs.lab own [FOLDER]     the owner's own experiments (COMMONPLACE_EXPERIMENTS)
 
 ``run`` prints ``progress step=<i> total=<n> key=value ...`` lines and free-form
 log lines to stdout, writes DIR/result.json and DIR/events.jsonl, and exits with
@@ -42,6 +43,9 @@ def main(argv: list[str] | None = None) -> int:
     ck = sub.add_parser("check", help="validate parameters, print them resolved")
     ck.add_argument("experiment")
     ck.add_argument("--params", default="{}")
+    ow = sub.add_parser("own", help="the own experiments' declarations as JSON (broken "
+                                    "files with why)")
+    ow.add_argument("folder", nargs="?", default=None)
     tb = sub.add_parser("table", help="one table from result.json files")
     tb.add_argument("dirs", nargs="+")
     args = ap.parse_args(argv)
@@ -68,6 +72,9 @@ def main(argv: list[str] | None = None) -> int:
             print(f"error: invalid parameter {param}: {getattr(exc, 'message', exc)}",
                   file=sys.stderr)
             return contract.EXIT_CODES["invalid_params"]
+        return 0
+    if args.cmd == "own":
+        print(json.dumps(own.read_folder(args.folder)))
         return 0
     if args.cmd == "table":
         print(table(args.dirs))
