@@ -61,7 +61,8 @@ def _charts(result: dict) -> list[charts.Chart]:
         unit = str(about.get("unit") or "")[:20]
         title = f"{name}" + (f": {about['description']}" if about.get("description") else "")
         chart = charts.lines(title[:200], [(str(name)[:40], _points(raw))],
-                             lambda v, u=unit: number(v, u), x_name="step")
+                             lambda v, u=unit: seconds(v) if u == "s" else si(v, u),
+                             x_name="step")
         if chart is not None:
             made.append(chart)
     return made

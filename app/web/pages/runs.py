@@ -176,7 +176,8 @@ def run_list():
     paged = bool(request.args.get("before") or request.args.get("cursor"))
     body = render_template(
         "experiments/runs.html", rows=rows, filters=filters, error=error,
-        cursor=cursor, paged=paged, statuses=statuses.STATUSES, experiments=registry.EXPERIMENTS,
+        cursor=cursor, paged=paged, statuses=statuses.STATUSES,
+        experiments=[*registry.EXPERIMENTS, *known.owned(get_session())],
         schedule=schedule, filtered=any(filters.values()) or bool(named), sort=sort,
         sorts=sorts, order=found.order if found else "", shown=run_metrics.shown,
         sort_label=sorts.get(sort, sort),
