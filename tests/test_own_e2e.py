@@ -20,6 +20,18 @@ from tests.test_journal_e2e import Journal, api, wait_until
 QUICK = {"steps": "3", "warmup": "1", "batch_per_rank": "2", "seq_len": "8", "heads": "1",
          "head_dim": "8", "layers": "1", "vocab": "16", "device": "cpu"}
 
+# declared well, fails when it runs: an error only a run can find
+CRASHES = """
+EXPERIMENT = {"name": "crashes", "title": "Crashes", "params": {
+    "world_size": {"type": "int", "default": 1, "min": 1, "max": 2},
+    "device": {"type": "str", "default": "cpu", "choices": ["cpu"]}}}
+
+
+def run(lab, params):
+    lab.scalar("before", 1)
+    raise ValueError("the owner's bug")
+"""
+
 
 def own_names(server) -> set[str]:
     return {e["name"] for e in api(server.base, "/api/v1/experiments")[1]["experiments"]
@@ -31,6 +43,7 @@ def server(tmp_path_factory):
     folder = tmp_path_factory.mktemp("own-experiments")
     shutil.copy(ROOT / "examples" / "experiments" / "tiny_lm.py", folder)
     (folder / "typo.py").write_text("EXPERIMENT = {'name': 'typo',\ndef run(lab, params): pass\n")
+    (folder / "crashes.py").write_text(CRASHES)
     journal = Journal(tmp_path_factory.mktemp("own-server"))
     journal.folder = folder
     runner = None
@@ -96,3 +109,14 @@ def test_cpl_runs_it_and_shows_its_report(server, tmp_path):
     assert "Tiny language model" in shown.out and "final_loss" in shown.out
     bad = cpl("run", "tiny_lm", "-p", "steps=0")
     assert bad.rc != 0 and "steps" in bad.out + bad.err
+
+
+def test_an_exception_in_the_owners_code_fails_the_run_and_the_runner_goes_on(server):
+    run_id = server.create("crashes")
+    run = server.wait_status(run_id, ["SUCCEEDED", "FAILED", "LOST"], timeout=180)
+    assert (run["status"], run["reason_code"]) == ("FAILED", "rank_failed")
+    assert "ValueError: the owner's bug" in run["reason"]
+    after = server.create("tiny_lm", **{k: int(v) if v.isdigit() else v
+                                        for k, v in QUICK.items()})
+    assert server.wait_status(after, ["SUCCEEDED", "FAILED", "LOST"],
+                              timeout=180)["status"] == "SUCCEEDED"

@@ -10,5 +10,7 @@ results reach the weekly letter. Built on the notebook; knows nothing of HTTP.
     posting.py     a finished run's card into its week's letter
     scheduler.py   the scheduler process (APScheduler as the clock; rows are the truth)
 
-The experiment catalogue comes from the lab (jobs.lab.catalogue.registry, torch-free).
+The experiment catalogue comes from the lab (jobs.lab.catalogue.registry, torch-free),
+and the owner's own experiments from what runners report they have installed
+(catalogue.py: the two as one catalogue).
 """
