@@ -60,6 +60,7 @@ from web import QUERIES, free_port, seed  # noqa: E402  (bench/web.py)
 from app import create_app  # noqa: E402
 from app.models import Entry, Token  # noqa: E402
 from app.web.auth.identity import hash_token, new_token  # noqa: E402
+from bench.serving import stop_server  # noqa: E402
 
 OWNER = "owner@example.com"
 TIMEOUT = 40.0  # longer than any long poll: a probe that times out is recorded as this
@@ -157,21 +158,6 @@ def start_server(data_dir: Path, port: int) -> subprocess.Popen:
             stop_server(proc)
             raise RuntimeError(f"the server did not start; see {data_dir / 'web.log'}")
         time.sleep(0.2)
-
-
-def stop_server(proc: subprocess.Popen) -> None:
-    """End the server's process group (only ours: it was started in a session of its own)."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # workers left behind by a master that died
 
 
 # -- who sends what --------------------------------------------------------------------------
