@@ -53,7 +53,7 @@ ALLOWED = {
 # runner itself can tell (it could not start the lab; the lab was killed by a signal), and
 # what only the server knows (leases, queues, schedules).
 REASON_CODES = (*contract.LAB_REASONS, *contract.RUNNER_REASONS, "lease_expired",
-                "queued_too_long", "previous_run_unfinished", "")
+                "queued_too_long", "previous_run_unfinished", "too_many_scheduled_runs", "")
 
 MAX_METRIC_POINTS = 1000  # per call
 MAX_RUN_METRICS = 100_000  # per run: a runaway loop cannot fill the disk
@@ -140,10 +140,12 @@ def enqueue(session: Session, experiment: str, params: dict, requires: dict, *, 
     return run
 
 
-def skip(session: Session, run: Run, *, reason: str) -> None:
-    """A schedule fire recorded but not launched (its previous run is unfinished)."""
+def skip(session: Session, run: Run, *, reason: str,
+         reason_code: str = "previous_run_unfinished") -> None:
+    """A schedule fire recorded but not launched (its previous run is unfinished, or the
+    schedules have started as many runs as they may this minute)."""
     transition(session, run, SKIPPED, actor="scheduler", reason=reason,
-               reason_code="previous_run_unfinished")
+               reason_code=reason_code)
 
 
 def rerun(session: Session, run: Run, *, actor: str) -> Run:
