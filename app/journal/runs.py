@@ -284,10 +284,14 @@ def merge_environment(run: Run, env) -> None:
                               else str(v)[:200] for k, v in list(env.items())[:40]}}
 
 
+RUNNER_REPORTS = (RUNNING, SUCCEEDED, FAILED, CANCELLED)  # the statuses a runner sends
+
+
 def finish(session: Session, run: Run, runner: Runner, to: str, *, reason: str,
            reason_code: str, exit_code) -> None:
-    if to not in (RUNNING, SUCCEEDED, FAILED, CANCELLED):
-        raise Invalid("to must be RUNNING, SUCCEEDED, FAILED or CANCELLED", "to")
+    if to not in RUNNER_REPORTS:
+        raise Invalid(f"to must be {', '.join(RUNNER_REPORTS[:-1])} or {RUNNER_REPORTS[-1]}",
+                      "to")
     if reason_code not in REASON_CODES:
         raise Invalid(f"reason_code must be one of {', '.join(c for c in REASON_CODES if c)}",
                       "reason_code")
