@@ -184,8 +184,8 @@ def test_the_scheduler_process_keeps_the_configured_cap(make_app):
     past = dt.datetime.now(dt.UTC) - dt.timedelta(hours=2)  # a fire two hours ago, daily
     with app.extensions["db"].write() as session:
         for _ in range(3):
-            session.add(schedules.create(session, {
-                "experiment": "collectives", "cron": f"{past.minute} {past.hour} * * *"}))
+            schedules.create(session, {"experiment": "collectives",
+                                       "cron": f"{past.minute} {past.hour} * * *"})
         for schedule in session.scalars(sa.select(Schedule)):
             schedule.created_at = (past - dt.timedelta(hours=1)).replace(tzinfo=None)
     Scheduler(app).fire()
