@@ -46,6 +46,7 @@ def system_timezone() -> str:
 
 
 AUTH_MODES = ("serve", "whois", "dev")
+DEFAULT_SCHEDULED_RUNS_PER_MINUTE = 4
 # The web's size (gunicorn.conf.py reads these too): a long poll may hold at most half of a
 # worker's threads, so pages and health checks always have the other half.
 DEFAULT_WEB_WORKERS, DEFAULT_WEB_THREADS = 2, 8
@@ -141,6 +142,10 @@ def from_environment(env: dict[str, str] | None = None) -> dict:
         # then the partial claim is released and the run stays queued.
         "GANG_WAIT_S": _number(env, "COMMONPLACE_GANG_WAIT", 120.0),
         "MAX_QUEUE_AGE_S": _number(env, "COMMONPLACE_MAX_QUEUE_HOURS", 24.0) * 3600,
+        # Runs all schedules together may start in one minute: one schedule fires at most
+        # every 10 minutes, but thirty of them on the same minute would be thirty runs.
+        "SCHEDULED_RUNS_PER_MINUTE": int(_number(env, "COMMONPLACE_SCHEDULED_RUNS_PER_MINUTE",
+                                                 DEFAULT_SCHEDULED_RUNS_PER_MINUTE)),
         "BACKUP_KEEP_DAYS": int(_number(env, "COMMONPLACE_BACKUP_KEEP_DAYS", 14)),
     }
 

@@ -50,10 +50,10 @@ class IdlePool(NullPool):
     back. As many may be open at once as a process has threads. get_reader takes its
     connections from here too, straight from the idle ones (take) and back (the
     connection's own checkin, to the pool it came from), without the pool's checkout:
-    that (a proxy, its events, a reset on return) was ~8% of the entry page (py-spy,
-    in-process). A pop and an append are atomic under the GIL. After engine.dispose()
-    (which replaces the pool) a connection from before is closed when it is given back,
-    never kept."""
+    that (a proxy, its events, a reset on return) showed in the entry page's profile
+    (docs/PERFORMANCE.md, *Profiles*). A pop and an append are atomic under the GIL.
+    After engine.dispose() (which replaces the pool) a connection from before is closed
+    when it is given back, never kept."""
 
     def __init__(self, *args, **kwargs):
         super().__init__(*args, **kwargs)
@@ -229,8 +229,9 @@ def get_session() -> Session:
 def get_reader() -> Session | ConnectionPoolEntry:
     """Where a request that only reads runs the statements its page runs on every view
     (Prepared): a sqlite3 connection in a read transaction of its own, with no ORM
-    session. Building and closing a session was ~12% of a worker's time on the entry
-    page under load (py-spy), and the page reads nothing through the ORM. A request that
+    session. Building and closing a session was a large share of a worker's time on the
+    entry page under load (docs/PERFORMANCE.md, *Profiles*), and the page reads nothing
+    through the ORM. A request that
     has a session, or may write, reads in its session (as on another database).
 
     One snapshot holds until the request asks for a session: the reader's transaction
@@ -342,9 +343,9 @@ def sqlite_connection(session: Session | sa.Connection | ConnectionPoolEntry
 def insert_many(session: Session, table: sa.Table, rows: list[dict]) -> None:
     """INSERT rows (dicts with the same keys) in one executemany. On SQLite straight on
     the session's sqlite3 connection, each value through its column type's own bind
-    processor, as SQLAlchemy would store it: a bulk import's 100k entries carry ~700k
-    rows (entries, revisions, links, tags), and SQLAlchemy's per-row parameter work was
-    ~1 CPU s of each 20k (cProfile of `commonplace import`). Python-side column defaults
+    processor, as SQLAlchemy would store it: a bulk import's entries carry several rows
+    each (entries, revisions, links, tags), and SQLAlchemy's per-row parameter work was a
+    large share of an import's CPU (docs/PERFORMANCE.md, *Profiles*). Python-side column defaults
     are not applied here, so a column that has one must be in the rows."""
     if not rows:
         return

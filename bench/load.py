@@ -4,10 +4,10 @@ against /healthz measured in the same run.
     .venv/bin/python bench/load.py                        # 60 s of load, 20 s per flood
     .venv/bin/python bench/load.py --seconds 15 --flood-seconds 10
 
-A fresh data directory is seeded with notes (bench/web.py's `seed`), tokens are made, and
-the real server (`commonplace web`: gunicorn.conf.py, serve mode with an owner) is started
-on a free loopback port. Everything talks to it over TCP with bearer tokens, as the CLI and
-the runners do. Then:
+A fresh data directory gets notes through `commonplace import` (bench/corpus.py), tokens
+are made, and the real server (`commonplace web`: gunicorn.conf.py, serve mode with an
+owner) is started on a free loopback port. Everything talks to it over TCP with bearer
+tokens, as the CLI and the runners do. Then:
 
   quiet    /healthz alone, one request at a time: the baseline of every ratio below
   load     for --seconds: 8 runners long-polling (`wait` 10, as the agent does), 32 readers
@@ -52,14 +52,14 @@ from urllib.parse import quote_plus as quote
 
 ROOT = Path(__file__).resolve().parent.parent
 sys.path.insert(0, str(ROOT))
-sys.path.insert(0, str(ROOT / "bench"))
 
 import sqlalchemy as sa  # noqa: E402
-from web import QUERIES, free_port, seed  # noqa: E402  (bench/web.py)
 
 from app import create_app  # noqa: E402
 from app.models import Entry, Token  # noqa: E402
 from app.web.auth.identity import hash_token, new_token  # noqa: E402
+from bench.corpus import DATABASE, build  # noqa: E402
+from bench.serving import free_port, stop_server  # noqa: E402
 
 OWNER = "owner@example.com"
 TIMEOUT = 40.0  # longer than any long poll: a probe that times out is recorded as this
@@ -117,11 +117,15 @@ class Client:
 # -- the server ------------------------------------------------------------------------------
 
 
-def prepare(data_dir: Path, entries: int, runners: int) -> tuple[list, str, list[str]]:
-    """Seed notes; make an owner token and runner tokens (stored hashed, as the CLI does)."""
+def prepare(work: Path, entries: int, runners: int) -> tuple[Path, list, list[str], str,
+                                                             list[str]]:
+    """Notes imported the product's way (bench/corpus.py), and an owner token and runner
+    tokens (stored hashed, as the CLI does): (data folder, (id, slug) of a sample of the
+    notes, search queries over their words, the owner's token, the runners')."""
     logging.getLogger("app").setLevel(logging.ERROR)  # the seeding app's dev-mode warning
-    ids = seed(data_dir, entries, random.Random(7))
-    app = create_app({"DATA_DIR": data_dir, "DATABASE_URL": f"sqlite:///{data_dir}/c.db",
+    corpus = build(work, entries, 7)
+    data_dir = corpus.data_dir
+    app = create_app({"DATA_DIR": data_dir, "DATABASE_URL": f"sqlite:///{corpus.database}",
                       "AUTH_MODE": "dev", "TIMEZONE": "UTC"})
     secrets = {name: new_token() for name in ["owner", "flood", *map("runner-{}".format,
                                                                      range(runners))]}
@@ -130,12 +134,13 @@ def prepare(data_dir: Path, entries: int, runners: int) -> tuple[list, str, list
             role = "owner" if name == "owner" else "runner"
             session.add(Token(name=name, role=role, token_hash=hash_token(secret)))
     app.extensions["db"].engine.dispose()
-    return ids, secrets.pop("owner"), [secrets.pop("flood"), *secrets.values()]
+    return (data_dir, corpus.entries, corpus.queries, secrets.pop("owner"),
+            [secrets.pop("flood"), *secrets.values()])
 
 
 def start_server(data_dir: Path, port: int) -> subprocess.Popen:
     env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir),
-           "COMMONPLACE_DATABASE_URL": f"sqlite:///{data_dir}/c.db",
+           "COMMONPLACE_DATABASE_URL": f"sqlite:///{data_dir / DATABASE}",
            "COMMONPLACE_BIND": f"127.0.0.1:{port}", "COMMONPLACE_AUTH": "serve",
            "COMMONPLACE_OWNERS": OWNER, "COMMONPLACE_TIMEZONE": "UTC",
            "COMMONPLACE_LOG_LEVEL": "warning"}
@@ -159,21 +164,6 @@ def start_server(data_dir: Path, port: int) -> subprocess.Popen:
         time.sleep(0.2)
 
 
-def stop_server(proc: subprocess.Popen) -> None:
-    """End the server's process group (only ours: it was started in a session of its own)."""
-    if proc.poll() is None:
-        with contextlib.suppress(ProcessLookupError):
-            os.killpg(proc.pid, signal.SIGTERM)
-        try:
-            proc.wait(timeout=20)
-        except subprocess.TimeoutExpired:
-            with contextlib.suppress(ProcessLookupError):
-                os.killpg(proc.pid, signal.SIGKILL)
-            proc.wait(timeout=10)
-    with contextlib.suppress(ProcessLookupError, PermissionError):
-        os.killpg(proc.pid, signal.SIGKILL)  # workers left behind by a master that died
-
-
 # -- who sends what --------------------------------------------------------------------------
 
 
@@ -189,14 +179,14 @@ def probe(port: int, stats: Stats, kind: str, stop: threading.Event, every: floa
         stop.wait(every)
 
 
-def reader(port: int, token: str, ids: list, stats: Stats, think: float, rng: random.Random,
-           stop: threading.Event) -> None:
+def reader(port: int, token: str, ids: list, queries: list[str], stats: Stats, think: float,
+           rng: random.Random, stop: threading.Event) -> None:
     client = Client(port, {"Authorization": f"Bearer {token}"})
     pages = {
         "home": lambda: "/",
         "entry": lambda: "/entries/{}/{}".format(*rng.choice(ids)),
-        "search": lambda: "/search?q=" + quote(rng.choice(QUERIES)),
-        "api-search": lambda: "/api/v1/search?q=" + quote(rng.choice(QUERIES)),
+        "search": lambda: "/search?q=" + quote(rng.choice(queries)),
+        "api-search": lambda: "/api/v1/search?q=" + quote(rng.choice(queries)),
         "sitemap": lambda: "/sitemap",
     }
     kinds = list(pages)
@@ -303,7 +293,7 @@ def report(stats: Stats, base: list[float], kinds: list[str]) -> None:
 
 
 def missing_saves(data_dir: Path, acknowledged: list[int]) -> int:
-    engine = sa.create_engine(f"sqlite:///{data_dir}/c.db")
+    engine = sa.create_engine(f"sqlite:///{data_dir / DATABASE}")
     try:
         with engine.connect() as conn:
             present = set(conn.scalars(sa.select(Entry.id).where(Entry.id.in_(acknowledged))))
@@ -329,11 +319,11 @@ def main() -> None:
                         help="mean pause of a reader or writer between requests, seconds")
     args = parser.parse_args()
 
-    data_dir = Path(tempfile.mkdtemp(prefix="cp-load-"))
+    work = Path(tempfile.mkdtemp(prefix="cp-load-"))
     proc = None
     signal.signal(signal.SIGTERM, interrupted)
     try:
-        ids, owner, runner_tokens = prepare(data_dir, args.entries, args.runners)
+        data_dir, ids, queries, owner, runner_tokens = prepare(work, args.entries, args.runners)
         flood_token, runner_tokens = runner_tokens[0], runner_tokens[1:]
         port = free_port()
         proc = start_server(data_dir, port)
@@ -349,8 +339,8 @@ def main() -> None:
         acknowledged: list[int] = []
         targets = [(probe, (port, load, "healthz (load)"))]
         targets += [(runner, (port, token, 10, load, "lease", True)) for token in runner_tokens]
-        targets += [(reader, (port, owner, ids, load, args.think, random.Random(rng.random())))
-                    for _ in range(args.readers)]
+        targets += [(reader, (port, owner, ids, queries, load, args.think,
+                              random.Random(rng.random()))) for _ in range(args.readers)]
         targets += [(writer, (port, owner, n, load, acknowledged, args.think,
                               random.Random(rng.random()))) for n in range(args.writers)]
         in_threads(targets, args.seconds)
@@ -369,7 +359,7 @@ def main() -> None:
     finally:
         if proc is not None:
             stop_server(proc)
-        shutil.rmtree(data_dir, ignore_errors=True)
+        shutil.rmtree(work, ignore_errors=True)
 
     print(f"\nload: {args.runners} runners long-polling, {args.readers} readers, "
           f"{args.writers} writers for {args.seconds:.0f} s")

@@ -7,6 +7,7 @@ tables (for the benches that measure a query, not the import)."""
 
 from __future__ import annotations
 
+import contextlib
 import http.client
 import os
 import random
@@ -94,6 +95,21 @@ def stop(proc: subprocess.Popen) -> None:
     except subprocess.TimeoutExpired:
         proc.kill()
         proc.wait()
+
+
+def stop_server(proc: subprocess.Popen) -> None:
+    """End the server's process group (only ours: it was started in a session of its own)."""
+    if proc.poll() is None:
+        with contextlib.suppress(ProcessLookupError):
+            os.killpg(proc.pid, signal.SIGTERM)
+        try:
+            proc.wait(timeout=20)
+        except subprocess.TimeoutExpired:
+            with contextlib.suppress(ProcessLookupError):
+                os.killpg(proc.pid, signal.SIGKILL)
+            proc.wait(timeout=10)
+    with contextlib.suppress(ProcessLookupError, PermissionError):
+        os.killpg(proc.pid, signal.SIGKILL)  # workers left behind by a master that died
 
 
 def cpu_seconds(pid: int) -> float:

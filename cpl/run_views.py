@@ -10,6 +10,7 @@ import math
 from rich.table import Table
 from rich.text import Text
 
+from base import statuses
 from cpl.terminal import Out, duration, local_time, status_text
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -151,10 +152,10 @@ def show_card(out: Out, run: dict, title: str, metrics: dict) -> None:
                    style="muted"))
     out.print(Text("params: " + " ".join(f"{k}={_value(v)}" for k, v in
                                          (run.get("params") or {}).items())))
-    if run["status"] != "SUCCEEDED" and run.get("reason"):
-        out.print(Text(run["reason"], style=("red" if run["status"] in ("FAILED", "LOST")
-                                             else "")))
-    if run["status"] in ("QUEUED", "LEASED", "RUNNING"):
+    if run["status"] != statuses.SUCCEEDED and run.get("reason"):
+        failed = run["status"] in (statuses.FAILED, statuses.LOST)
+        out.print(Text(run["reason"], style="red" if failed else ""))
+    if run["status"] in statuses.UNFINISHED:
         out.print(f"step {steps(run) or '0/?'}" + (f" · {run['waiting']}" if run.get("waiting")
                                                    else ""))
     result = run.get("result") or {}

@@ -23,10 +23,13 @@ from rich.markdown import Markdown
 from rich.text import Text
 from rich.theme import Theme
 
+from base import statuses
+
 PALETTES = {"16": "standard", "256": "256", "truecolor": "truecolor"}
-STATUS_STYLES = {"SUCCEEDED": "green", "FAILED": "red", "LOST": "red", "EXPIRED": "red",
-                 "CANCELLED": "magenta", "RUNNING": "yellow", "LEASED": "yellow",
-                 "QUEUED": "cyan", "SKIPPED": "magenta"}
+STATUS_STYLES = {statuses.SUCCEEDED: "green", statuses.FAILED: "red", statuses.LOST: "red",
+                 statuses.EXPIRED: "red", statuses.CANCELLED: "magenta",
+                 statuses.RUNNING: "yellow", statuses.LEASED: "yellow",
+                 statuses.QUEUED: "cyan", statuses.SKIPPED: "magenta"}
 # Rich's defaults, where they name a background or a colour outside the 16, made plain.
 THEME = Theme({
     "markdown.code": "bold cyan", "markdown.code_block": "cyan",

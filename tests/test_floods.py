@@ -280,3 +280,47 @@ def test_a_callers_bodies_still_arriving_are_capped(patient_web, data_dir):
     refused = [a for a in answers.values() if a.startswith(b"HTTP/1.1 429 ")]
     assert len(refused) == 5, [a[:40] for a in answers.values()]
     assert all(b"Retry-After: 5" in a for a in refused)
+
+
+@pytest.fixture
+def roomy_web(data_dir):
+    """One worker with sixteen threads, patient as patient_web: four bodies still arriving
+    at once in all, two of them one caller's."""
+    server = WebServer(data_dir, COMMONPLACE_AUTH="serve", COMMONPLACE_OWNERS=OWNER,
+                       COMMONPLACE_HOSTS=SERVE_HOST, COMMONPLACE_WEB_WORKERS="1",
+                       COMMONPLACE_WEB_THREADS="16", COMMONPLACE_BODY_GRACE="600")
+    try:
+        yield server
+    finally:
+        server.close()
+
+
+def test_bodies_still_arriving_are_counted_per_caller_not_per_address(roomy_web, data_dir):
+    """Two runners behind one address (127.0.0.1), each with three registrations whose
+    bodies have begun to arrive: each runner's third is told 429 at once, and each runner
+    keeps its own two, which are answered once their bodies are whole. Counted by address,
+    the second runner would have been refused outright."""
+    start = b'{"labels": {}}'
+    length = len(start) + 5000  # the rest is JSON whitespace, sent at the end
+    held: dict[str, list[socket.socket]] = {}
+    try:
+        for name in ("runner-a", "runner-b"):
+            runner = bearer(token(data_dir, name, "runner"))
+            sockets = [open_post(roomy_web.port, "/api/v1/runner/register", length,
+                                 {**runner, "Content-Type": "application/json"})
+                       for _ in range(3)]
+            for sock in sockets:
+                sock.sendall(start)
+            ready, _, _ = select.select(sockets, [], [], BOUND)
+            assert len(ready) == 1, f"{name}: {len(ready)} answered before their bodies"
+            assert answer_then_hang_up(ready[0]).startswith(b"HTTP/1.1 429 ")
+            held[name] = [s for s in sockets if s is not ready[0]]
+        for name, sockets in held.items():
+            for sock in sockets:
+                sock.sendall(b" " * (length - len(start)))
+                answer = sock.recv(65536)
+                assert answer.startswith(b"HTTP/1.1 200 "), (name, answer[:200])
+    finally:
+        for sockets in held.values():
+            for sock in sockets:
+                sock.close()

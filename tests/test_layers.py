@@ -8,7 +8,7 @@ import sys
 from pathlib import Path
 
 ROOT = Path(__file__).resolve().parent.parent
-PACKAGES = ("app", "base", "cpl", "jobs")
+PACKAGES = ("app", "base", "bench", "cpl", "jobs", "tests")
 
 
 def modules() -> list[Path]:

@@ -386,8 +386,10 @@ def test_compare_changes_read_sensibly():
 
     assert change(metric(0.00089), metric(-0.00382)) == ("", "")  # unexplained time
     assert change(metric(0.0), metric(0.5)) == ("", "")
-    assert change(metric(2.0), metric(1.0)) == ("-50%", "better")
+    unexplained = lambda v: Metric("u", v, "", signed=True)  # noqa: E731
+    assert change(unexplained(0.006), unexplained(0.0)) == ("", "")  # not "-100%"
+    assert change(metric(2.0), metric(1.0)) == ("\u221250%", "better")  # a minus sign
     mfu = lambda v: Metric("MFU", v, "", "higher", fraction=True)  # noqa: E731
     assert change(mfu(0.004), mfu(0.00512)) == ("+0.1 pt", "better")
-    assert change(mfu(0.30), mfu(0.25)) == ("-5.0 pt", "worse")
+    assert change(mfu(0.30), mfu(0.25)) == ("\u22125.0 pt", "worse")
     assert change(mfu(0.30), mfu(0.30)) == ("±0 pt", "same")

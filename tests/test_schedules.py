@@ -1,12 +1,16 @@
 """Schedules through the JSON API and the firing rule: cron and time-zone validation, the
 next fires in the schedule's own zone, missed fires coalesced within the grace period and
-dropped after it, never a double fire, and a visible skip while the last run is unfinished."""
+dropped after it, never a double fire, a visible skip while the last run is unfinished, and
+a cap on the runs all schedules together start in one minute."""
 
 import datetime as dt
 
 import pytest
+import sqlalchemy as sa
 
+from app.config import from_environment
 from app.journal import schedules
+from app.journal.scheduler import Scheduler
 from app.models import Run, Schedule
 from tests.helpers import count
 
@@ -144,3 +148,53 @@ def test_a_schedule_fires_at_most_every_ten_minutes(client, db, cron, every):
     ok = new_schedule(client, cron="*/10 * * * *")
     assert client.put(f"/api/v1/schedules/{ok['id']}", json={"cron": "* * * * *"}) \
         .status_code == 422
+
+
+# -- all schedules together ----------------------------------------------------------------
+
+
+def test_schedules_together_start_at_most_the_cap_a_minute_and_skip_the_rest(client, db):
+    """Each `*/10` schedule is allowed alone; six on the same minute with a cap of four: four
+    runs, two visible skips (which do not count), and the next minute starts afresh."""
+    made = [new_schedule(client, cron="*/10 * * * *") for _ in range(6)]
+    with db.write() as session:
+        for s in made:
+            session.get(Schedule, s["id"]).created_at = dt.datetime(2026, 1, 1, 0, 0)
+    fired = []
+    for s in made:
+        with db.write() as session:
+            run = schedules.fire_due(session, session.get(Schedule, s["id"]),
+                                     utc(2026, 1, 1, 0, 10, 5), per_minute=4)
+            fired.append((run.status, run.reason_code, run.reason))
+    assert [f[0] for f in fired] == ["QUEUED"] * 4 + ["SKIPPED"] * 2
+    assert {f[1] for f in fired[4:]} == {"too_many_scheduled_runs"}
+    assert "already started 4 runs this minute" in fired[4][2]
+    assert "COMMONPLACE_SCHEDULED_RUNS_PER_MINUTE" in fired[4][2]
+    shown = client.get(f"/api/v1/runs?schedule={made[5]['id']}").get_json()["runs"]
+    assert [(r["status"], r["reason_code"]) for r in shown] == [
+        ("SKIPPED", "too_many_scheduled_runs")]
+    with db.write() as session:  # the skipped schedule's next fire is a new minute
+        run = schedules.fire_due(session, session.get(Schedule, made[5]["id"]),
+                                 utc(2026, 1, 1, 0, 20, 5), per_minute=4)
+        assert run.status == "QUEUED"
+
+
+def test_the_scheduler_process_keeps_the_configured_cap(make_app):
+    app = make_app(SCHEDULED_RUNS_PER_MINUTE=2)
+    past = dt.datetime.now(dt.UTC) - dt.timedelta(hours=2)  # a fire two hours ago, daily
+    with app.extensions["db"].write() as session:
+        for _ in range(3):
+            schedules.create(session, {"experiment": "collectives",
+                                       "cron": f"{past.minute} {past.hour} * * *"})
+        for schedule in session.scalars(sa.select(Schedule)):
+            schedule.created_at = (past - dt.timedelta(hours=1)).replace(tzinfo=None)
+    Scheduler(app).fire()
+    with app.extensions["db"].read() as session:
+        statuses = sorted(session.scalars(sa.select(Run.status)))
+    assert statuses == ["QUEUED", "QUEUED", "SKIPPED"]
+
+
+@pytest.mark.parametrize("value", ["0", "-3", "many"])
+def test_a_bad_cap_stops_the_process_with_its_name(value):
+    with pytest.raises(SystemExit, match="COMMONPLACE_SCHEDULED_RUNS_PER_MINUTE"):
+        from_environment({"COMMONPLACE_SCHEDULED_RUNS_PER_MINUTE": value})

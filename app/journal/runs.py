@@ -53,7 +53,7 @@ ALLOWED = {
 # runner itself can tell (it could not start the lab; the lab was killed by a signal), and
 # what only the server knows (leases, queues, schedules).
 REASON_CODES = (*contract.LAB_REASONS, *contract.RUNNER_REASONS, "lease_expired",
-                "queued_too_long", "previous_run_unfinished", "")
+                "queued_too_long", "previous_run_unfinished", "too_many_scheduled_runs", "")
 
 MAX_METRIC_POINTS = 1000  # per call
 MAX_RUN_METRICS = 100_000  # per run: a runaway loop cannot fill the disk
@@ -141,10 +141,12 @@ def enqueue(session: Session, experiment: str, params: dict, requires: dict, *, 
     return run
 
 
-def skip(session: Session, run: Run, *, reason: str) -> None:
-    """A schedule fire recorded but not launched (its previous run is unfinished)."""
+def skip(session: Session, run: Run, *, reason: str,
+         reason_code: str = "previous_run_unfinished") -> None:
+    """A schedule fire recorded but not launched (its previous run is unfinished, or the
+    schedules have started as many runs as they may this minute)."""
     transition(session, run, SKIPPED, actor="scheduler", reason=reason,
-               reason_code="previous_run_unfinished")
+               reason_code=reason_code)
 
 
 def rerun(session: Session, run: Run, *, actor: str) -> Run:
@@ -284,10 +286,14 @@ def merge_environment(run: Run, env) -> None:
                               else str(v)[:200] for k, v in list(env.items())[:40]}}
 
 
+RUNNER_REPORTS = (RUNNING, SUCCEEDED, FAILED, CANCELLED)  # the statuses a runner sends
+
+
 def finish(session: Session, run: Run, runner: Runner, to: str, *, reason: str,
            reason_code: str, exit_code) -> None:
-    if to not in (RUNNING, SUCCEEDED, FAILED, CANCELLED):
-        raise Invalid("to must be RUNNING, SUCCEEDED, FAILED or CANCELLED", "to")
+    if to not in RUNNER_REPORTS:
+        raise Invalid(f"to must be {', '.join(RUNNER_REPORTS[:-1])} or {RUNNER_REPORTS[-1]}",
+                      "to")
     if reason_code not in REASON_CODES:
         raise Invalid(f"reason_code must be one of {', '.join(c for c in REASON_CODES if c)}",
                       "reason_code")

@@ -130,7 +130,8 @@ class Scheduler:
             if schedule_id is not None:
                 query = query.where(Schedule.id == schedule_id)
             for schedule in session.scalars(query):
-                run = schedules.fire_due(session, schedule)
+                run = schedules.fire_due(session, schedule, per_minute=self.config[
+                    "SCHEDULED_RUNS_PER_MINUTE"])
                 if run is not None:
                     log.info("schedule %s fired: run %s %s", schedule.id, run.id, run.status)
 

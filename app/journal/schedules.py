@@ -15,14 +15,16 @@ import sqlalchemy as sa
 from apscheduler.triggers.cron import CronTrigger
 from sqlalchemy.orm import Session
 
+from app.config import DEFAULT_SCHEDULED_RUNS_PER_MINUTE
 from app.errors import Invalid, NotFound, refuse_unknown
 from app.journal import cron_phrases, runs
 from app.models import Run, Schedule, utcnow
 from base import statuses
 
 MAX_GRACE_S = 7 * 24 * 3600
-# A schedule starts a run at most this often: each fire is a run, and a minutely cron (or
-# thirty of them) would queue runs faster than any runner takes them.
+# A schedule starts a run at most this often: each fire is a run, and a minutely cron would
+# queue runs faster than any runner takes them. Many schedules on the same minute are held
+# by a cap on all of them together (fire_due's `per_minute`): past it, a fire is a skip.
 MIN_INTERVAL = dt.timedelta(minutes=10)
 FIRES_CHECKED = 48  # enough consecutive fires to see a cron's closest pair
 FIELDS = ("name", "experiment", "params", "cron", "timezone", "enabled", "misfire_grace_s")
@@ -145,9 +147,11 @@ def get(session: Session, schedule_id: int) -> Schedule:
     return schedule
 
 
-def fire_due(session: Session, schedule: Schedule, now: dt.datetime | None = None) -> Run | None:
+def fire_due(session: Session, schedule: Schedule, now: dt.datetime | None = None,
+             per_minute: int = DEFAULT_SCHEDULED_RUNS_PER_MINUTE) -> Run | None:
     """Fire the schedule's latest due time, if it has not fired yet and is within the
-    misfire grace. Missed fires coalesce into this one; older ones are dropped."""
+    misfire grace. Missed fires coalesce into this one; older ones are dropped. Once
+    `per_minute` runs of any schedules start in the fire's minute, it is a visible skip."""
     now = now or dt.datetime.now(dt.UTC)
     if not schedule.enabled:
         return None
@@ -174,6 +178,10 @@ def fire_due(session: Session, schedule: Schedule, now: dt.datetime | None = Non
             if unfinished:
                 runs.skip(session, run, reason=f"run {unfinished} of this schedule is still "
                                                "unfinished")
+            elif (started := started_in_minute(session, due_utc, run.id)) >= per_minute:
+                runs.skip(session, run, reason_code="too_many_scheduled_runs",
+                          reason=f"schedules already started {started} runs this minute, "
+                                 f"the most they may (COMMONPLACE_SCHEDULED_RUNS_PER_MINUTE)")
     except sa.exc.IntegrityError:
         return None  # the unique (schedule, fire time) key: someone else enqueued it
     except Invalid as exc:
@@ -185,3 +193,11 @@ def fire_due(session: Session, schedule: Schedule, now: dt.datetime | None = Non
                         reason=f"parameters no longer valid: {exc.field}: {exc.message}",
                         reason_code="invalid_params")
     return run
+
+
+def started_in_minute(session: Session, when: dt.datetime, besides: int) -> int:
+    """Runs that schedules started (not skipped) in the minute of `when`, other than one."""
+    minute = when.replace(second=0, microsecond=0)
+    return session.scalar(sa.select(sa.func.count(Run.id)).where(
+        Run.trigger == "schedule", Run.id != besides, Run.status != statuses.SKIPPED,
+        Run.scheduled_for >= minute, Run.scheduled_for < minute + dt.timedelta(minutes=1)))

@@ -26,7 +26,7 @@ ENTRY_ACTIONS = ("edit", "history", "delete")  # pages at /entries/<id>/<action>
 
 def action_url(entry: Entry, action: str) -> str:
     """An entry's (or a letter's) edit, history or delete page. Every entry page links to
-    three: through url_for and its cache they were 3 builds a page at 100k entries."""
+    three: through url_for and its cache they were built again on every page."""
     if action not in ENTRY_ACTIONS:
         raise ValueError(f"no entry page {action!r}")
     return f"/entries/{entry.id}/{action}"

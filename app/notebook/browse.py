@@ -54,7 +54,7 @@ _NEWEST_FIRST = (*_NEWEST, Link.id)  # and a source's links in their order
 
 def _newest_query(published_only: bool) -> sa.Select:
     # Only what a line shows, and its address: the listed columns' timestamps were two
-    # datetime parses a line, and a random entry of a 100k notebook has ~15 lines.
+    # datetime parses a line, on every line of every listing.
     query = (sa.select(Entry.id, Entry.kind, Entry.iso_week, Entry.slug, Entry.title,
                        Entry.date, Link.context)
              .join(Link, Link.source_id == Entry.id).where(*_LINKED_TO)

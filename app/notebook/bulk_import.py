@@ -61,14 +61,14 @@ CHUNK = 50  # notes per task sent to a worker
 AHEAD = 3  # batches rendered ahead of the writer
 # The writer's page cache, in KiB: SQLite's default, not app/db.py's smaller one for the many
 # connections of a web worker. A batch inserts into the link and tag indexes all over the
-# notebook: at 100k entries, with 512 KiB, the writer's thread took 63.6 CPU s against
-# 54.3 s (one back-to-back pair). A bigger cache than the default gained nothing (64 MiB).
+# notebook: with half of it, the writer's thread took longer (docs/PERFORMANCE.md,
+# *Importing*). A bigger cache than the default gained nothing.
 WRITER_CACHE_KIB = 2000
 # The parent holds every note, its plan and the link index until the end: millions of
 # objects, which a collection of the oldest generation walks with the GIL held. At the
-# default thresholds 19 of those ran in a 100k import, 13-15 s of the writer's time
-# (gc.callbacks); the import makes little cyclic garbage, so the oldest generation waits
-# for this many collections of the middle one instead of 10 (3.1-4.3 s of collecting).
+# default thresholds those took a large share of the writer's time (gc.callbacks;
+# docs/PERFORMANCE.md, *Importing*); the import makes little cyclic garbage, so the oldest
+# generation waits for this many collections of the middle one instead of 10.
 OLDEST_GENERATION_AFTER = 1000
 ENTRY = Entry.__table__  # rows written in bulk through Core, not one ORM object each
 _UPDATE = ENTRY.update().where(ENTRY.c.id == sa.bindparam("_id"))
@@ -84,7 +84,7 @@ def run(db, root: Path, paths: list[Path], report: ImportReport, *, author: str 
     `dry_run`, only plan it (report.plan)."""
     started = time.monotonic()
     if workers is None:
-        workers = (os.cpu_count() or 1) if len(paths) > 200 else 0  # forking costs ~0.1 s
+        workers = (os.cpu_count() or 1) if len(paths) > 200 else 0  # fewer: forking costs more
     with db.read() as session:  # the folder's files, for its notes' ![[embeds]]
         bulk_render.use_attachments(attachments.Index(session))
     pool = _pool(workers)

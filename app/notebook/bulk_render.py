@@ -125,7 +125,7 @@ def templates(jobs: list) -> list[tuple[Template | Failed | None, str | None]]:
 
 def _as_entry(known: Known, body: str) -> EntryRow:
     """What mirror.relpath and to_text read of an entry, built in the renderers for every
-    file (an ORM Entry, instrumented, was 3% of their time). They read neither timestamp,
+    file (an ORM Entry, instrumented, costs more than the row). They read neither timestamp,
     which is not known here."""
     return EntryRow(known.id, known.kind, known.date, known.iso_week, known.title,  # type: ignore[arg-type]
                     known.slug, known.tags, "", known.status, known.revision, None, None, body,  # type: ignore[arg-type]

@@ -35,7 +35,7 @@ ENTRY_FILE_RE = re.compile(r"^(\d{4}-\d{2}-\d{2})(?:[-_ ]+(.*))?$")
 LETTER_FILE_RE = re.compile(r"^(\d{4})-W(\d{2})$")
 # libyaml's parser where installed (same safe constructors, several times faster)
 SafeLoader = getattr(yaml, "CSafeLoader", yaml.SafeLoader)
-# and its emitter, ~5x faster than PyYAML's, but only where it writes the same bytes (see
+# and its emitter, faster than PyYAML's, but only where it writes the same bytes (see
 # _short_and_plain): on long lines it wraps elsewhere, and it escapes what PyYAML writes as is
 SafeDumper = getattr(yaml, "CSafeDumper", yaml.SafeDumper)
 

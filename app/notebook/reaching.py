@@ -20,8 +20,8 @@ _NEWEST = (Entry.date.desc(), Entry.id.desc())
 # Which links reach an entry: those entries.resolve sends to it. A [[2024-03-05]] opens
 # the day's letter, else its first entry; a [[Title]] the newest entry of that title; a
 # [[2024-W13]] the week's letter. Only that entry lists such a link among its backlinks.
-# (Every entry of the day listed a date's links: at 100k entries a day holds ~27, and they
-# were 10.9 of an average entry page's 14.8 lines, the lines that grew with the notebook.)
+# (Every entry of the day listed a date's links: most of an average entry page's lines,
+# and the lines that grew with the notebook; docs/PERFORMANCE.md, *Browsing*.)
 # An imported note is reached first by its file's path (note_paths: [[Note]], [[Folder/
 # Note]], the shortest path among files of one name), then by title, then by its aliases.
 # One statement, an index seek each: ix_entry_kind_date and ix_entry_date for the day,

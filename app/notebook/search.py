@@ -256,8 +256,9 @@ def _page(session: Session, query: Query, top: list) -> list:
 
 
 # FTS5's snippet() weighs every window of the text around every match: quadratic in the
-# matches, which a hostile note makes the whole of its text (40,000 "`a " took 9 s for
-# "a*", in one SQLite step no time limit can stop). A longer text shows its lead instead.
+# matches, which a hostile note makes the whole of its text (40,000 "`a " and "a*": seconds
+# in one SQLite step no time limit can stop; bench/attack.py). A longer text shows its lead
+# instead.
 SNIPPET_MAX_CHARS = 20_000
 
 

@@ -7,7 +7,7 @@ batch at a time).
   entry_fts_recent  the entries from search_recent.floor on, and every letter (migration
                     0008): bm25 scores a common word's newest matches (and kind:week's
                     letters) from here, counting its rows among 10,000-20,000 entries
-                    instead of all of them (5 ms at 100k per word)
+                    instead of all of them (docs/PERFORMANCE.md, *Search*)
 """
 
 from __future__ import annotations
@@ -34,11 +34,12 @@ DELETE_RECENT = sa.text("DELETE FROM entry_fts_recent WHERE rowid = :id")
 
 # entry_fts_recent holds every entry from search_recent.floor on: the newest RECENT ids at
 # least, and once the newest id is 2 x RECENT past the floor, the floor moves up to keep
-# RECENT again (the older half deleted in that save's transaction: ~1 s, once in 10,000
-# new entries). 400 matches of a word in 1 entry in 25 lie within it; without a range
-# filter, a window of more than that never reaches below it (ranking.py). Every letter is
-# kept as well (one a week, ~2,600 in 50 years): kind:week's window, the newest 400
-# letters, spans most of the notebook, and is walked and scored here.
+# RECENT again (the older half deleted in that save's transaction, once in 10,000 new
+# entries: the one slow save, docs/PERFORMANCE.md, *Search*). 400 matches of a word in 1
+# entry in 25 lie within it; without a range filter, a window of more than that never
+# reaches below it (ranking.py). Every letter is kept as well (one a week, ~2,600 in 50
+# years): kind:week's window, the newest 400 letters, spans most of the notebook, and is
+# walked and scored here.
 RECENT = 10_000
 FLOOR = "SELECT floor FROM search_recent"
 
@@ -109,10 +110,10 @@ def remove_entry(session: Session, entry_id: int) -> None:
 # -- bulk loading (app/notebook/bulk_import.py) -------------------------------------------
 #
 # FTS5 writes each transaction's terms as a new segment and, by default, merges a level
-# once it holds 4 segments ('automerge'): an import of 100k entries in batches of 500
-# rewrote the index over and over, 30 of its CPU seconds (with the prefix indexes, every
-# term four times). Merging at 16 while loading, then merging everything into one segment
-# at the end, costs 23 s, and the index answers faster than either (bench/fts_loading.py).
+# once it holds 4 segments ('automerge'): an import in batches rewrote the index over and
+# over (with the prefix indexes, every term four times). Merging at 16 while loading, then
+# merging everything into one segment at the end, costs less, and the index answers faster
+# than either (bench/fts_loading.py; docs/PERFORMANCE.md, *Search*).
 
 FTS_TABLES = ("entry_fts", "entry_fts_heads", "entry_fts_recent")
 USUAL_AUTOMERGE = 4  # FTS5's default
@@ -150,8 +151,8 @@ def finish_loading(db) -> None:
     an import was interrupted): the usual automerge back, then every segment merged into
     one, MERGE_PAGES at a time ('merge' with a negative count: FTS5's 'optimize', in
     steps), until a step changes fewer than 2 rows (FTS5's own test that nothing was left
-    to do). An import of a few files leaves the index as it is: merging a whole 100k-entry
-    index took ~4 s."""
+    to do). An import of a few files leaves the index as it is: merging a whole large
+    index takes seconds (docs/PERFORMANCE.md, *Search*)."""
     with db.write() as session:
         if not has_index(session) or not _loading(session):
             return

@@ -7,7 +7,6 @@
   var POLL_MS = 1500;
   var MAX_BACKOFF_MS = 15000;
   var LOG_KEEP = 512 * 1024; // characters of log kept in the page
-  var TERMINAL = ["SUCCEEDED", "FAILED", "CANCELLED", "LOST", "EXPIRED", "SKIPPED"];
 
   function getJSON(url) {
     return fetch(url, { credentials: "same-origin", headers: { Accept: "application/json" } })
@@ -65,6 +64,9 @@
     var eventsEl = document.getElementById("run-events");
     var shownEvents = eventsEl ? parseInt(eventsEl.dataset.count || "0", 10) : 0;
     var formatter = timeFormatter(root.dataset.timezone);
+    // The statuses as base/statuses.py spells them, written into the page by the server.
+    var QUEUED = root.dataset.queued;
+    var TERMINAL = (root.dataset.terminal || "").split(" ");
     var delay = POLL_MS;
     var timer = null;
     var busy = false;
@@ -119,7 +121,7 @@
         bar.value = total ? Math.min(step, total) : 0;
       }
       var text = total ? "step " + step + " of " + total : (step ? "step " + step :
-        (run.status === "QUEUED" ? "queued" : "starting"));
+        (run.status === QUEUED ? "queued" : "starting"));
       setText("progress-text", text);
       var list = document.getElementById("progress-extras");
       if (list) {
@@ -138,7 +140,7 @@
         list.replaceChildren(rows);
       }
       var state = run.cancel_requested ? "cancel requested" :
-        (run.status === "QUEUED" ? "waiting for a runner" : "live");
+        (run.status === QUEUED ? "waiting for a runner" : "live");
       setText("live-state", state);
       if (run.started_at) {
         setText("run-duration", span((Date.now() - new Date(run.started_at).getTime()) / 1000));

@@ -6,6 +6,7 @@ from __future__ import annotations
 import click
 from rich.text import Text
 
+from base import statuses
 from cpl.context import Ctx, complete_from, done, json_option, pass_ctx, print_json
 from cpl.failures import ApiError
 from cpl.profile import recall, remember
@@ -246,7 +247,7 @@ def runs_cancel(ctx: Ctx, run_id, as_json):
     found = ctx.api.post(f"/api/v1/runs/{run_id}/cancel")
     if as_json:
         print_json(run_full(found, ctx.api.server))
-    elif found["status"] == "CANCELLED":
+    elif found["status"] == statuses.CANCELLED:
         ctx.out.note(f"run {run_id} is CANCELLED")
     else:
         ctx.out.note(f"cancel requested: run {run_id} ({found['status']}) stops at its "

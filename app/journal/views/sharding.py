@@ -100,7 +100,7 @@ def _view(model: dict, params: dict, chosen: list, uid: str) -> str:
     return _drawn(key)
 
 
-@functools.lru_cache(maxsize=32)  # a view is ~100-300 kB of HTML
+@functools.lru_cache(maxsize=32)  # few: a view is a large page of HTML
 def _drawn(key: str) -> str:
     model, params, chosen, uid = json.loads(key)
     return _draw(model, params, chosen, uid)

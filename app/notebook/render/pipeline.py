@@ -39,7 +39,7 @@ _INLINE_PRIORITY = 20  # Python-Markdown's own place for "inline" (markdown/tree
 _HTML_BLOCK_PRIORITY = 20  # and for "html_block" (markdown/preprocessors.py)
 _FOOTNOTE_PRIORITY = 175  # and for "footnote" (markdown/extensions/footnotes.py)
 
-_local = threading.local()  # one Markdown per thread: building one is ~15% of a render
+_local = threading.local()  # one Markdown per thread: building one costs a good part of a render
 
 
 def _new_markdown(state: RenderState) -> tuple[markdown.Markdown, CommonplaceExtension]:

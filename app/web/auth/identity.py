@@ -100,11 +100,11 @@ def _token_identity(secret: str, roles: set[str] | None = None) -> Identity | No
     if not secret or len(secret) > 200:
         return None
     # A prepared Core row, not an ORM object: every API call and runner heartbeat passes
-    # here (profile of GET /api/v1/entries/<id>: 45% of the request in this lookup, 60% of
-    # that the ORM). A read looks it up in the request's own transaction (get_reader: the
-    # snapshot an entry's view then reads; a connection of its own was 16% of that
-    # request); a write on a connection of its own, as its session would take the write
-    # lock here, which _touch then waits for.
+    # here, and through the ORM this lookup was most of a small API request. A read looks
+    # it up in the request's own transaction (get_reader: the snapshot an entry's view then
+    # reads, no connection of its own to open); a write on a connection of its own, as its
+    # session would take the write lock here, which _touch then waits for.
+    # (docs/PERFORMANCE.md, *Profiles*)
     if request.method in WRITE_METHODS:
         with current_app.extensions["db"].engine.connect() as conn:
             found = ACTIVE_TOKEN.run(conn, {"hash": hash_token(secret)})

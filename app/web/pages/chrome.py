@@ -46,7 +46,7 @@ URL_CACHE_SIZE = 4096
 def page_url(endpoint: str, **values) -> str:
     """url_for for templates, remembered: a page's header, menu and links ask for the same
     few dozen URLs on every request, and building one costs more than the rest of a small
-    template (the profile of the entry page: 24 url_for calls, ~9% of the request). The
+    template (docs/PERFORMANCE.md, *Profiles*). The
     URL depends only on the endpoint, its values and the mount point (script root); a
     relative endpoint or an option (_external, _anchor ...) is built afresh each time."""
     try:
@@ -78,8 +78,8 @@ SITE_ASSETS = {"css": "app.css", "js": "app.js", "icon": "icon.svg", "icon_png":
 
 def site_links(app: Flask, script_root: str, week: str) -> dict[str, str]:
     """The header's and footer's URLs, built once per mount point and week: base.html
-    asked page_url for 19 of them on every request, 9% of an entry page's time in the
-    profile (each call looks up the request and the app through Flask's proxies)."""
+    asked page_url for them on every request, each call looking up the request and the
+    app through Flask's proxies (docs/PERFORMANCE.md, *Profiles*)."""
     key = (script_root, week)
     kept = app.extensions.setdefault("site_links", {})
     if key not in kept:
@@ -118,7 +118,8 @@ def site_chrome(week: str, writer: bool, identity) -> dict[str, Markup]:
     and kept: the loop over the menu and its escapes were most of base.html's time on
     every page. Made with the page's context (_page_context), once a request, and shown
     as three strings: base.html calling a function for each part, which looked the
-    request and the app up again, was ~5% of the entry page (py-spy, in-process)."""
+    request and the app up again, showed in the entry page's profile
+    (docs/PERFORMANCE.md, *Profiles*)."""
     app, req = current_app._get_current_object(), request._get_current_object()
     env, root = app.jinja_env, req.script_root
     header = (nav_section(app, req, week), req.endpoint != "notes.search_page", writer)

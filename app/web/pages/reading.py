@@ -42,15 +42,15 @@ def listed_lines(entries: list[EntryRow], show_date: bool = True) -> Markup:
     """The lines of a list of entries (templates/notes/_macros.html entry_item), joined.
     A line shows only its row's columns, and a row is immutable and holds every one of
     them (revision and updated_at included), so the lines made are kept by row: a changed
-    entry is a new key, never a stale line. The tag page's 50 lines were 46% of its time
-    (cProfile through the WSGI app); the home, letter and tag pages list the same rows
+    entry is a new key, never a stale line. Made afresh, a tag page's lines were most of
+    its time (docs/PERFORMANCE.md, *Profiles*); the home, letter and tag pages list the same rows
     view after view. One call for the whole list, not one per line: Jinja's call of a
     global (its checks of the callable) and the app proxy cost more than a kept line."""
     env = current_app.jinja_env
     return Markup("\n  ".join([_line(env, entry, show_date) for entry in entries]))
 
 
-@functools.lru_cache(maxsize=2048)  # ~1 KB a line with its key
+@functools.lru_cache(maxsize=2048)  # bounded: the lines of the pages read most
 def _line(env: Environment, entry: EntryRow, show_date: bool) -> Markup:
     return Markup(env.get_template("notes/_macros.html").module.entry_item(entry, show_date))
 

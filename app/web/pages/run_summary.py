@@ -62,6 +62,7 @@ class Metric:
     text: str
     better: str = ""  # "higher" or "lower": which way a change is an improvement
     fraction: bool = False  # a share of a whole (MFU): a change is in percentage points
+    signed: bool = False  # may be below zero (time left unexplained): no ratio of it
 
 
 def _num(value) -> float | None:
@@ -97,8 +98,8 @@ def headline(run: Run) -> dict[str, list[Metric]]:
                 Metric("predicted", _num(pred.get("step_time_s")),
                        numbers.seconds(_num(pred.get("step_time_s")))),
                 Metric("measured / predicted", ratio, numbers.ratio(ratio)),
-                Metric("unexplained", residual, numbers.seconds(residual) if residual is None
-                       or residual >= 0 else "−" + numbers.seconds(-residual)),
+                Metric("unexplained", residual, signed(numbers.seconds(residual)),
+                       signed=True),
                 Metric("memory / predicted", memory, numbers.ratio(memory)),
                 Metric("tokens/s", _num(s.get("tokens_per_s")),
                        numbers.si(_num(s.get("tokens_per_s"))), "higher"),
@@ -138,6 +139,11 @@ def _share(value: float | None) -> str:
     return f"{value:.1%}" if abs(value) < 0.1 else f"{value:.0%}"
 
 
+def signed(text: str) -> str:
+    """A minus sign, not a hyphen, wherever a number is negative: "−3.82 ms", "−12%"."""
+    return text.replace("-", "\u2212", 1) if text.startswith("-") else text
+
+
 def change(base: Metric | None, other: Metric | None) -> tuple[str, str]:
     """(text, class) for `other` beside `base`: "+12%" marked better or worse; for a share
     (MFU), the change in points ("+1.2 pt"). None for a quantity that is signed (time left
@@ -145,16 +151,17 @@ def change(base: Metric | None, other: Metric | None) -> tuple[str, str]:
     if base is None or other is None or base.value is None or other.value is None:
         return "", ""
     if base.fraction:
-        delta, text = other.value - base.value, f"{(other.value - base.value) * 100:+.1f} pt"
+        delta = other.value - base.value
+        text = signed(f"{delta * 100:+.1f} pt")
         if abs(delta) < 0.0005:
             return "±0 pt", "same"
     else:
-        if base.value <= 0 or other.value < 0:
+        if base.signed or base.value <= 0 or other.value < 0:
             return "", ""
         delta = other.value / base.value - 1
         if abs(delta) < 0.005:
             return "±0%", "same"
-        text = f"{delta:+.0%}"
+        text = signed(f"{delta:+.0%}")
     good = (delta > 0) == (base.better == "higher")
     return text, ("" if not base.better else ("better" if good else "worse"))
 

@@ -39,6 +39,9 @@ def experiment_title(name: str) -> str:
 bp.add_app_template_filter(fmt, "param")
 bp.add_app_template_global(summary.duration, "run_duration")
 bp.add_app_template_global(summary.progress_text, "progress_text")
+# Templates (and, through the run page's data attributes, runs.js) test a run's status
+# against base/statuses.py's words, never a spelling of their own.
+bp.add_app_template_global(statuses, "statuses")
 
 
 def is_id(text: str) -> bool:

@@ -119,7 +119,8 @@ def list_page(form: dict, status: int = 200):
         .where(Run.schedule_id.is_not(None)).group_by(Run.schedule_id))}
     nexts = {s.id: (upcoming(s, 1) or [None])[0] for s in rows}
     return render_template("experiments/schedules.html", rows=rows, counts=counts,
-                           nexts=nexts, **form), status
+                           nexts=nexts, per_minute=current_app.config[
+                               "SCHEDULED_RUNS_PER_MINUTE"], **form), status
 
 
 @bp.get("/schedules")

@@ -149,18 +149,23 @@ class Strategy:
         raise NotImplementedError
 
     def one_step(self, local: Batch, forward: Callable | None = None,
-                 after_backward: Callable[[], None] | None = None) -> torch.Tensor:
+                 after_backward: Callable[[], None] | None = None, *,
+                 before_backward: Callable[[], None] | None = None,
+                 divide_by: int = 1) -> torch.Tensor:
         """The step of a strategy that takes its batch as one micro-batch: zero the
-        gradients, forward (the model's, or `forward`), backward, the strategy's own
-        exchange of gradients (`after_backward`), the optimizer; each phase a span of the
-        timeline. The loss, detached."""
+        gradients, forward (the model's, or `forward`), `before_backward`, backward (of the
+        loss over `divide_by`: 1/d of the global mean, where d replicas' gradients are
+        summed), the strategy's own exchange of gradients (`after_backward`), the
+        optimizer; each phase a span of the timeline. The loss, detached."""
         tl = self.ctx.timeline
         self.opt.zero_grad(set_to_none=True)
         with tl.span("forward", mb=0):
             loss = loss_fn(self.spec.cfg.kind)((forward or self.model)(local.inputs),
                                                local.targets)
+        if before_backward is not None:
+            before_backward()
         with tl.span("backward", mb=0):
-            loss.backward()
+            (loss / divide_by if divide_by != 1 else loss).backward()
         if after_backward is not None:
             after_backward()
         with tl.span("optimizer"):

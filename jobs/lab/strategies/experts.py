@@ -104,21 +104,17 @@ class ExpertParallel(Strategy):
         return run
 
     def train_step(self, batch: Batch) -> StepOut:
-        ctx, tl = self.ctx, self.ctx.timeline
+        ctx = self.ctx
         self._batch = batch
         local = batch.split(ctx.world)[ctx.rank].to(ctx.device)
-        self.opt.zero_grad(set_to_none=True)
-        with tl.span("forward", mb=0):
-            loss = loss_fn(self.spec.cfg.kind)(self.model(local.inputs), local.targets)
-        with tl.span("backward", mb=0):
-            # 1/d of the global mean: the experts' gradients (every rank's tokens) come out
-            # right, and the replicas' gradients are summed
-            (loss / ctx.world).backward()
-        for _, p in self.shared if ctx.world > 1 else ():
-            ctx.comm.all_reduce(p.grad)
-        with tl.span("optimizer"):
-            self.opt.step()
-        return StepOut(loss.detach(), 1.0 / ctx.world)
+        # backward of 1/d of the global mean: the experts' gradients (every rank's tokens)
+        # come out right, and the replicas' gradients are summed
+        loss = self.one_step(local, after_backward=self.sum_shared_grads, divide_by=ctx.world)
+        return StepOut(loss, 1.0 / ctx.world)
+
+    def sum_shared_grads(self) -> None:
+        for _, p in self.shared if self.ctx.world > 1 else ():
+            self.ctx.comm.all_reduce(p.grad)
 
     # -- gate
     def replicated(self):

@@ -179,21 +179,13 @@ class DataTensor(MeshMixin, MegatronTP):
         return 1
 
     def train_step(self, batch: Batch) -> StepOut:
-        b, tl = self.local_batch(batch), self.ctx.timeline
         self.dim_counts.clear()
-        self.opt.zero_grad(set_to_none=True)
-        with tl.span("forward", mb=0):
-            loss = loss_fn(self.spec.cfg.kind)(self.model(b.inputs), b.targets)
         if self.buckets:
-            self.buckets.sync = True
-        with tl.span("backward", mb=0):
-            loss.backward()
-        if self.buckets:
-            self.buckets.finish()
-        with tl.span("optimizer"):
-            self.opt.step()
+            self.buckets.sync = True  # read by the gradient hooks, in backward
+        loss = self.one_step(self.local_batch(batch),
+                             after_backward=self.buckets.finish if self.buckets else None)
         # every rank of a tp group has its dp shard's whole loss
-        return StepOut(loss.detach(), 1.0 / self.ctx.world)
+        return StepOut(loss, 1.0 / self.ctx.world)
 
     def local_tokens(self) -> int:
         return self.spec.tokens // self.deg["dp"]

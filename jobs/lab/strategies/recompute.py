@@ -33,7 +33,7 @@ import torch.nn.functional as F
 from torch import nn
 
 from jobs.lab.components.instrument import SavedActivations
-from jobs.lab.components.model import Batch, loss_fn
+from jobs.lab.components.model import Batch
 from jobs.lab.predict import cost, recompute
 from jobs.lab.strategies.base import StepOut
 from jobs.lab.strategies.data_parallel import DataParallelNaive
@@ -129,20 +129,18 @@ class RecomputeFull(DataParallelNaive):
         return m.finish(x)
 
     def train_step(self, batch: Batch) -> StepOut:
-        ctx, tl = self.ctx, self.ctx.timeline
+        ctx = self.ctx
         local = batch.split(ctx.world)[ctx.rank].to(ctx.device)  # (B/d, T)
-        self.opt.zero_grad(set_to_none=True)
-        with tl.span("forward", mb=0):
-            loss = loss_fn(self.spec.cfg.kind)(self.forward(local.inputs), local.targets)
-        meter = SavedActivations.active  # the memory step's: what forward left for backward
+        # the recomputed forwards run inside the backward span
+        loss = self.one_step(local, self.forward,
+                             self.sync_gradients if ctx.world > 1 else None,
+                             before_backward=self.note_kept_after_forward)
+        return StepOut(loss, 1.0 / ctx.world)
+
+    def note_kept_after_forward(self) -> None:
+        """The memory step's meter: what forward left for backward."""
+        meter = SavedActivations.active
         self.kept_after_forward = meter.current if meter is not None else None
-        with tl.span("backward", mb=0):  # the recomputed forwards run in here
-            loss.backward()
-        if ctx.world > 1:
-            self.sync_gradients()
-        with tl.span("optimizer"):
-            self.opt.step()
-        return StepOut(loss.detach(), 1.0 / ctx.world)
 
     def micro_batches(self) -> int:
         return 1

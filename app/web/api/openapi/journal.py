@@ -61,7 +61,7 @@ def paths() -> dict:
         "/api/v1/runner/runs/{run_id}/transition": (
             "Report RUNNING / SUCCEEDED / FAILED / CANCELLED",
             {**EPOCH, "to": {"type": "string",
-                             "enum": ["RUNNING", "SUCCEEDED", "FAILED", "CANCELLED"]},
+                             "enum": list(runs.RUNNER_REPORTS)},
              "reason": {"type": "string"}, "reason_code": {"type": "string"},
              "exit_code": {"type": ["integer", "null"]}, "environment": OBJ}),
         "/api/v1/runner/runs/{run_id}/logs": (
