@@ -12,6 +12,7 @@ from app.journal import run_metrics, runs, trends
 from app.journal.views import card_trend, cards
 from app.models import Run, Schedule
 from tests.helpers import schedule_form
+from tests.strict_pages import assert_strict_page
 
 SMALL = {"world_size": 2, "device": "cpu", "max_bytes": 1 << 16, "iters": 3}
 
@@ -156,3 +157,46 @@ def test_the_comparison_key_leaves_out_only_sampling_parameters():
     assert key("collectives", {"iters": 3, "seed": 1}) == key("collectives", {"iters": 9})
     assert key("collectives", {"warmup": 0}) != key("collectives", {"warmup": 2})
     assert key("collectives", {}) != key("gpt_mfu", {})
+
+
+# -- the trend pages ----------------------------------------------------------------------
+
+
+def test_the_trend_page_draws_each_run_and_marks_the_environment_change(db, client):
+    first = finished(db, "collectives", SMALL, collectives_result(40e9))
+    second = finished(db, "collectives", SMALL, collectives_result(30e9, torch="2.14.0"))
+    with db.read() as session:
+        key = session.get(Run, second).param_key
+    response = client.get(f"/trends/{key}")
+    assert_strict_page(response)
+    page = response.text
+    for run_id in (first, second):
+        assert f'<a href="/runs/{run_id}" class="trend-point">' in page
+    assert "torch 2.13.0 → 2.14.0" in page and 'class="ch-axis trend-env"' in page
+    assert "Regression:" in page  # what the latest run's card says
+    assert f'href="/trends/{key}"' in client.get(f"/runs/{second}").text
+
+
+def test_a_schedule_links_its_trend_page_which_draws_its_runs(db, client):
+    schedule_id = int(client.post("/schedules", data=schedule_form(
+        experiment="collectives", **{"param.max_bytes": str(1 << 16)})).location.rsplit("/")[-1])
+    with db.read() as session:
+        params = session.get(Schedule, schedule_id).params
+    ids = [finished(db, "collectives", params, collectives_result(b), schedule_id)
+           for b in (40e9, 41e9)]
+    assert f"/schedules/{schedule_id}/trend" in client.get(f"/schedules/{schedule_id}").text
+    response = client.get(f"/schedules/{schedule_id}/trend?runs=2")
+    assert_strict_page(response)
+    for run_id in ids:
+        assert f'<a href="/runs/{run_id}" class="trend-point">' in response.text
+
+
+@pytest.mark.parametrize("path, status", [
+    ("/schedules/999/trend", 404), ("/trends/not-a-key", 404), (f"/trends/{'0' * 32}", 404),
+    ("/trends/" + "A" * 32, 404), ("/schedules/1/trend?runs=abc", 400),
+    ("/schedules/1/trend?runs=1", 400), ("/schedules/1/trend?runs=201", 400),
+    ("/schedules/1/trend?runs=%D9%A3", 400),
+])
+def test_bad_trend_addresses_are_refused(client, path, status):
+    client.post("/schedules", data=schedule_form(experiment="collectives"))
+    assert client.get(path).status_code == status
