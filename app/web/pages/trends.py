@@ -60,6 +60,7 @@ def key_trend(key: str):
     runs = trends.series(get_session(), param_key=key, limit=count)
     if not runs:
         abort(404, description="no successful run has these parameters")
-    return page(runs, f"Trend of {cards.title_of(runs[-1].experiment)}", "the successful runs of one "
-                "experiment with the same parameters (the sampling ones aside)",
+    return page(runs, f"Trend of {cards.title_of(runs[-1].experiment)}",
+                "the successful runs of one experiment with the same parameters (the "
+                "sampling ones aside)",
                 params=runs[-1].params)
