@@ -34,7 +34,7 @@ def shown_changes(trend: Trend) -> list[Change]:
     return [c for c in trend.changes if "@" not in c.now.key or id(c) in keep or c.regression]
 
 
-def _day(run, timezone: str) -> str:
+def day(run, timezone: str) -> str:
     return local(trends.when(run), timezone).strftime("%a %d %b")
 
 
@@ -53,9 +53,9 @@ def lines(trend: Trend, timezone: str = "UTC", every: bool = False) -> list[tupl
     """(text, is it a regression) per change the card names (every change if asked)."""
     if trend.previous is None:
         return []
-    day = _day(trend.previous, timezone)
+    when = day(trend.previous, timezone)
     chosen = trend.changes if every else shown_changes(trend)
-    return [(line_text(c, trend.previous.id, day), c.regression) for c in chosen]
+    return [(line_text(c, trend.previous.id, when), c.regression) for c in chosen]
 
 
 def html(trend: Trend | None, timezone: str = "UTC") -> str:
