@@ -266,8 +266,6 @@ class Run(Base):
         sa.Index("ix_run_status", "status", "id"),
         sa.Index("ix_run_created_at", "created_at"),  # the run list's week filter
         sa.Index("ix_run_parent_id", "parent_id"),  # a run's reruns (its page, compare)
-        sa.Index("ix_run_param_key", "param_key", "finished_at"),  # a run's predecessors
-        sa.Index("ix_run_unjudged", "id", sqlite_where=sa.text("judged_at IS NULL")),
     )
 
     id: Mapped[int] = mapped_column(primary_key=True)
@@ -301,9 +299,7 @@ class Run(Base):
     result: Mapped[dict | None] = mapped_column(sa.JSON)
     log_size: Mapped[int] = mapped_column(default=0)
     carded_entry_id: Mapped[int | None]  # the letter its card was appended to
-    # experiment + the parameters that say what is measured (run_metrics.comparison_key)
-    param_key: Mapped[str] = mapped_column(sa.String(64), default="", server_default="")
-    judged_at: Mapped[dt.datetime | None]  # its regressions looked for (app/journal/alerts.py)
+    param_key: Mapped[str] = mapped_column(sa.String(64), default="", server_default="", index=True)
 
     runner: Mapped[Runner | None] = relationship()
 
@@ -402,22 +398,3 @@ class RunArtifact(Base):
     size: Mapped[int]
     sha256: Mapped[str] = mapped_column(sa.String(64))
     created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
-
-
-class Alert(Base):
-    """A regression to tell the owner's webhook about: one row per run, written when the
-    run is judged, delivered (and retried) by the scheduler (app/journal/alerts.py)."""
-
-    __tablename__ = "alert"
-    __table_args__ = (sa.Index("ix_alert_due", "sent_at", "next_at"),)
-
-    run_id: Mapped[int] = mapped_column(sa.ForeignKey("run.id", ondelete="CASCADE"),
-                                        primary_key=True)
-    title: Mapped[str] = mapped_column(sa.String(200))
-    body: Mapped[str] = mapped_column(sa.Text)
-    created_at: Mapped[dt.datetime] = mapped_column(default=utcnow)
-    attempts: Mapped[int] = mapped_column(default=0)
-    next_at: Mapped[dt.datetime] = mapped_column(default=utcnow)  # the next try, UTC
-    sent_at: Mapped[dt.datetime | None]
-    failed_at: Mapped[dt.datetime | None]  # given up after alerts.MAX_ATTEMPTS
-    last_error: Mapped[str] = mapped_column(sa.String(500), default="")

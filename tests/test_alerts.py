@@ -13,7 +13,8 @@ import pytest
 from app.config import from_environment
 from app.journal import alerts
 from app.journal.scheduler import Scheduler
-from app.models import Alert, Run, utcnow
+from app.models import utcnow
+from app.trend_models import Judgement
 from tests.helpers import count, load
 from tests.test_trends import SMALL, collectives_result, finished
 
@@ -75,18 +76,18 @@ def test_a_regression_is_delivered_once_after_a_failed_try(make_app, receiver):
     now = utcnow()
     Scheduler(app).alerts(now)
     assert len(hook.got) == 1  # answered 500
-    alert = load(db, Alert, run_id)
+    alert = load(db, Judgement, run_id)
     assert alert.sent_at is None and alert.attempts == 1 and alert.last_error == "HTTP 500"
     assert alert.next_at == now + dt.timedelta(seconds=alerts.BACKOFF_S)
 
     Scheduler(app).alerts(now + dt.timedelta(seconds=1))  # not due yet
     assert len(hook.got) == 1
     Scheduler(app).alerts(now + dt.timedelta(seconds=alerts.BACKOFF_S))
-    assert len(hook.got) == 2 and load(db, Alert, run_id).sent_at is not None
+    assert len(hook.got) == 2 and load(db, Judgement, run_id).sent_at is not None
     # a restarted scheduler, later: nothing is sent again
     Scheduler(make_app(WEBHOOK_URL=hook.url)).alerts(now + dt.timedelta(hours=5))
     assert len(hook.got) == 2
-    assert count(db, Alert) == 1
+    assert count(db, Judgement, Judgement.next_at.is_not(None)) == 1
     title, body = hook.got[-1]
     assert title == f"Regression in run {run_id} (collectives)"
     assert body.startswith(f"Run {run_id} · Collective bandwidth sweep: 2 numbers beyond noise")
@@ -103,11 +104,11 @@ def test_an_unreachable_webhook_is_retried_with_backoff_then_given_up(make_app, 
     now, waits = utcnow(), []
     for _ in range(alerts.MAX_ATTEMPTS):
         Scheduler(app).alerts(now)
-        alert = load(db, Alert, run_id)
+        alert = load(db, Judgement, run_id)
         waits.append((alert.next_at - now).total_seconds())
         now = alert.next_at
     assert waits[:3] == [alerts.BACKOFF_S, 2 * alerts.BACKOFF_S, 4 * alerts.BACKOFF_S]
-    alert = load(db, Alert, run_id)
+    alert = load(db, Judgement, run_id)
     assert alert.failed_at is not None and alert.sent_at is None
     assert alert.attempts == alerts.MAX_ATTEMPTS
 
@@ -116,8 +117,8 @@ def test_without_a_webhook_runs_are_judged_and_nothing_is_queued(app):
     db = app.extensions["db"]
     run_id = regressed(db)
     Scheduler(app).alerts()
-    assert load(db, Run, run_id).judged_at is not None
-    assert count(db, Alert) == 0
+    judged = load(db, Judgement, run_id)
+    assert judged.regressions == 2 and judged.next_at is None  # nothing to send it to
 
 
 def test_a_run_that_kept_its_numbers_sends_nothing(make_app, receiver):
@@ -127,10 +128,20 @@ def test_a_run_that_kept_its_numbers_sends_nothing(make_app, receiver):
     finished(db, "collectives", SMALL, collectives_result(40e9))
     finished(db, "collectives", SMALL, collectives_result(40.2e9))
     Scheduler(app).alerts()
-    assert hook.got == [] and count(db, Alert) == 0
+    assert hook.got == [] and count(db, Judgement) == 2
+    assert count(db, Judgement, Judgement.next_at.is_not(None)) == 0
 
 
 @pytest.mark.parametrize("url", ["ntfy.sh/topic", "ftp://x/y", "http://", "http:// x"])
 def test_a_webhook_that_is_not_an_http_url_stops_the_start(url):
     with pytest.raises(SystemExit, match="COMMONPLACE_WEBHOOK_URL"):
         from_environment({"COMMONPLACE_WEBHOOK_URL": url, "COMMONPLACE_TIMEZONE": "UTC"})
+
+
+def test_runs_finished_long_before_they_are_judged_send_nothing(make_app, receiver):
+    hook = receiver()
+    app = make_app(WEBHOOK_URL=hook.url)
+    db = app.extensions["db"]
+    run_id = regressed(db)
+    Scheduler(app).alerts(utcnow() + alerts.JUDGE_WINDOW + dt.timedelta(minutes=1))
+    assert hook.got == [] and load(db, Judgement, run_id) is None

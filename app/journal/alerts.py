@@ -4,10 +4,11 @@ topic takes (and any receiver that reads a body).
 
 The scheduler process does both halves, every ALERTS_S (app/journal/scheduler.py):
 
-  judge     finished runs not yet judged: each is marked, and a successful one with a
-            regression (app/journal/trends.py) gets an alert row, in the same write
-  deliver   alert rows that are due: POSTed, then marked sent; a failure (no answer, or
-            not a 2xx) is recorded and retried after a backoff that doubles, up to
+  judge     successful runs finished lately and not yet judged: each gets a judgement
+            row (app/trend_models.py); one with a regression (app/journal/trends.py),
+            while a webhook is configured, gets its alert on the row, due now
+  deliver   alerts that are due: POSTed, then marked sent; a failure (no answer, or not
+            a 2xx) is recorded and retried after a backoff that doubles, up to
             MAX_ATTEMPTS, then marked failed
 
 Why the scheduler and not the web: the run's completion is a runner's request to the web,
@@ -19,8 +20,8 @@ nothing marked sent. The one window left is a crash after the receiver answered 
 before the mark was written: that alert is sent again, as any webhook without an
 idempotency key would.
 
-Runs finished more than JUDGE_WINDOW ago when first judged (a scheduler that was down
-for days, a webhook configured later) are marked without an alert: old news is not sent.
+Only runs that finished within JUDGE_WINDOW are judged (a scheduler down for days, runs
+from before trends existed): old news is not sent.
 """
 
 from __future__ import annotations
@@ -35,7 +36,8 @@ from sqlalchemy.orm import Session
 
 from app.journal import runs, trends
 from app.journal.views import card_trend, cards
-from app.models import Alert, Run, utcnow
+from app.models import Run, utcnow
+from app.trend_models import Judgement
 
 log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 8
@@ -59,31 +61,33 @@ def message(trend: trends.Trend, timezone: str) -> tuple[str, str]:
 
 def judge(session: Session, *, webhook: bool, timezone: str = "UTC",
           now: dt.datetime | None = None) -> list[int]:
-    """Mark finished runs judged; returns the ids of those that got an alert."""
+    """Judge the successful runs finished lately that are not yet judged; returns the ids
+    of those whose alert is now due."""
     now = now or utcnow()
     pending = list(session.scalars(
-        sa.select(Run).where(Run.judged_at.is_(None), Run.status.in_(runs.TERMINAL))
-        .order_by(Run.id).limit(BATCH)))
+        sa.select(Run).where(Run.status == runs.SUCCEEDED, Run.finished_at >= now - JUDGE_WINDOW,
+                             ~sa.exists().where(Judgement.run_id == Run.id))
+        .order_by(Run.finished_at, Run.id).limit(BATCH)))
     alerted = []
     for run in pending:
-        run.judged_at = now
-        if not webhook or (run.finished_at or now) < now - JUDGE_WINDOW:
-            continue
         trend = trends.trend(session, run)
-        if trend is None or not trend.regressions or session.get(Alert, run.id):
-            continue
-        title, body = message(trend, timezone)
-        session.add(Alert(run_id=run.id, title=title, body=body, created_at=now,
-                          attempts=0, next_at=now, last_error=""))
-        alerted.append(run.id)
+        regressions = len(trend.regressions) if trend else 0
+        row = Judgement(run_id=run.id, judged_at=now, regressions=regressions, title="",
+                        body="", attempts=0, last_error="")
+        if regressions and webhook:
+            row.title, row.body = message(trend, timezone)  # type: ignore[arg-type]
+            row.next_at = now
+            alerted.append(run.id)
+        session.add(row)
     return alerted
 
 
-def due(session: Session, now: dt.datetime | None = None) -> list[Alert]:
+def due(session: Session, now: dt.datetime | None = None) -> list[Judgement]:
     return list(session.scalars(
-        sa.select(Alert).where(Alert.sent_at.is_(None), Alert.failed_at.is_(None),
-                               Alert.next_at <= (now or utcnow()))
-        .order_by(Alert.next_at).limit(BATCH)))
+        sa.select(Judgement).where(Judgement.next_at.is_not(None), Judgement.sent_at.is_(None),
+                                   Judgement.failed_at.is_(None),
+                                   Judgement.next_at <= (now or utcnow()))
+        .order_by(Judgement.next_at).limit(BATCH)))
 
 
 def post(url: str, title: str, body: str) -> str | None:
@@ -103,8 +107,8 @@ def record(session: Session, run_id: int, error: str | None,
            now: dt.datetime | None = None) -> None:
     """One delivery attempt's outcome: sent, or the next try after a backoff."""
     now = now or utcnow()
-    alert = session.get(Alert, run_id)
-    if alert is None or alert.sent_at is not None:
+    alert = session.get(Judgement, run_id)
+    if alert is None or alert.next_at is None or alert.sent_at is not None:
         return
     alert.attempts += 1
     if error is None:
