@@ -6,7 +6,11 @@ from __future__ import annotations
 
 import datetime as dt
 import http.server
+import os
+import subprocess
+import sys
 import threading
+import time
 
 import pytest
 
@@ -15,7 +19,7 @@ from app.journal import alerts
 from app.journal.scheduler import Scheduler
 from app.models import utcnow
 from app.trend_models import Judgement
-from tests.helpers import count, load
+from tests.helpers import ROOT, count, free_port, load, stop_process
 from tests.test_trends import SMALL, collectives_result, finished
 
 
@@ -145,3 +149,40 @@ def test_runs_finished_long_before_they_are_judged_send_nothing(make_app, receiv
     run_id = regressed(db)
     Scheduler(app).alerts(utcnow() + alerts.JUDGE_WINDOW + dt.timedelta(minutes=1))
     assert hook.got == [] and load(db, Judgement, run_id) is None
+
+
+def test_the_scheduler_process_delivers_each_regression_once_across_a_restart(
+        make_app, receiver, data_dir):
+    """The real `commonplace scheduler` with COMMONPLACE_WEBHOOK_URL: it POSTs the
+    regression; restarted, it sends the next run's and not the first's again."""
+    hook = receiver()
+    db = make_app().extensions["db"]
+    first = regressed(db)
+    env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir), "COMMONPLACE_AUTH": "dev",
+           "COMMONPLACE_TIMEZONE": "UTC", "COMMONPLACE_WEBHOOK_URL": hook.url,
+           "COMMONPLACE_BIND": f"127.0.0.1:{free_port()}"}  # no web there: none is needed
+    env.pop("COMMONPLACE_DATABASE_URL", None)
+    log = (data_dir / "scheduler.log").open("w")
+
+    def scheduler() -> subprocess.Popen:
+        return subprocess.Popen([sys.executable, "-m", "app.cli", "scheduler"], cwd=ROOT,
+                                env=env, stdout=log, stderr=subprocess.STDOUT)
+
+    def delivered(n: int) -> None:
+        deadline = time.monotonic() + 60
+        while len(hook.got) < n and time.monotonic() < deadline:
+            time.sleep(0.2)
+        assert len(hook.got) >= n, (data_dir / "scheduler.log").read_text()[-3000:]
+
+    proc = scheduler()
+    try:
+        delivered(1)
+        stop_process(proc)
+        second = finished(db, "collectives", SMALL, collectives_result(20e9))
+        proc = scheduler()
+        delivered(2)
+    finally:
+        stop_process(proc)
+        log.close()
+    assert [title for title, _ in hook.got] == [f"Regression in run {first} (collectives)",
+                                                f"Regression in run {second} (collectives)"]

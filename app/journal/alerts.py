@@ -51,7 +51,8 @@ BATCH = 20  # runs judged, or alerts delivered, per tick
 def message(trend: trends.Trend, timezone: str) -> tuple[str, str]:
     """The alert's title (ASCII: an HTTP header) and its plain-text body."""
     run = trend.run
-    title = f"Regression in run {run.id} ({run.experiment})"
+    # http.client sends headers as Latin-1: keep the title ASCII whatever a name holds
+    title = f"Regression in run {run.id} ({run.experiment})".encode("ascii", "replace").decode()
     lines = [text for text, bad in card_trend.lines(trend, timezone, every=True) if bad]
     body = "\n".join([f"Run {run.id} · {cards.title_of(run.experiment)}: "
                       f"{len(lines)} number{'s' if len(lines) > 1 else ''} beyond noise, "
@@ -59,17 +60,22 @@ def message(trend: trends.Trend, timezone: str) -> tuple[str, str]:
     return title, body
 
 
-def judge(session: Session, *, webhook: bool, timezone: str = "UTC",
-          now: dt.datetime | None = None) -> list[int]:
-    """Judge the successful runs finished lately that are not yet judged; returns the ids
-    of those whose alert is now due."""
+def unjudged(session: Session, now: dt.datetime | None = None) -> list[Run]:
+    """Successful runs finished within JUDGE_WINDOW and not judged yet, oldest first."""
     now = now or utcnow()
-    pending = list(session.scalars(
-        sa.select(Run).where(Run.status == runs.SUCCEEDED, Run.finished_at >= now - JUDGE_WINDOW,
+    return list(session.scalars(
+        sa.select(Run).where(Run.status == runs.SUCCEEDED,
+                             Run.finished_at >= now - JUDGE_WINDOW,
                              ~sa.exists().where(Judgement.run_id == Run.id))
         .order_by(Run.finished_at, Run.id).limit(BATCH)))
+
+
+def judge(session: Session, *, webhook: bool, timezone: str = "UTC",
+          now: dt.datetime | None = None) -> list[int]:
+    """Judge the runs `unjudged` names; returns the ids of those whose alert is now due."""
+    now = now or utcnow()
     alerted = []
-    for run in pending:
+    for run in unjudged(session, now):
         trend = trends.trend(session, run)
         regressions = len(trend.regressions) if trend else 0
         row = Judgement(run_id=run.id, judged_at=now, regressions=regressions, title="",

@@ -177,8 +177,12 @@ class Scheduler:
 
     def alerts(self, now: dt.datetime | None = None) -> None:
         url = self.config.get("WEBHOOK_URL") or ""
-        with self.db.write() as session:
-            found = alerts.judge(session, webhook=bool(url), timezone=self.tz, now=now)
+        with self.db.read() as session:
+            waiting = bool(alerts.unjudged(session, now))
+        found = []
+        if waiting:  # the write lock only when there is something to judge
+            with self.db.write() as session:
+                found = alerts.judge(session, webhook=bool(url), timezone=self.tz, now=now)
         for run_id in found:
             log.warning("run %s regressed: the webhook will be told", run_id)
         if url:
