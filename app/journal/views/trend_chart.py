@@ -70,7 +70,7 @@ def chart(series: Series, marks: dict[int, list[str]], timezone: str = "UTC") ->
     y0, y1 = min(values), max(values)
     pad = (y1 - y0) * 0.1 or abs(y1) * 0.05 or 1.0
     y0, y1 = max(0.0, y0 - pad) if y0 >= 0 else y0 - pad, y1 + pad
-    left, top, plot_w, plot_h = 58.0, 8.0, WIDTH - 70.0, 110.0
+    left, top, plot_w, plot_h = 76.0, 8.0, WIDTH - 84.0, 110.0  # room for "43.1 GB/s"
 
     def px(i: int) -> float:
         return left + 6 + ((plot_w - 12) * i / (len(points) - 1) if len(points) > 1
