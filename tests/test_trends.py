@@ -200,3 +200,56 @@ def test_a_schedule_links_its_trend_page_which_draws_its_runs(db, client):
 def test_bad_trend_addresses_are_refused(client, path, status):
     client.post("/schedules", data=schedule_form(experiment="collectives"))
     assert client.get(path).status_code == status
+
+
+def test_migration_0015_keys_the_runs_already_there_and_goes_away_down(tmp_path):
+    import json
+    import sqlite3
+
+    from alembic import command
+
+    from tests.helpers import at_revision
+
+    params = {"world_size": 2, "iters": 3, "max_bytes": 65536}
+    db, migrate = at_revision(tmp_path, "0014")
+    with sqlite3.connect(db.sqlite_path) as conn:  # a run as 0014 left it
+        conn.execute("INSERT INTO run (id, experiment, params, requires, nodes, status, reason, "
+                     "reason_code, trigger, created_by, lease_epoch, created_at, "
+                     "progress_step, progress_total, progress, environment, log_size) VALUES "
+                     "(1, 'collectives', ?, '{}', 1, 'SUCCEEDED', '', '', 'manual', '', 0, "
+                     "'2026-01-01 00:00:00', 0, 0, '{}', '{}', 0)", (json.dumps(params),))
+    migrate(command.upgrade, "0015")
+    with sqlite3.connect(db.sqlite_path) as conn:
+        assert conn.execute("SELECT param_key FROM run").fetchone() == (
+            run_metrics.comparison_key("collectives", params),)
+        assert conn.execute("SELECT count(*) FROM judgement").fetchone() == (0,)
+    migrate(command.downgrade, "0014")
+    with sqlite3.connect(db.sqlite_path) as conn:
+        columns = [row[1] for row in conn.execute("PRAGMA table_info(run)")]
+        assert "param_key" not in columns
+        assert not conn.execute("SELECT 1 FROM sqlite_master WHERE name = 'judgement'").fetchall()
+
+
+def training_result(ddp_s: float, memory: float, passed: bool = True) -> dict:
+    def strategy(name, step_s, ok=True):
+        return {"strategy": name, "label": name.upper(), "correctness": {"passed": ok},
+                "step_time_s": {"median": step_s, "p10": step_s * 0.98, "p90": step_s * 1.02},
+                "mfu": {"value": 0.001 / step_s},
+                "memory": [{"rank": 0, "peak": {"measured": memory}},
+                           {"rank": 1, "peak": {"measured": memory / 2}}]}
+    return {"schema_version": 1, "experiment": "data_parallel", "status": "ok",
+            "environment": {}, "strategies": [strategy("single", 0.01),
+                                              strategy("ddp", ddp_s, passed)]}
+
+
+def test_a_training_run_is_judged_per_strategy_and_a_wrong_answer_is_left_out(db):
+    params = {"world_size": 2, "device": "cpu"}
+    first = finished(db, "data_parallel", params, training_result(0.020, 1e6))
+    second = finished(db, "data_parallel", params, training_result(0.030, 1e6))
+    found = trend_of(db, second)
+    assert found.previous.id == first
+    assert {c.now.key for c in found.regressions} == {"ddp.step_time_s", "ddp.mfu"}
+    assert not change(found, "single.step_time_s").beyond
+    assert change(found, "ddp.peak_memory_bytes").now.value == 1e6  # the largest rank's
+    wrong = finished(db, "data_parallel", params, training_result(0.001, 1e6, passed=False))
+    assert "ddp.step_time_s" not in {c.now.key for c in trend_of(db, wrong).changes}
