@@ -28,7 +28,7 @@ class Receiver:
     once they run out)."""
 
     def __init__(self, answers=()):
-        self.answers, self.got = list(answers), []
+        self.answers, self.got, self.answered = list(answers), [], []
         receiver = self
 
         class Handler(http.server.BaseHTTPRequestHandler):
@@ -36,6 +36,7 @@ class Receiver:
                 body = self.rfile.read(int(self.headers["Content-Length"])).decode()
                 receiver.got.append((self.headers.get("Title"), body))
                 code = receiver.answers.pop(0) if receiver.answers else 200
+                receiver.answered.append(code)
                 self.send_response(code)
                 self.send_header("Content-Length", "0")
                 self.end_headers()
