@@ -9,10 +9,11 @@ import datetime as dt
 import pytest
 
 from app.journal import run_metrics, runs, trends
-from app.journal.views import card_trend, cards
-from app.models import Run, Schedule
-from tests.helpers import schedule_form
+from app.journal.views import card_trend, cards, week_changes
+from app.models import Run, Schedule, utcnow
+from tests.helpers import THIS_WEEK, schedule_form
 from tests.strict_pages import assert_strict_page
+from tests.test_cards import HOSTILE
 
 SMALL = {"world_size": 2, "device": "cpu", "max_bytes": 1 << 16, "iters": 3}
 
@@ -253,3 +254,32 @@ def test_a_training_run_is_judged_per_strategy_and_a_wrong_answer_is_left_out(db
     assert change(found, "ddp.peak_memory_bytes").now.value == 1e6  # the largest rank's
     wrong = finished(db, "data_parallel", params, training_result(0.001, 1e6, passed=False))
     assert "ddp.step_time_s" not in {c.now.key for c in trend_of(db, wrong).changes}
+
+
+@pytest.mark.parametrize("result", HOSTILE, ids=range(len(HOSTILE)))
+def test_trends_read_whatever_a_runner_sent(client, db, result):
+    """Two runs holding the cards' hostile results (stored as they are, as the cards'
+    test does), compared: the card, the trend page and the week's changes still render."""
+    ids = []
+    for _ in range(2):
+        with db.write() as session:
+            run = Run(experiment="data_parallel", params={"world_size": 2}, status="SUCCEEDED",
+                      result=result, environment={"device": "cpu"}, finished_at=utcnow(),
+                      param_key=run_metrics.comparison_key("data_parallel", {"world_size": 2}))
+            session.add(run)
+            session.flush()
+            ids.append(run.id)
+    with db.read() as session:
+        html = cards.run_card(session, f"id: {ids[1]}")
+        assert "<script" not in html and "<b>" not in html
+        assert week_changes.changes_html(session, f"week: {THIS_WEEK}") is not None
+        key = session.get(Run, ids[1]).param_key
+    assert client.get(f"/trends/{key}").status_code == 200
+
+
+def test_numbers_too_far_apart_to_divide_are_not_compared(db):
+    finished(db, "collectives", SMALL, collectives_result(1e-300))
+    second = finished(db, "collectives", SMALL, collectives_result(1e308))
+    c = change(trend_of(db, second), "all_reduce.busbw_Bps@65536")
+    assert c.change is None and not c.regression
+    assert card_trend.line_text(c, 1, "Sun").endswith("not comparable with #1")

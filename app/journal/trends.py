@@ -60,9 +60,10 @@ class Number:
     @property
     def spread(self) -> float | None:
         """The half-width of the measured band as a fraction of the value."""
-        if self.low is None or self.high is None or self.value <= 0:
+        if self.low is None or self.high is None:
             return None
-        return max(0.0, (self.high - self.low) / 2 / self.value)
+        half = ratio(self.high - self.low, 2 * self.value)
+        return None if half is None else max(0.0, half)
 
     def shown(self) -> str:
         if self.metric == "mfu":
@@ -74,15 +75,26 @@ class Number:
         return si(self.value, unit)
 
 
+def ratio(a: float, b: float) -> float | None:
+    """a / b as a finite number, or None (a runner's 1e308 over 1e-300 overflows)."""
+    try:
+        return finite(a / b)
+    except (OverflowError, ZeroDivisionError):
+        return None
+
+
 def _band(value: float, median, p10, p90, rate: bool) -> tuple[float | None, float | None]:
     """The band of a number derived from a timing: a time's own p10–p90, or for a rate
     (busbw, MFU: inversely proportional to the time) the rates at the p90 and p10 times."""
     median, p10, p90 = finite(median), finite(p10), finite(p90)
     if not (median and p10 and p90 and median > 0 and p10 > 0):
         return None, None
-    if rate:
-        return value * median / p90, value * median / p10
-    return p10, p90
+    if not rate:
+        return p10, p90
+    low, high = ratio(median, p90), ratio(median, p10)
+    if low is None or high is None or finite(value * high) is None:
+        return None, None
+    return value * low, value * high
 
 
 def _timed(s: dict) -> tuple:
@@ -132,7 +144,9 @@ def headlines(result) -> dict[str, Number]:
                 band = _band(value, *timed, rate=metric == "mfu") \
                     if metric in ("step_time_s", "mfu") else (None, None)
                 found.append(Number(metric, LABELS[metric], metric, value, *band))
-    return {n.key: n for n in found[:MAX_NUMBERS]}
+    # every headline is a positive amount (a time, a rate, bytes, a fraction)
+    kept = [n for n in found if n.value > 0][:MAX_NUMBERS]
+    return {n.key: n for n in kept}
 
 
 # -- judging ------------------------------------------------------------------------------
@@ -149,12 +163,13 @@ class Change:
 
     @property
     def change(self) -> float | None:
-        return self.now.value / self.before.value - 1 if self.before and self.before.value \
-            else None
+        moved = ratio(self.now.value, self.before.value) if self.before else None
+        return None if moved is None else moved - 1
 
     @property
     def baseline_change(self) -> float | None:
-        return self.now.value / self.baseline - 1 if self.baseline else None
+        moved = ratio(self.now.value, self.baseline) if self.baseline else None
+        return None if moved is None else moved - 1
 
     @property
     def beyond(self) -> bool:

@@ -41,8 +41,10 @@ def day(run, timezone: str) -> str:
 def line_text(c: Change, previous_id: int, day: str) -> str:
     """One change as text (no markup)."""
     head = f"{c.now.label}: {c.now.shown()}"
-    if c.change is None:
+    if c.before is None:
         return f"{head}, not measured by #{previous_id}"
+    if c.change is None:  # a runner's absurd numbers: no ratio of them is a number
+        return f"{head}, not comparable with #{previous_id}"
     text = f"{head}, {trends.signed(c.change)} vs {day} (#{previous_id}), {trends.judged(c)}"
     if c.baseline_runs > 1 and c.baseline_change is not None:
         text += f"; {trends.signed(c.baseline_change)} vs the median of {c.baseline_runs} runs"
