@@ -61,9 +61,11 @@ def lines(trend: Trend, timezone: str = "UTC", every: bool = False) -> list[tupl
 
 
 def html(trend: Trend | None, timezone: str = "UTC") -> str:
-    """The card's trend section; "" for a run with no numbers."""
-    if trend is None:
-        return ""
+    """The card's trend section; "" for a run with no numbers, or the first of its
+    parameters (unless a schedule made it: a schedule's card always says where it stands)."""
+    if trend is None or (trend.previous is None and trend.edited_from is None
+                         and trend.run.schedule_id is None):
+        return ""  # a lone run: nothing to compare, and no series to draw yet
     link = f'<a href="{escape(trend_url(trend))}">the trend of these parameters</a>'
     parts = ['<section class="card-trend">']
     if trend.edited_from is not None:
