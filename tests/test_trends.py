@@ -151,6 +151,8 @@ def test_an_edited_schedule_says_so_instead_of_comparing(db, client):
     with db.read() as session:
         html = cards.run_card(session, f"id: {after}")
     assert "Parameters changed since" in html and "trend-regression" not in html
+    page = client.get(f"/schedules/{schedule_id}/trend").text
+    assert f"max_bytes {1 << 16} → {1 << 17}" in page  # marked where the edit was
 
 
 def test_the_comparison_key_leaves_out_only_sampling_parameters():

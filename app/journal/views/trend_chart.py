@@ -1,6 +1,7 @@
 """The trend page's charts: one headline number over a series of runs (app/journal/trends.py),
 each run a point with its measured p10–p90 band as a whisker, a link to the run, and a
-dashed line where the runs' environment changed (torch, CUDA, driver, device, host).
+dashed line where the runs' environment changed (torch, CUDA, driver, device, host) or,
+on a schedule's page, where an edit changed its parameters.
 
 Runs are spaced evenly in their order, not by date: a schedule that skipped a week still
 reads as its sequence of measurements, and the dates are printed under the first and last.
@@ -55,9 +56,19 @@ def collect(runs: Sequence[Run]) -> list[Series]:
 
 
 def environment_marks(runs: Sequence[Run]) -> list[tuple[int, list[str]]]:
-    """(index of the first run after a change, what changed) along the series."""
+    """(index of the first run after a change, what changed) along the series: the
+    environment, and on a schedule's page its parameters, where an edit changed them."""
     return [(i, changed) for i in range(1, len(runs))
-            if (changed := trends.environment_changes(runs[i - 1], runs[i]))]
+            if (changed := trends.environment_changes(runs[i - 1], runs[i])
+                + _parameter_changes(runs[i - 1], runs[i]))]
+
+
+def _parameter_changes(before: Run, after: Run) -> list[str]:
+    if before.param_key == after.param_key:
+        return []
+    a, b = before.params or {}, after.params or {}
+    return [f"{k} {str(a.get(k, '–'))[:40]} → {str(b.get(k, '–'))[:40]}"
+            for k in sorted({*a, *b}) if a.get(k) != b.get(k)][:8]
 
 
 def chart(series: Series, marks: dict[int, list[str]], timezone: str = "UTC") -> Chart | None:
