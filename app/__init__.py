@@ -31,7 +31,7 @@ def create_app(config: dict | None = None) -> Flask:
     # the scheduler and `commonplace` commands load only what their process needs.
     from app import db
     from app.config import from_environment
-    from app.journal.views import card_markdown, cards
+    from app.journal.views import card_markdown, cards, week_changes
     from app.notebook import embeds
     from app.web import WebApp
     from app.web import init_app as init_web
@@ -49,6 +49,11 @@ def create_app(config: dict | None = None) -> Flask:
     # and the card as markdown, for the letter's file on disk (the mirror, an export)
     embeds.register_markdown("run", functools.partial(card_markdown.run_markdown,
                                                       timezone=app.config["TIMEZONE"]))
+    # the week's changes that open a letter's Experiments section, both ways
+    zone = app.config["TIMEZONE"]
+    embeds.register("changes", functools.partial(week_changes.changes_html, timezone=zone))
+    embeds.register_markdown("changes", functools.partial(week_changes.changes_markdown,
+                                                          timezone=zone))
     return app
 
 

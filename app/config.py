@@ -6,6 +6,7 @@ Every setting the README's configuration table lists is read here and nowhere el
 from __future__ import annotations
 
 import os
+import re
 from pathlib import Path
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
@@ -147,7 +148,18 @@ def from_environment(env: dict[str, str] | None = None) -> dict:
         "SCHEDULED_RUNS_PER_MINUTE": int(_number(env, "COMMONPLACE_SCHEDULED_RUNS_PER_MINUTE",
                                                  DEFAULT_SCHEDULED_RUNS_PER_MINUTE)),
         "BACKUP_KEEP_DAYS": int(_number(env, "COMMONPLACE_BACKUP_KEEP_DAYS", 14)),
+        # Where the scheduler POSTs a run's regressions (an ntfy topic, say); none if empty.
+        "WEBHOOK_URL": webhook_url(env.get("COMMONPLACE_WEBHOOK_URL") or ""),
     }
+
+
+def webhook_url(url: str) -> str:
+    """An http(s) URL with a host, or "" for none: a typo fails at start, not at the first
+    regression."""
+    url = url.strip()
+    if url and not re.fullmatch(r"https?://[^\s/?#]+[^\s]*", url):
+        raise SystemExit("COMMONPLACE_WEBHOOK_URL must be an http:// or https:// URL")
+    return url
 
 
 def _number(env: dict, name: str, default: float) -> float:

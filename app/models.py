@@ -1,7 +1,7 @@
 """The tables: the notebook's (entry, revision, link, tag, attachment, token, setting,
-idempotency_key), then the experiment journal's (runner, schedule, run, run_node,
-run_param, run_metric, run_event, metric, run_artifact). Every change here needs a migration in
-migrations/versions/."""
+idempotency_key), then the journal's (runner, schedule, run, run_node, run_param, run_metric,
+run_event, metric, run_artifact; judgement is in app/trend_models.py). Every change here needs
+a migration in migrations/versions/."""
 
 from __future__ import annotations
 
@@ -16,9 +16,8 @@ def utcnow() -> dt.datetime:
 
 
 def link_key(target: str) -> str:
-    """What a [[link]] is matched on, and an entry's title_key: white space collapsed and
-    lowered (Python's Unicode lower: [[über]] and [[ÜBER]] both reach "Über"). Stored in
-    every entry and link row, so changing it needs a migration that rewrites them."""
+    """What a [[link]] and an entry's title_key match on: white space collapsed, Unicode-lowered
+    ([[über]] reaches "Über"). Stored in entry and link rows: changing it needs a migration."""
     return " ".join(target.split()).lower()
 
 
@@ -300,6 +299,7 @@ class Run(Base):
     result: Mapped[dict | None] = mapped_column(sa.JSON)
     log_size: Mapped[int] = mapped_column(default=0)
     carded_entry_id: Mapped[int | None]  # the letter its card was appended to
+    param_key: Mapped[str] = mapped_column(sa.String(64), default="", server_default="", index=True)
 
     runner: Mapped[Runner | None] = relationship()
 

@@ -15,8 +15,8 @@ from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
 
-from app.journal import runs
-from app.journal.views import cards
+from app.journal import runs, trends
+from app.journal.views import cards, week_changes
 from app.models import Entry, Run
 from app.notebook import letters, mirror, saving
 from app.notebook.isoweeks import iso_week
@@ -34,14 +34,21 @@ POSTABLE = sa.and_(
     sa.not_(sa.and_(Run.status.in_((runs.CANCELLED, runs.SKIPPED)), Run.started_at.is_(None))))
 
 
-def with_card(body: str, run_id: int) -> str:
-    """`body` with the run's block at the end of its Experiments section (made if missing)."""
+def with_card(body: str, run_id: int, changes_week: str | None = None) -> str:
+    """`body` with the run's block at the end of its Experiments section (made if missing);
+    with `changes_week`, the week's changes block opens the section (week_changes.py)."""
     card = cards.block(run_id)
     if run_id in cards.embedded_runs(body):
         return body  # already there (a retry after a crash between save and mark)
     section = SECTION_RE.search(body)
     if section is None:
-        return f"{body.rstrip()}\n\n## Experiments\n\n{card}".lstrip()
+        body = f"{body.rstrip()}\n\n## Experiments".lstrip()
+        section = SECTION_RE.search(body)
+    if changes_week and "```changes" not in body:
+        opening = week_changes.block(changes_week)
+        head, rest = body[:section.end()].rstrip(), body[section.end():].lstrip("\n")
+        body = f"{head}\n\n{opening}\n\n{rest}" if rest else f"{head}\n\n{opening}"
+        section = SECTION_RE.search(body)
     following = NEXT_SECTION_RE.search(body, section.end())
     end = following.start() if following else len(body)
     head, tail = body[:end].rstrip(), body[end:]
@@ -59,9 +66,11 @@ def post_card(db, run_id: int, timezone: str, attempts: int = 5) -> int | None:
             finished = (run.finished_at or run.created_at).replace(tzinfo=dt.UTC)
             week = iso_week(finished.astimezone(ZoneInfo(timezone)).date())
             letter = letters.find_letter(reader, week)
+            moved = week_changes.mattering(trends.trend(reader, run), timezone)
             if letter is not None:
                 prepared = saving.prepare_update(
-                    reader, letter.id, {"body": with_card(letter.body_md, run.id)},
+                    reader, letter.id,
+                    {"body": with_card(letter.body_md, run.id, week if moved else None)},
                     base_revision=letter.revision, note=f"run {run.id} finished: {run.status}")
                 refreshes = saving.prepare_refresh(
                     reader, embedding(reader, run.id, skip=letter.id))

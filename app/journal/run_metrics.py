@@ -25,6 +25,8 @@ each kind. Functions take an open session and never commit.
 
 from __future__ import annotations
 
+import hashlib
+import json
 import math
 import re
 
@@ -59,6 +61,11 @@ MAX_GROUPS = 16  # strategies or collectives per run that get rows
 MAX_ROWS = 200  # rows per run, of each kind
 MAX_VALUE = 200  # characters of a parameter value that are indexed
 PARAM_KEY_RE = re.compile(r"[A-Za-z_][A-Za-z0-9_]{0,99}")
+# Parameters that say how many samples a run takes, or what it does beside its numbers,
+# not what one sample measures: runs that differ only in these measure the same thing,
+# so their numbers are compared (app/journal/trends.py). Warm-up is not one of them: a
+# step timed without it is a cold step, another quantity.
+SAMPLING = frozenset({"steps", "iters", "seed", "measure_overhead"})
 
 
 # -- parameters ---------------------------------------------------------------------------
@@ -110,8 +117,19 @@ def param_rows(params) -> list[tuple[str, str]]:
     return list(dict.fromkeys(rows))[:MAX_ROWS]
 
 
+def comparison_key(experiment: str, params) -> str:
+    """Runs with the same key measured the same thing: the experiment and its parameters,
+    less the SAMPLING ones, in one canonical JSON form."""
+    kept = {k: v for k, v in params.items() if k not in SAMPLING} \
+        if isinstance(params, dict) else {}
+    text = json.dumps([experiment, kept], sort_keys=True, separators=(",", ":"))
+    return hashlib.sha256(text.encode()).hexdigest()[:32]
+
+
 def index_params(session: Session, run: Run) -> None:
-    """run_param rows for a new run (its parameters are frozen at enqueue)."""
+    """run_param rows for a new run (its parameters are frozen at enqueue), and the key
+    that finds the runs it is compared with."""
+    run.param_key = comparison_key(run.experiment, run.params)
     rows = [{"run_id": run.id, "key": k, "value": v} for k, v in param_rows(run.params)]
     if rows:
         session.execute(sa.insert(RunParam), rows)

@@ -14,6 +14,8 @@ truth. Its jobs only write rows:
             so an outage is no runner's fault; nor for a runner the web heard but could
             not store, app/journal/liveness.py)
   cards     finished runs → a card in the Experiments section of their week's letter
+  alerts    finished runs judged for regressions; those found POSTed to the owner's
+            webhook, once each, retried with backoff (app/journal/alerts.py)
   letter    Monday 00:00 (our time zone): this week's letter
   backup    nightly: an archive of everything (app/backups.py), older ones pruned
 
@@ -36,13 +38,14 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from app import backups
 from app.db import OPERATIONAL, locked
 from app.errors import Invalid
-from app.journal import gangs, liveness, posting, runs, schedules
+from app.journal import alerts, gangs, liveness, posting, runs, schedules
 from app.models import Run, RunNode, Schedule, utcnow
 from app.notebook import letters
 
 log = logging.getLogger("commonplace.scheduler")
 SYNC_S = 3
 CARDS_S = 2
+ALERTS_S = 5
 
 
 class WebWatch:
@@ -173,6 +176,20 @@ class Scheduler:
         for run_id in posting.post_cards(self.db, self.tz):
             log.info("run %s: card added to its letter", run_id)
 
+    def alerts(self, now: dt.datetime | None = None) -> None:
+        url = self.config.get("WEBHOOK_URL") or ""
+        with self.db.read() as session:
+            waiting = bool(alerts.unjudged(session, now))
+        found = []
+        if waiting:  # the write lock only when there is something to judge
+            with self.db.write() as session:
+                found = alerts.judge(session, webhook=bool(url), timezone=self.tz, now=now)
+        for run_id in found:
+            log.warning("run %s regressed: the webhook will be told", run_id)
+        if url:
+            for run_id in alerts.deliver_due(self.db, url, now):
+                log.info("run %s: its regression was delivered to the webhook", run_id)
+
     def letter(self) -> None:
         week, created = letters.ensure_this_week(self.db, self.tz, posting.AUTHOR)
         if created:
@@ -212,6 +229,8 @@ class Scheduler:
         self.clock.add_job(self.reap, "interval", seconds=self.config["REAPER_INTERVAL_S"],
                            id="reap")
         self.clock.add_job(self.cards, "interval", seconds=CARDS_S, id="cards")
+        # its own job: a webhook that is slow to answer holds up no card and no reaping
+        self.clock.add_job(self.alerts, "interval", seconds=ALERTS_S, id="alerts")
         self.clock.add_job(self.letter, "cron", day_of_week="mon", hour=0, minute=0,
                            id="letter")
         self.clock.add_job(self.backup, "cron", hour=3, minute=30, id="backup")

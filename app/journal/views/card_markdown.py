@@ -1,7 +1,8 @@
 """A run card as markdown: what a letter's file on disk (the notes mirror, an export)
 holds for each ```run block, so a run's numbers stay in the owner's notes when the app is
 gone: the caption with a link to the run, its key numbers as a table, the sentences it
-teaches, and its charts as an SVG file beside the notes. Read off the card itself
+teaches, what changed since the runs before, and its charts as an SVG file beside the
+notes. Read off the card itself
 (cards.card, cards.image), so the file says what the page says. create_app registers it
 with the notebook (embeds.register_markdown); the page keeps rendering the live card.
 """
@@ -13,7 +14,8 @@ from html import unescape
 
 from sqlalchemy.orm import Session
 
-from app.journal.views import cards
+from app.journal import trends
+from app.journal.views import card_trend, cards
 from app.models import Run
 
 _CAPTION_RE = re.compile(r"<figcaption>(.*?)</figcaption>", re.S)
@@ -53,12 +55,16 @@ def run_markdown(session: Session, source: str, timezone: str = "UTC"
     run = session.get(Run, int(found[1])) if found else None
     if run is None:
         return "", {}
-    html = cards.card(run, timezone)
+    trend = trends.trend(session, run)
+    html = cards.card(run, timezone, trend)
     caption = _text(_CAPTION_RE.search(html)[1])  # type: ignore[index]
     title = f"Run {run.id} · {cards.run_title(run)}"
     lines = [f"**[{title}](/runs/{run.id})**{caption[len(title):]}"]
     for pattern in (_REASON_RE, _LESSON_RE):
         lines += ["", *(_text(m) for m in pattern.findall(html))]
+    changed = card_trend.lines(trend, timezone) if trend else []
+    lines += ["", *(f"- {'**Regression:** ' if bad else ''}{text}" for text, bad in changed)] \
+        if changed else []
     table = _table(html)
     lines += ["", *table] if table else []
     picture = cards.image(run)

@@ -12,6 +12,9 @@ Everything printed here is escaped: this HTML is inserted after sanitizing. A re
 whatever a runner sent: a card renders whatever it holds (wrong types, NaN, missing keys,
 huge lists) and says what it could not draw rather than break the page.
 
+A run with numbers says what changed since the runs that measured the same thing, one
+line per headline number, a regression flagged (app/journal/views/card_trend.py).
+
 This module also owns the ```run block itself: how one is written (`block`) and which
 runs a text embeds (`embedded_runs`); create_app registers `run_card` as the notebook's
 "run" embed.
@@ -26,8 +29,10 @@ from html import escape
 
 from sqlalchemy.orm import Session
 
+from app.journal import trends
 from app.journal.numbers import finite, percent, ratio, seconds, si
-from app.journal.views import card_own, card_training, charts, lessons
+from app.journal.trends import Trend
+from app.journal.views import card_own, card_training, card_trend, charts, lessons
 from app.journal.views.card_training import Body
 from app.models import Run
 from app.notebook.atom import feed_alternative
@@ -76,7 +81,7 @@ def run_card(session: Session, source: str, timezone: str = "UTC") -> str:
     run = session.get(Run, int(match[1]))
     if run is None:
         return f'<div class="embed-error">there is no run {int(match[1])}</div>'
-    return card(run, timezone)
+    return card(run, timezone, trends.trend(session, run))
 
 
 def _result(run: Run) -> dict:
@@ -128,7 +133,8 @@ def image(run: Run) -> tuple[str, str] | None:
         return None
 
 
-def card(run: Run, timezone: str = "UTC") -> str:
+def card(run: Run, timezone: str = "UTC", trend: Trend | None = None) -> str:
+    """The card; `trend` (trends.trend) adds what changed since the runs before."""
     status = run.status.lower()
     env = run.environment if isinstance(run.environment, dict) else {}
     ranks = (run.params or {}).get("world_size", "?")
@@ -160,6 +166,8 @@ def card(run: Run, timezone: str = "UTC") -> str:
                                 [], "")
     if taught:
         parts.append('<p class="card-lesson">' + escape(" ".join(taught)) + "</p>")
+    if trend is not None:
+        parts.append(card_trend.html(trend, timezone))
     if made is not None:
         picture = _picture(run, made)
         parts.append(feed_alternative(made.html, f"/runs/{run.id}/card.svg?v={picture[1]}",

@@ -12,6 +12,7 @@
     runs.py            experiment catalogue, new-run form, run list, run page, compare
     learning.py        what each experiment shows, its diagram, a first run, the path through
     schedules.py       schedules: list and create, one schedule, delete
+    trends.py          a schedule's (or one parameter set's) numbers over its runs
     param_forms.py     forms generated from the lab's parameter schemas
     run_summary.py     what a run page says beyond its card (durations, checks, headlines)
     sharding.py        the sharding view on the run page and the new-run form
@@ -33,6 +34,7 @@ from app.web.pages import (  # noqa: F401
     sharding,
     ticking,
     timeline,
+    trends,
 )
 from app.web.pages.blueprints import experiments, notes
 

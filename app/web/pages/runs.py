@@ -15,7 +15,7 @@ from flask import abort, current_app, redirect, render_template, request, url_fo
 from app.db import get_session
 from app.errors import Invalid
 from app.journal import catalogue as known
-from app.journal import run_files, run_metrics, run_query, runners, runs
+from app.journal import run_files, run_metrics, run_query, runners, runs, trends
 from app.journal.views import cards
 from app.models import Run, Schedule
 from app.web.access import author, require_owner
@@ -220,7 +220,8 @@ def run_page(run_id: int):
                                     .order_by(Run.id))),
         artifacts=run_files.artifacts(session, run),
         schedule=session.get(Schedule, run.schedule_id) if run.schedule_id else None,
-        card=cards.card(run, current_app.config["TIMEZONE"]), checks=summary.checks(run),
+        card=cards.card(run, current_app.config["TIMEZONE"], trends.trend(session, run)),
+        checks=summary.checks(run),
         problem=summary.result_problem(run),
         extras=summary.progress_extras(run), log=log, log_end=log_end,
         unfinished=run.status in statuses.UNFINISHED, cancellable=run.status in statuses.UNFINISHED

@@ -1,0 +1,66 @@
+"""Trend pages: a schedule's runs, or every run of one experiment with one comparison key
+(app/journal/run_metrics.comparison_key), drawn over time per headline number with each
+run's measured spread, the environment's changes marked, every point linking its run.
+
+    /schedules/<id>/trend        the schedule's successful runs
+    /trends/<key>                the successful runs that measured the same thing
+
+?runs=N shows the latest N (2-200, default DEFAULT_RUNS).
+"""
+
+from __future__ import annotations
+
+import re
+
+from flask import abort, current_app, render_template, request
+
+from app.db import get_session
+from app.journal import schedules, trends
+from app.journal.views import cards, trend_chart
+from app.web.pages.blueprints import experiments as bp
+
+DEFAULT_RUNS, MAX_RUNS = 52, 200  # a year of a weekly schedule
+KEY_RE = re.compile(r"[0-9a-f]{32}")
+
+
+def _count() -> int:
+    raw = request.args.get("runs", str(DEFAULT_RUNS))
+    if not (raw.isascii() and raw.isdigit() and 2 <= int(raw) <= MAX_RUNS):
+        abort(400, description=f"runs is a whole number from 2 to {MAX_RUNS}")
+    return int(raw)
+
+
+def page(runs: list, heading: str, context: str, **links):
+    timezone = current_app.config["TIMEZONE"]
+    marks = trend_chart.environment_marks(runs)
+    by_run = {runs[i].id: changed for i, changed in marks}
+    drawn = [(s, c) for s in trend_chart.collect(runs)
+             if (c := trend_chart.chart(s, by_run, timezone))]
+    latest = trend_chart.latest_lines(runs, get_session(), timezone)
+    return render_template("experiments/trend.html", runs=runs, heading=heading,
+                           context=context, charts=drawn, marks=marks, latest=latest,
+                           **links)
+
+
+@bp.get("/schedules/<int:schedule_id>/trend")
+def schedule_trend(schedule_id: int):
+    count = _count()
+    session = get_session()
+    schedule = schedules.get(session, schedule_id)  # 404 for no such schedule
+    runs = trends.series(session, schedule_id=schedule.id, limit=count)
+    return page(runs, f"Trend of {schedule.name}", f"the successful runs of schedule "
+                f"#{schedule.id}", schedule=schedule)
+
+
+@bp.get("/trends/<key>")
+def key_trend(key: str):
+    if not KEY_RE.fullmatch(key):
+        abort(404, description="a trend is named by its runs' 32-character comparison key")
+    count = _count()
+    runs = trends.series(get_session(), param_key=key, limit=count)
+    if not runs:
+        abort(404, description="no successful run has these parameters")
+    return page(runs, f"Trend of {cards.title_of(runs[-1].experiment)}",
+                "the successful runs of one experiment with the same parameters (the "
+                "sampling ones aside)",
+                params=runs[-1].params)
