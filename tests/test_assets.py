@@ -75,3 +75,12 @@ def test_images_are_sent_as_they_are(client):
                                   "/static/%2e%2e/__init__.py", "/static/..%2f__init__.py"])
 def test_nothing_outside_the_folder_is_served(client, path):
     assert client.get(path, headers={"Accept-Encoding": "br"}).status_code == 404
+
+
+def test_the_code_stylesheet_is_linked_by_a_version_and_kept_a_year(client):
+    html = client.get("/").get_data(as_text=True)
+    linked = re.search(r'href="(/pygments\.css\?v=[0-9a-f]{10})"', html)[1]
+    response = client.get(linked)
+    assert response.status_code == 200 and ".highlight" in response.get_data(as_text=True)
+    assert response.headers["Cache-Control"] == "public, max-age=31536000, immutable"
+    assert client.get("/pygments.css").headers["Cache-Control"] == "public, no-cache"

@@ -20,11 +20,13 @@ import functools
 import hashlib
 import mimetypes
 import os
+from importlib import metadata
 from pathlib import Path
 
 from flask import Flask, abort, current_app, request, send_file
 from werkzeug.security import safe_join
 
+from app.notebook import render
 from app.web.compression import MIN_SIZE, SUFFIX, chosen_coding, compress, compressible
 from base.durable import write_atomic
 
@@ -46,6 +48,20 @@ def fingerprint(path: Path) -> str:
 
 def asset_version(app: Flask, name: str) -> str:
     return fingerprint(Path(app.static_folder or "") / name)
+
+
+@functools.cache
+def code_stylesheet_version() -> str:
+    """A hash naming the code blocks' stylesheet (Pygments', made, not a file), linked and
+    cached as the static files are. Every page links it, and a worker that only reads never
+    imports Pygments, so the hash is of what makes the stylesheet (Pygments' version and
+    the module that picks its styles), not of the stylesheet itself."""
+    maker = Path(render.__file__).with_name("highlight.py").read_bytes()
+    return hashlib.sha256(metadata.version("pygments").encode() + maker).hexdigest()[:10]
+
+
+def cache_control(digest: str) -> str:
+    return FOREVER if request.args.get("v") == digest else CHECK
 
 
 def _compressed(source: Path, digest: str, coding: str) -> Path:
@@ -78,7 +94,7 @@ def serve(filename: str):
         response.headers["Content-Encoding"] = coding
     if text:
         response.vary.add("Accept-Encoding")
-    response.headers["Cache-Control"] = FOREVER if request.args.get("v") == digest else CHECK
+    response.headers["Cache-Control"] = cache_control(digest)
     return response
 
 

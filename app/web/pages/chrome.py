@@ -16,7 +16,7 @@ from markupsafe import Markup
 
 from app.notebook import addresses, isoweeks
 from app.web.access import can_write
-from app.web.assets import asset_version
+from app.web.assets import asset_version, code_stylesheet_version
 from app.web.pages.blueprints import notes as bp
 
 
@@ -61,7 +61,7 @@ def page_url(endpoint: str, **values) -> str:
 
 SITE_ENDPOINTS = {  # what every page's header and footer link to (templates/base.html)
     "home": "notes.home", "sitemap": "notes.sitemap", "search": "notes.search_page",
-    "feed": "notes.feed", "manifest": "notes.manifest", "pygments": "notes.pygments_stylesheet",
+    "feed": "notes.feed", "manifest": "notes.manifest",
     "new_entry": "notes.new_entry", "letter_template": "notes.settings_template",
     "experiments": "experiments.catalogue", "runs": "experiments.run_list",
     "schedules": "experiments.schedule_list", "calculator": "experiments.calculator",
@@ -82,6 +82,7 @@ def site_links(app: Flask, script_root: str, week: str) -> dict[str, str]:
         links = {name: url_for(endpoint) for name, endpoint in SITE_ENDPOINTS.items()}
         links.update({name: asset_url(file) for name, file in SITE_ASSETS.items()})
         links["week"] = url_for("notes.week", week=week)
+        links["pygments"] = url_for("notes.pygments_stylesheet", v=code_stylesheet_version())
         kept[key] = links
     return kept[key]
 
