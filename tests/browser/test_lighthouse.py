@@ -6,7 +6,7 @@ accessibility 100, with its largest contentful paint within 2.0 s.
 
 The pages are audited one after another against one server (each audit starts its own
 Chromium). The CLI is found through COMMONPLACE_LIGHTHOUSE, then
-.lighthouse/node_modules/.bin (`npm install --prefix .lighthouse lighthouse`), then the
+.lighthouse/node_modules/.bin (`npm install --prefix .lighthouse lighthouse@12.8.2`), then the
 PATH; without it the test is skipped, except in CI (COMMONPLACE_REQUIRE_BROWSER), where
 that is a failure. Each page's report is kept in test-artifacts/lighthouse/.
 """
@@ -49,7 +49,7 @@ if LIGHTHOUSE is None and os.environ.get("COMMONPLACE_REQUIRE_BROWSER"):
 
 pytestmark = [*BROWSER, pytest.mark.skipif(
     LIGHTHOUSE is None, reason="npm's lighthouse is not installed: npm install --prefix "
-    ".lighthouse lighthouse (or set COMMONPLACE_LIGHTHOUSE); CI installs it")]
+    ".lighthouse lighthouse@12.8.2 (or set COMMONPLACE_LIGHTHOUSE); CI installs it")]
 
 NOTE = ("## Notes\n\nThe 1F1B schedule against GPipe with **8 micro-batches**: the bubble "
         "fell as the model says. See [[Pipeline notes 0]] and #parallelism.\n\n"
