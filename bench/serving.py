@@ -134,9 +134,15 @@ def server_cpu(pid: int) -> float:
     return total
 
 
+# Sent with every GET timed below (bench/web.py --accept-encoding): a browser's
+# Accept-Encoding has the app compress what it sends.
+EVERY_GET: dict[str, str] = {}
+
+
 def timed(conn: http.client.HTTPConnection, path: str | tuple[str, dict]) -> float:
     """One GET in ms, refused unless 200; `path` may carry its headers: (path, headers)."""
     path, headers = path if isinstance(path, tuple) else (path, {})
+    headers = {**EVERY_GET, **headers}
     start = time.perf_counter()
     conn.request("GET", path, headers=headers)
     response = conn.getresponse()

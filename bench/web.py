@@ -3,6 +3,7 @@
     .venv/bin/python bench/web.py                       # N = 1k, 10k, 100k; 10k runs
     .venv/bin/python bench/web.py --sizes 1000 --seconds 2 --runs 0 --no-views
     .venv/bin/python bench/web.py --views-only          # only the run views' part
+    .venv/bin/python bench/web.py --accept-encoding 'gzip, deflate, br'   # as a browser asks
 
 For each N (--sizes): bench/importing.py writes N markdown files in the mirror's format
 (a Zipf vocabulary, tags, wiki links, code blocks, a letter a week) and the product's own
@@ -95,7 +96,7 @@ sys.path.insert(0, str(ROOT))
 
 from app import create_app, upgrades  # noqa: E402
 from app.notebook.isoweeks import iso_week  # noqa: E402
-from bench import runs, saving  # noqa: E402
+from bench import runs, saving, serving  # noqa: E402
 from bench.corpus import DATABASE, Corpus, build, cli_token  # noqa: E402
 from bench.serving import (  # noqa: E402
     drive,
@@ -380,7 +381,11 @@ def main() -> None:
     parser.add_argument("--runs", type=int, default=10_000, help="finished runs; 0: none")
     parser.add_argument("--shapes", type=Path, default=Path("/tmp/runs"),
                         help="lab results the runs copy (bench/runs.py makes missing ones)")
+    parser.add_argument("--accept-encoding", default="",
+                        help="sent with every GET, as a browser does: the pages compressed")
     args = parser.parse_args()
+    if args.accept_encoding:
+        serving.EVERY_GET["Accept-Encoding"] = args.accept_encoding
     if args.views_only:
         run_views(args.requests)
         return

@@ -18,7 +18,7 @@ from app.journal import numbers, posting, results
 from app.journal.views import advice, card_training, cards, lessons
 from app.models import Run
 from app.notebook import atom
-from tests.helpers import OWNER, TAILNET_PEER, add_token, load
+from tests.helpers import OWNER, TAILNET_PEER, add_token, load, login_header
 from tests.real_runs import lab_output, store_run
 
 EXPERIMENTS = ["pipeline", "zero", "data_parallel", "collectives", "gemm_roofline", "gpt_mfu"]
@@ -280,6 +280,11 @@ def test_a_feed_token_reads_the_card_images_of_published_entries_only(make_app,
     assert src and src[1] == secret
     image = client.get(f"/runs/{run_id}/card.svg?token={secret}", **peer)
     assert image.status_code == 200 and image.mimetype == "image/svg+xml"
+    # a feed reader's page, on its own origin, may show it; an owner's request stays ours
+    assert image.headers["Cross-Origin-Resource-Policy"] == "cross-origin"
+    owners = client.get(f"/runs/{run_id}/card.svg", headers=login_header(OWNER))
+    assert owners.status_code == 200
+    assert owners.headers["Cross-Origin-Resource-Policy"] == "same-origin"
     assert client.get(f"/runs/{run_id}/card.svg", **peer).status_code == 403  # no token
     assert client.get(f"/runs/{run_id}?token={secret}", **peer).status_code == 403  # the page
     assert client.get(f"/runs/{run_id}/card.svg?token=wrong", **peer).status_code == 403

@@ -46,6 +46,20 @@ def for_feed(html: str, token: str | None = None) -> str:
     return _ALTERNATIVE_RE.sub(image, html) if "feed-alternative" in html else html
 
 
+# A link or image address within the notebook: a fragment (a heading's ¶), or a path.
+_LOCAL_RE = re.compile(r'(<(?:a|img)\b[^>]*?\s(?:href|src)=")([#/])(?!/)')
+
+
+def absolute(html: str, page_url: str, base_url: str) -> str:
+    """Links made absolute: a feed reader shows the entry on a page of its own, where
+    `#h-notes` would point into that page and xml:base makes it the notebook's home
+    (`https://host/#h-notes`), not the letter's heading. Paths are given the origin too,
+    for readers that ignore xml:base."""
+    def whole(m: re.Match[str]) -> str:
+        return m[1] + (page_url + "#" if m[2] == "#" else base_url + "/")
+    return _LOCAL_RE.sub(whole, html)
+
+
 def _iso(moment: dt.datetime) -> str:
     return moment.replace(tzinfo=dt.UTC).isoformat().replace("+00:00", "Z")
 
@@ -80,8 +94,8 @@ def build(session: Session, base_url: str, *, limit: int = 50, title: str = "Com
         ET.SubElement(item, f"{{{ATOM}}}title").text = entry.title
         # A stable id that survives title changes (RFC 4287 4.2.6: never changes).
         ET.SubElement(item, f"{{{ATOM}}}id").text = f"{base_url}/entries/{entry.id}"
-        ET.SubElement(item, f"{{{ATOM}}}link", href=base_url + entry_url(entry),
-                      rel="alternate", type="text/html")
+        page = base_url + entry_url(entry)
+        ET.SubElement(item, f"{{{ATOM}}}link", href=page, rel="alternate", type="text/html")
         ET.SubElement(item, f"{{{ATOM}}}published").text = _iso(
             dt.datetime.combine(entry.date, dt.time())
         )
@@ -93,5 +107,6 @@ def build(session: Session, base_url: str, *, limit: int = 50, title: str = "Com
         content = ET.SubElement(item, f"{{{ATOM}}}content", type="html")
         content.set("{http://www.w3.org/XML/1998/namespace}base", base_url + "/")
         # a feed reader sees no drafts
-        content.text = for_feed(hide_draft_links(entry.body_html), token)
+        content.text = absolute(for_feed(hide_draft_links(entry.body_html), token), page,
+                                base_url)
     return ET.tostring(feed, encoding="utf-8", xml_declaration=True)

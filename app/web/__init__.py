@@ -8,6 +8,8 @@
     api/           the JSON API under /api/v1 and its OpenAPI document
     runner_api.py  the runner agents' pull API under /api/v1/runner
     resting.py     a worker at rest closes its idle connections and trims its heap
+    compression.py text answers compressed (brotli, gzip) and tagged for conditional GETs
+    assets.py      static files at content-hashed addresses, precompressed, kept a year
 
 Views are thin: parse, call the journal or the notebook, render or answer JSON.
 """
@@ -16,7 +18,7 @@ from flask import Flask
 from flask.templating import Environment
 
 from app import errors
-from app.web import api, auth, hardening, pages, resting, runner_api
+from app.web import api, assets, auth, compression, hardening, pages, resting, runner_api
 
 
 class PageEnvironment(Environment):
@@ -64,3 +66,5 @@ def init_app(app: Flask) -> None:
     app.register_blueprint(api.bp)
     app.register_blueprint(runner_api.bp)
     resting.init_app(app)
+    compression.init_app(app)
+    assets.init_app(app)

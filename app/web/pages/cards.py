@@ -2,7 +2,8 @@
 in place of the card's inline charts, which feed readers drop (app/notebook/atom.py).
 
 Readable by whoever may read the feed: owners and viewers, and a feed token (in the URL,
-as for /feed.atom: app/web/auth) for a run whose card is in a published entry. The SVG is
+as for /feed.atom: app/web/auth) for a run whose card is in a published entry, which alone
+may be loaded from another origin (a feed reader's page). The SVG is
 presentation attributes only, under its own CSP (nothing runs, nothing loads), and named
 by its content hash: the card links ?v=<hash>, and that address never changes content.
 """
@@ -45,4 +46,10 @@ def card_image(run_id: int):
     response.headers["Cache-Control"] = ("private, max-age=31536000, immutable"
                                          if request.args.get("v") == digest
                                          else "private, no-cache")
+    if identity is not None and identity.role == "feed":
+        # A feed reader shows the feed on a page of its own origin (a web reader's, or a
+        # local app's), where same-origin would leave a broken image. Only for the feed's
+        # token and a card a published entry shows (checked above): what the feed already
+        # carries, readable by its address, and nothing an owner's request returns.
+        response.headers["Cross-Origin-Resource-Policy"] = "cross-origin"
     return response.make_conditional(request)

@@ -9,8 +9,6 @@ from __future__ import annotations
 
 import datetime as dt
 import functools
-import hashlib
-from pathlib import Path
 
 from flask import Flask, Request, current_app, g, request, url_for
 from jinja2 import Environment
@@ -18,6 +16,7 @@ from markupsafe import Markup
 
 from app.notebook import addresses, isoweeks
 from app.web.access import can_write
+from app.web.assets import asset_version, code_stylesheet_version
 from app.web.pages.blueprints import notes as bp
 
 
@@ -29,15 +28,10 @@ def current_week() -> str:
     return isoweeks.iso_week(today())
 
 
-@functools.cache
-def _asset_version(folder: str, name: str) -> str:
-    return hashlib.sha256((Path(folder) / name).read_bytes()).hexdigest()[:10]
-
-
 def asset_url(name: str) -> str:
-    """A static file's URL with a content hash, so a changed file is never served stale."""
-    return page_url("static", filename=name,
-                    v=_asset_version(current_app.static_folder or "", name))
+    """A static file's URL with its content hash: cached for a year, never served stale
+    (app/web/assets.py)."""
+    return page_url("static", filename=name, v=asset_version(current_app, name))
 
 
 URL_CACHE_SIZE = 4096
@@ -67,7 +61,7 @@ def page_url(endpoint: str, **values) -> str:
 
 SITE_ENDPOINTS = {  # what every page's header and footer link to (templates/base.html)
     "home": "notes.home", "sitemap": "notes.sitemap", "search": "notes.search_page",
-    "feed": "notes.feed", "manifest": "notes.manifest", "pygments": "notes.pygments_stylesheet",
+    "feed": "notes.feed", "manifest": "notes.manifest",
     "new_entry": "notes.new_entry", "letter_template": "notes.settings_template",
     "experiments": "experiments.catalogue", "runs": "experiments.run_list",
     "schedules": "experiments.schedule_list", "calculator": "experiments.calculator",
@@ -88,6 +82,7 @@ def site_links(app: Flask, script_root: str, week: str) -> dict[str, str]:
         links = {name: url_for(endpoint) for name, endpoint in SITE_ENDPOINTS.items()}
         links.update({name: asset_url(file) for name, file in SITE_ASSETS.items()})
         links["week"] = url_for("notes.week", week=week)
+        links["pygments"] = url_for("notes.pygments_stylesheet", v=code_stylesheet_version())
         kept[key] = links
     return kept[key]
 

@@ -19,6 +19,7 @@ from app.errors import BadQuery
 from app.notebook import addresses, browse, isoweeks, letters, search
 from app.notebook.entry_rows import EntryRow
 from app.notebook.render import pygments_css
+from app.web import assets
 from app.web.access import author, can_write, readable_entry, require_owner, visible
 from app.web.pages.blueprints import notes as bp
 from app.web.pages.chrome import current_week, today
@@ -254,6 +255,7 @@ def _pygments_css() -> str:
 
 @bp.get("/pygments.css")
 def pygments_stylesheet():
+    """Linked with ?v=<its hash> (chrome.site_links): kept a year, as the static files are."""
     response = Response(_pygments_css(), mimetype="text/css")
-    response.headers["Cache-Control"] = "public, max-age=86400"
+    response.headers["Cache-Control"] = assets.cache_control(assets.code_stylesheet_version())
     return response
