@@ -78,6 +78,20 @@ async function signedOut() {
   await remove("meta", "login");
 }
 
+// A refused page may only be one this login may not open (a viewer at an owner's form):
+// the server's own word on who this device is decides whether it signed out.
+async function checkSignedIn() {
+  const me = await fetch("/api/v1/me", { credentials: "same-origin", cache: "no-store" });
+  if (me.status === 401 || me.status === 403) {
+    await signedOut();
+    return null;
+  }
+  if (!me.ok) return null;
+  const identity = await me.json();
+  await noteLogin(identity.login);
+  return identity;
+}
+
 // -- pages and assets ---------------------------------------------------------------------
 
 function isHtml(response) {
@@ -139,7 +153,7 @@ async function page(request) {
   const url = request.url;
   const network = fetch(request).then(async (response) => {
     if (response.status === 401 || response.status === 403) {
-      await signedOut();
+      await checkSignedIn();
     } else if (keepable(response) && isHtml(response)) {
       servedKept.delete(url);
       keepPage(url, response.clone()).then(keepAssets);
@@ -296,12 +310,8 @@ function flush() {
 async function flushPending() {
   const waiting = (await getAll("pending")).filter((r) => r.state === "pending");
   if (!waiting.length) return;
-  const me = await fetch("/api/v1/me", { credentials: "same-origin", cache: "no-store" });
-  if (me.status === 401 || me.status === 403) return signedOut();
-  if (!me.ok) return;
-  const identity = await me.json();
-  await noteLogin(identity.login);
-  if (!identity.can_write) return;
+  const identity = await checkSignedIn();
+  if (!identity || !identity.can_write) return;
   let sent = 0;
   for (const record of waiting.sort((a, b) => a.made_at - b.made_at)) {
     if (record.login !== identity.login) continue;  // another login's words wait for it
@@ -362,6 +372,7 @@ async function answer(data) {
       return status(data.url);
     case "discard":  // the owner has the text elsewhere now (the merge view saved it)
       await remove("pending", data.key);
+      tellPages({ type: "changed" });
       return status(data.url);
     default:
       return { error: "unknown request" };
