@@ -184,11 +184,37 @@
     }
   }
 
+  // The browser says "online" when the device has a network; the tailnet may take a few
+  // seconds more (a relay, a login), and a server may be restarting: while writes wait,
+  // ask again, less and less often.
+  var FIRST_RETRY_MS = 2000;
+  var retryMs = FIRST_RETRY_MS;
+  var retryTimer = null;
+
+  function flush() {
+    return ask({ type: "flush" }).then(render);
+  }
+
+  function retryLater(status) {
+    clearTimeout(retryTimer);
+    // Another login's writes wait only while the server is out of reach: once it answers,
+    // it has said who this device is, and they wait for that login to come back.
+    var waiting = (status.pending || []).some(function (r) { return r.state === "pending"; }) ||
+      (status.others > 0 && status.reachable === false);
+    if (!waiting || !navigator.onLine) {
+      retryMs = FIRST_RETRY_MS;
+      return;
+    }
+    retryTimer = setTimeout(flush, retryMs);
+    retryMs = Math.min(retryMs * 2, 60000);
+  }
+
   function render(status) {
     if (!status || status.error) return;
     renderBanner(status);
     renderFooter(status);
     renderOfflinePage(status);
+    retryLater(status);
     document.documentElement.dataset.offlineReady = status.refreshed_at ? "kept" : "none";
   }
 
@@ -216,6 +242,9 @@
   }
   if (navigator.serviceWorker.controller) hello();
   else navigator.serviceWorker.addEventListener("controllerchange", hello, { once: true });
-  window.addEventListener("online", function () { ask({ type: "flush" }).then(render); });
+  window.addEventListener("online", function () {
+    retryMs = FIRST_RETRY_MS;
+    flush();
+  });
   window.addEventListener("offline", function () { ask({ type: "status" }).then(render); });
 })();

@@ -80,8 +80,17 @@ async function signedOut() {
 
 // A refused page may only be one this login may not open (a viewer at an owner's form):
 // the server's own word on who this device is decides whether it signed out.
+let reachable = null;  // whether the server answered the last time a flush asked it
+
 async function checkSignedIn() {
-  const me = await fetch("/api/v1/me", { credentials: "same-origin", cache: "no-store" });
+  let me;
+  try {
+    me = await fetch("/api/v1/me", { credentials: "same-origin", cache: "no-store" });
+    reachable = true;
+  } catch (error) {
+    reachable = false;
+    throw error;
+  }
   if (me.status === 401 || me.status === 403) {
     await signedOut();
     return null;
@@ -308,6 +317,7 @@ function flush() {
 // who the server takes this device for now (there is no token to keep: cross-site writes
 // are refused by Sec-Fetch-Site, which the browser sets on each request as it is sent).
 async function flushPending() {
+  // Every login's waiting writes count here: the server decides whose turn it is.
   const waiting = (await getAll("pending")).filter((r) => r.state === "pending");
   if (!waiting.length) return;
   const identity = await checkSignedIn();
@@ -349,7 +359,7 @@ async function status(url) {
     kept: kept.map(({ url: u, title, at }) => ({ url: u, title, at })),
     this_page: servedKept.has(url) ? servedKept.get(url) : null,
     pending: pending.filter((r) => r.login === login),
-    others: pending.filter((r) => r.login !== login).length,
+    others: pending.filter((r) => r.login !== login).length, reachable,
   };
 }
 

@@ -16,7 +16,14 @@ import urllib.request
 
 import pytest
 
-from tests.browser.harness import BROWSER, DEVICES, browser_context, call, hard_timeout
+from tests.browser.harness import (
+    BROWSER,
+    DEVICES,
+    browser_context,
+    call,
+    hard_timeout,
+    screenshot,
+)
 from tests.helpers import ROOT, free_port, stop_process, wait_for_http
 
 pytestmark = BROWSER
@@ -105,6 +112,7 @@ def test_read_offline_capture_offline_forget_the_copy_then_send(server):
         page.goto(server + letter["url"])
         assert letter["title"] in page.inner_text("main")
         assert "Offline." in page.inner_text("#offline-banner")
+        screenshot(page, "offline-letter")
         page.goto(server + entry["url"])
         assert "Pipeline bubbles, kept offline." in page.inner_text("main")
         page.goto(server + "/entries/999999/never-kept")  # not kept: the offline page
@@ -118,6 +126,7 @@ def test_read_offline_capture_offline_forget_the_copy_then_send(server):
         page.wait_for_selector(".pending-count")
         assert "1 write waiting to be sent" in page.inner_text("#offline-banner")
         assert found(server, "Written with no signal") == []
+        screenshot(page, "offline-capture-kept")
 
         # Forget (the device's "log out"): the copy goes, the words waiting to be sent stay.
         assert page.evaluate(KEPT_COUNT) > 0
@@ -160,6 +169,8 @@ def test_an_offline_edit_over_a_newer_save_reaches_the_merge_view(server):
              {"body": body.replace("The bubble is ?", laptop),
               "base_revision": letter["revision"]})
         context.set_offline(False)  # the server says who this is: the edit's author, sent
+        page.wait_for_selector(".pending-conflict button")
+        screenshot(page, "offline-edit-conflict")
         page.click(".pending-conflict button")  # sent, refused as a conflict: merge it
         page.wait_for_selector(".merge-place")
         offered = page.input_value("#f-body")
