@@ -162,10 +162,13 @@
 
   function renderOfflinePage(status) {
     var kept = document.getElementById("offline-kept");
-    if (kept && status.kept.length) {
+    if (kept) {
+      var readable = status.kept.filter(function (page) {
+        return page.title && new URL(page.url).pathname !== "/offline";
+      });
       kept.textContent = "";
-      status.kept.filter(function (page) { return page.title; })
-        .sort(function (a, b) { return a.title.localeCompare(b.title); })
+      if (!readable.length) kept.appendChild(el("li", "Nothing is kept on this device yet.", "muted"));
+      readable.sort(function (a, b) { return a.title.localeCompare(b.title); })
         .forEach(function (page) {
           var item = el("li");
           var link = el("a", page.title);
