@@ -212,8 +212,22 @@
     retryMs = Math.min(retryMs * 2, 60000);
   }
 
+  // The new-entry form kept days ago still shows the day it was kept: a capture written
+  // from the copy is of today (the device's), unless the date was changed by hand.
+  function freshenDate(status) {
+    var date = document.querySelector("form.editor:not([data-dated]) input[name=date]");
+    if (!date || status.this_page === null || document.querySelector("input[name=base_revision]")) {
+      return;
+    }
+    date.form.dataset.dated = "1";
+    var now = new Date();
+    var today = new Date(now.getTime() - now.getTimezoneOffset() * 60000).toISOString().slice(0, 10);
+    if (date.value === date.defaultValue) date.value = today;
+  }
+
   function render(status) {
     if (!status || status.error) return;
+    freshenDate(status);
     renderBanner(status);
     renderFooter(status);
     renderOfflinePage(status);

@@ -22,6 +22,8 @@ const REFRESH_MS = 10 * 60 * 1000;
 const WRITE_FORMS = /^\/entries\/(?:new|(\d+)\/edit)$/;
 const ASSET_TAGS = /<(link|script|img)\b[^>]*>/gi;
 const KEPT_RELS = /\b(stylesheet|icon|apple-touch-icon|manifest|preload)\b/i;
+// Not audio or video: those come in ranges (206), which the Cache API refuses to keep.
+const KEPT_DESTINATIONS = new Set(["style", "script", "image", "font", "manifest"]);
 
 // -- IndexedDB: the pending writes, what is kept and when, whose it is -------------------
 
@@ -165,10 +167,11 @@ async function page(request) {
       await checkSignedIn();
     } else if (keepable(response) && isHtml(response)) {
       servedKept.delete(url);
-      keepPage(url, response.clone()).then(keepAssets);
+      keepPage(url, response.clone()).then(keepAssets).catch(() => {});
     }
     return response;
   });
+  network.catch(() => {});  // answered from the copy, a late failure is nobody's business
   const slow = new Promise((resolve) => setTimeout(resolve, SLOW_MS, null));
   let failed = false;
   try {
@@ -422,7 +425,7 @@ self.addEventListener("fetch", (event) => {
   }
   if (request.mode === "navigate") {
     event.respondWith(page(request));
-  } else if (request.destination && request.destination !== "empty") {
+  } else if (KEPT_DESTINATIONS.has(request.destination)) {
     event.respondWith(asset(request));
   }
 });
