@@ -118,7 +118,8 @@
     if (node.hidden) return;
     var lines = el("p");
     if (offline) {
-      lines.appendChild(el("strong", "Offline. "));
+      lines.appendChild(el("strong", navigator.onLine ? "The notebook did not answer. "
+                                                       : "Offline. "));
       if (status.this_page) lines.appendChild(document.createTextNode(
         "This page is the copy kept on this device " + age(status.this_page) + ". "));
     }

@@ -2,14 +2,14 @@
 // meanwhile kept on the device until it is back. Served at /sw.js so its scope is the whole
 // origin. Plain script, no build step; docs/ARCHITECTURE.md ("Offline") has the design.
 //
-//  - pages: from the network while it answers within SLOW_MS, else the copy kept here (the
-//    network's answer still refreshes it); a page never kept shows /offline. Not
-//    stale-while-revalidate: a page opened right after a save must show that save.
-//  - what the pages load (stylesheets, scripts, icons, images): kept on first use. Their
-//    URLs carry a content hash, so a kept copy never goes stale: a new file is a new URL.
+//  - pages: from the network while it answers in time (see patience()), else the copy
+//    kept here (the network's answer still refreshes it); a page never kept shows
+//    /offline. Not stale-while-revalidate: a page opened after a save must show the save.
+//  - what the pages load (stylesheets, scripts, icons, images): kept on first use; one
+//    whose URL names its content (fingerprinted()) is never fetched again.
 //  - the offline set (/offline/pages.json: this week's letter and the ones before, recent
-//    entries, the site map): fetched on activation and again when a page finds it older
-//    than REFRESH_MS, with the assets each page references.
+//    entries, the site map), with the assets each page references: fetched when a page
+//    opens and finds the copy older than REFRESH_MS.
 //  - a new entry or an edit posted while the server is unreachable: kept in IndexedDB with
 //    its base revision and the login it was written as; sent through /api/v1 when a page
 //    asks (on load and on the browser's "online" event), never as another login.
@@ -17,7 +17,6 @@
 
 const PAGES = "commonplace-pages-v1";
 const ASSETS = "commonplace-assets-v1";
-const SLOW_MS = 4000;
 const REFRESH_MS = 10 * 60 * 1000;
 const WRITE_FORMS = /^\/entries\/(?:new|(\d+)\/edit)$/;
 const ASSET_TAGS = /<(link|script|img)\b[^>]*>/gi;
@@ -160,8 +159,24 @@ async function keepAssets(urls) {
 
 const servedKept = new Map();  // page URL -> when its kept copy was made (this worker's life)
 
+// How long a page may take before the kept copy is shown instead: short once the link has
+// shown itself weak (a failure or a slow answer in the last minute), longer before that;
+// never right after a write, whose next page must show it.
+const WEAK_WAIT_MS = 3000;
+const FIRST_WAIT_MS = 10000;
+const WEAK_FOR_MS = 60000;
+const AFTER_WRITE_MS = 30000;
+let weakUntil = 0;
+let wroteAt = 0;
+
+function patience() {
+  if (Date.now() - wroteAt < AFTER_WRITE_MS) return null;
+  return Date.now() < weakUntil ? WEAK_WAIT_MS : FIRST_WAIT_MS;
+}
+
 async function page(request) {
   const url = request.url;
+  const wait = patience();
   const network = fetch(request).then(async (response) => {
     if (response.status === 401 || response.status === 403) {
       await checkSignedIn();
@@ -170,13 +185,17 @@ async function page(request) {
       keepPage(url, response.clone()).then(keepAssets).catch(() => {});
     }
     return response;
+  }, (error) => {
+    weakUntil = Date.now() + WEAK_FOR_MS;
+    throw error;
   });
   network.catch(() => {});  // answered from the copy, a late failure is nobody's business
-  const slow = new Promise((resolve) => setTimeout(resolve, SLOW_MS, null));
   let failed = false;
   try {
+    const slow = new Promise((resolve) => { if (wait !== null) setTimeout(resolve, wait, null); });
     const first = await Promise.race([network, slow]);
     if (first) return first;
+    weakUntil = Date.now() + WEAK_FOR_MS;
   } catch (error) {
     failed = true;
   }
@@ -287,7 +306,9 @@ async function keepWrite(path, form) {
 async function write(request) {
   const copy = request.clone();
   try {
-    return await fetch(request);
+    const response = await fetch(request);
+    wroteAt = Date.now();
+    return response;
   } catch (error) {
     const record = await keepWrite(new URL(request.url).pathname, await copy.formData());
     tellPages({ type: "changed" });
