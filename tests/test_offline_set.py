@@ -24,6 +24,8 @@ def test_the_worker_is_served_from_the_root_and_always_revalidated(served):
     assert response.headers["Cache-Control"] == "no-cache"
     assert "script-src 'self'" in response.headers["Content-Security-Policy"]
     assert b"addEventListener(\"fetch\"" in response.data
+    # Its second half by the content-hashed URL: a change to it changes the worker's bytes.
+    assert b'importScripts("/static/offline-writes.js?v=' in response.data
 
 
 def test_every_page_loads_the_offline_script_and_says_whose_it_is(served):

@@ -251,7 +251,7 @@
     else done();  // the server merged it cleanly after all
   }
 
-  navigator.serviceWorker.register("/sw.js", { scope: "/" }).catch(function () {});
+  navigator.serviceWorker.register("/sw.js", { scope: "/", updateViaCache: "none" }).catch(function () {});
   navigator.serviceWorker.addEventListener("message", function (event) {
     if (event.data && event.data.type === "changed") ask({ type: "status" }).then(render);
   });

@@ -10,19 +10,19 @@
 //  - the offline set (/offline/pages.json: this week's letter and the ones before, recent
 //    entries, the site map), with the assets each page references: fetched when a page
 //    opens and finds the copy older than REFRESH_MS.
-//  - a new entry or an edit posted while the server is unreachable: kept in IndexedDB with
-//    its base revision and the login it was written as; sent through /api/v1 when a page
-//    asks (on load and on the browser's "online" event), never as another login.
+//  - a new entry or an edit posted while the server is unreachable: offline-writes.js.
 "use strict";
 
 const PAGES = "commonplace-pages-v1";
 const ASSETS = "commonplace-assets-v1";
 const REFRESH_MS = 10 * 60 * 1000;
-const WRITE_FORMS = /^\/entries\/(?:new|(\d+)\/edit)$/;
 const ASSET_TAGS = /<(link|script|img)\b[^>]*>/gi;
 const KEPT_RELS = /\b(stylesheet|icon|apple-touch-icon|manifest|preload)\b/i;
 // Not audio or video: those come in ranges (206), which the Cache API refuses to keep.
 const KEPT_DESTINATIONS = new Set(["style", "script", "image", "font", "manifest"]);
+
+// The writes kept while offline, and their sending (keepWrite, write, flush): same scope.
+importScripts("/static/offline-writes.js");
 
 // -- IndexedDB: the pending writes, what is kept and when, whose it is -------------------
 
@@ -273,97 +273,6 @@ async function refreshSet() {
   }
   await put("meta", Date.now(), "refreshed_at");
   tellPages({ type: "changed" });
-}
-
-// -- writes kept while offline ---------------------------------------------------------------
-
-function today() {
-  const now = new Date();
-  const pad = (n) => String(n).padStart(2, "0");
-  return `${now.getFullYear()}-${pad(now.getMonth() + 1)}-${pad(now.getDate())}`;
-}
-
-async function keepWrite(path, form) {
-  const match = WRITE_FORMS.exec(path);
-  const fields = {};
-  for (const name of ["date", "title", "tags", "status", "body"]) {
-    if (form.has(name)) fields[name] = String(form.get(name)).replace(/\r\n/g, "\n");
-  }
-  const edit = Boolean(match[1]);
-  if (edit || form.has("status")) fields.publish = form.has("publish");
-  // A capture is of the day it was written, not the day it reaches the server.
-  if (!edit && !fields.date) fields.date = today();
-  const record = {
-    key: crypto.randomUUID(), login: (await getMeta("login")) || "", made_at: Date.now(),
-    kind: edit ? "edit" : "create", entry_id: edit ? Number(match[1]) : null,
-    base_revision: edit ? Number(form.get("base_revision")) : null, fields,
-    state: "pending", message: "",
-  };
-  await put("pending", record);
-  return record;
-}
-
-async function write(request) {
-  const copy = request.clone();
-  try {
-    const response = await fetch(request);
-    wroteAt = Date.now();
-    return response;
-  } catch (error) {
-    const record = await keepWrite(new URL(request.url).pathname, await copy.formData());
-    tellPages({ type: "changed" });
-    return Response.redirect(new URL(`/offline?kept=${record.key}`, self.location).href, 303);
-  }
-}
-
-function sendOne(record) {
-  const headers = { "Content-Type": "application/json", Accept: "application/json" };
-  if (record.kind === "create") {
-    // The key makes a resend after a lost answer the same capture, never a second one.
-    headers["Idempotency-Key"] = `offline:${record.key}`;
-    return fetch("/api/v1/entries", { method: "POST", headers, credentials: "same-origin",
-                                      body: JSON.stringify(record.fields) });
-  }
-  return fetch(`/api/v1/entries/${record.entry_id}`, {
-    method: "PUT", headers, credentials: "same-origin",
-    body: JSON.stringify({ ...record.fields, base_revision: record.base_revision }),
-  });
-}
-
-let flushing = null;
-
-function flush() {
-  if (!flushing) flushing = flushPending().finally(() => { flushing = null; });
-  return flushing;
-}
-
-// Authorization is checked when the writes go, not when they were made: /api/v1/me names
-// who the server takes this device for now (there is no token to keep: cross-site writes
-// are refused by Sec-Fetch-Site, which the browser sets on each request as it is sent).
-async function flushPending() {
-  // Every login's waiting writes count here: the server decides whose turn it is.
-  const waiting = (await getAll("pending")).filter((r) => r.state === "pending");
-  if (!waiting.length) return;
-  const identity = await checkSignedIn();
-  if (!identity || !identity.can_write) return;
-  let sent = 0;
-  for (const record of waiting.sort((a, b) => a.made_at - b.made_at)) {
-    if (record.login !== identity.login) continue;  // another login's words wait for it
-    const response = await sendOne(record);
-    if (response.ok) {
-      await remove("pending", record.key);
-      sent += 1;
-      continue;
-    }
-    if (response.status >= 500 || response.status === 429) break;  // try again later
-    const answer = await response.json().catch(() => ({}));
-    record.message = (answer.error && answer.error.message) || `refused (${response.status})`;
-    // A conflict goes to the merge view; anything else stays, its text shown, for the owner.
-    record.state = response.status === 409 ? "conflict" : "refused";
-    await put("pending", record);
-  }
-  tellPages({ type: "changed" });
-  if (sent) await refresh();
 }
 
 // -- what pages ask -------------------------------------------------------------------------

@@ -6,28 +6,34 @@ it shows for a page it has not kept; and the list of pages it keeps for reading 
 from __future__ import annotations
 
 import datetime as dt
+import json
+from pathlib import Path
 
-from flask import current_app, g, jsonify, render_template, send_from_directory
+from flask import Response, current_app, g, jsonify, render_template
 
 from app.db import get_session
 from app.notebook import addresses, browse
 from app.web.access import can_write
 from app.web.pages.blueprints import notes as bp
-from app.web.pages.chrome import current_week, page_url, today
+from app.web.pages.chrome import asset_url, current_week, page_url, today
 
 LETTERS = 5  # this week's and the four before it
 RECENT_DAYS = 30
 RECENT_MOST = 60  # however busy the month, the copy on a phone stays small
 
 
+# The worker's second half, named in sw.js by its plain path and served under its
+# content-hashed URL: a change to it is a change to the worker's bytes, so browsers update.
+WRITES = '"/static/offline-writes.js"'
+
+
 @bp.get("/sw.js")
 def service_worker():
     """A worker controls the pages under the path it is served from: at /sw.js, all of
     them. no-cache, so the browser's update check always reaches the server."""
-    response = send_from_directory(current_app.static_folder or "", "sw.js",
-                                   mimetype="text/javascript", max_age=0)
-    response.headers["Cache-Control"] = "no-cache"
-    return response
+    source = (Path(current_app.static_folder or "") / "sw.js").read_text(encoding="utf-8")
+    body = source.replace(WRITES, json.dumps(asset_url("offline-writes.js")))
+    return Response(body, mimetype="text/javascript", headers={"Cache-Control": "no-cache"})
 
 
 @bp.get("/offline")
