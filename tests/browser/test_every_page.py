@@ -54,7 +54,7 @@ def fill(base: str) -> dict[str, str]:
         "runs": "/runs", "run": f"/runs/{runs[0]['id']}",
         "compare": f"/runs/compare?ids={runs[0]['id']},{runs[1]['id']}",
         "schedules": "/schedules", "schedule": f"/schedules/{schedule['id']}",
-        "error": "/no/such/page",
+        "offline": "/offline", "error": "/no/such/page",
     }
 
 

@@ -9,6 +9,7 @@
     ticking.py         task boxes ticked from a rendered page
     diffing.py         line and word diffs for history and the merge view
     served.py          /feed.atom, /attachments/…, /healthz
+    offline.py         /sw.js (the service worker), /offline, the offline set's list
     runs.py            experiment catalogue, new-run form, run list, run page, compare
     learning.py        what each experiment shows, its diagram, a first run, the path through
     schedules.py       schedules: list and create, one schedule, delete
@@ -27,6 +28,7 @@ from app.web.pages import (  # noqa: F401
     calculator,
     cards,
     editing,
+    offline,
     reading,
     runs,
     schedules,
