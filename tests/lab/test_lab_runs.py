@@ -15,6 +15,7 @@ import re
 import pytest
 from lab_helpers import NCCL_LIKE, TINY, launch, shared
 
+from base import contract
 from tests.real_runs import PARAMS
 
 PROGRESS = re.compile(r"^progress step=(\d+) total=(\d+)( [a-z_]+=\S+)*$")
@@ -135,7 +136,15 @@ def test_progress_lines_and_result_contract(dp2):
         m = PROGRESS.match(ln)
         assert m, ln
         steps.append((int(m.group(1)), int(m.group(2))))
-    assert [s for s, _ in steps] == list(range(1, len(steps) + 1))
+    # from its first line the run says what it does: the launcher, torchrun's agent and
+    # rank 0 in turn, each phase in the order base/contract.py lists them
+    phases = [contract.parse_progress(ln)[2].get("phase") for ln in lines]
+    assert phases[:4] == ["launching", "loading", "starting", "preparing"]
+    firsts = list(dict.fromkeys(p for p in phases if p))
+    assert firsts == [p for p in contract.PHASES if p in firsts]
+    assert {"gate", "calibrating", "warmup", "timed", "memory"} <= set(firsts)
+    counted = [s for s, _ in steps if s]  # a phase's line repeats the step it is at
+    assert sorted(set(counted)) == list(range(1, counted[-1] + 1)) and counted == sorted(counted)
     assert steps[-1][0] == steps[-1][1]
     assert any("strategy=ddp" in ln and "tokens_per_s=" in ln for ln in lines)
     assert "result status=succeeded" in dp2.stdout

@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from jobs.lab.components.census import OpCensus
 from jobs.lab.components.context import NATIVE, Context, devices_served
-from jobs.lab.components.instrument import Comm
+from jobs.lab.components.instrument import Comm, all_gather_single, reduce_scatter_single
 from jobs.lab.components.model import ModelConfig, build_model, loss_fn, make_batch
 from jobs.lab.components.optim import make_optimizer
 from jobs.lab.predict import calibration
@@ -50,10 +50,10 @@ def collective(ctx: Context, op: str, nbytes: int, comm: Comm | None = None,
             (lambda: dist.all_reduce(full, group=g))
     if op == "all_gather":
         return (lambda: comm.all_gather(out, part)) if comm else \
-            (lambda: dist.all_gather_into_tensor(out, part, group=g))
+            (lambda: all_gather_single(out, part, group=g))
     if op == "reduce_scatter":
         return (lambda: comm.reduce_scatter(part, full)) if comm else \
-            (lambda: dist.reduce_scatter_tensor(part, full, group=g))
+            (lambda: reduce_scatter_single(part, full, group=g))
     if op == "broadcast":
         return (lambda: comm.broadcast(full, 0)) if comm else \
             (lambda: dist.broadcast(full, 0, group=g))

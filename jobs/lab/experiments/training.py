@@ -70,6 +70,7 @@ def prepare(ctx: Context, name: str, spec: TrainSpec, batches, ref, tol,
     """Build the strategy and put it through the correctness gate."""
     tl = ctx.timeline
     tl.tags = {"strategy": name, "step": "gate"}
+    progress(strategy=name, phase="gate", counted=False)
     strat: Strategy = strategies.get(name)(ctx, spec)
     ctx.comm.reset()
     verdict = gate(ctx, strat, batches, ref, tol)
@@ -301,14 +302,16 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
     total = len(names) * (1 + warmup + steps)
     counter = [0]
 
-    def progress(**fields: Any) -> None:
-        counter[0] += 1  # steps beyond those asked (timing.py) raise the total
+    def progress(counted: bool = True, **fields: Any) -> None:
+        """A step done (counted), or what starts now before the next one is."""
+        counter[0] += counted  # steps beyond those asked (timing.py) raise the total
         ctx.progress(counter[0], max(total, counter[0]), **fields)
 
     states = [prepare(ctx, n, spec, batches, ref, tol, progress) for n in names]
     del ref, batches
     timed = [st for st in states if st["verdict"]["passed"]]
     counter[0] += (len(states) - len(timed)) * (warmup + steps)
+    progress(counted=False, phase="calibrating")
     for st in timed:
         census_step(ctx, st, batch)
     cal = calibrate(ctx, {**needs_of(ctx, timed), "kind": spec.cfg.kind}, spec.cfg.dtype,
@@ -325,6 +328,7 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
     for st in states:
         st["strategy"] = None  # memory is measured on each strategy alone, below
     release(ctx)
+    progress(counted=False, phase="memory")
     for st in timed:
         st["report"].update(memory_report(ctx, st["name"], spec, batch))
     entries = [finish(ctx, st, spec, cal) for st in states]
