@@ -13,8 +13,8 @@ from __future__ import annotations
 from dataclasses import dataclass, field
 from urllib.parse import urlencode
 
-from jobs.lab.predict import estimate, whatif
 from jobs.lab.catalogue import registry
+from jobs.lab.predict import estimate, whatif
 
 # What every first run shares: CPU ranks over gloo (any runner can take it), a model small
 # enough that a step is milliseconds, five timed steps (the fewest whose median and spread
@@ -53,8 +53,8 @@ def pipelining_on_gpus() -> tuple[str, str]:
     sentence = (
         f"On GPUs, where each stage has its own device, the calculator predicts the textbook "
         f"effect: a {answers[1]['model']['label']} model split over 4 "
-        f"{answers[1]['gpu']['name']} GPUs, batch 32, steps in {naive:.2f} s as naive model parallel (1 micro-batch, "
-        f"bubble {answers[1]['bubble_fraction']:.0%}) and in {piped:.2f} s as GPipe with 16 "
+        f"{answers[1]['gpu']['name']} GPUs, batch 32, steps in {naive:.2f} s as naive "
+        f"model parallel (1 micro-batch, bubble {answers[1]['bubble_fraction']:.0%}) and in {piped:.2f} s as GPipe with 16 "
         f"micro-batches (bubble {answers[16]['bubble_fraction']:.0%}): {naive / piped:.1f}x "
         "faster.")
     return sentence, urlencode({**base, "micro_batches": 16})
