@@ -50,13 +50,13 @@ def pipelining_on_gpus() -> tuple[str, str]:
         hw = whatif.preset_hardware(c["gpu"], c["efficiency"], c["memory_gb"])
         answers[m] = estimate.estimate(c, hw)
     naive, piped = (answers[m]["time"]["step_time_s"] for m in (1, 16))
+    one, many = answers[1], answers[16]
     sentence = (
-        f"On GPUs, where each stage has its own device, the calculator predicts the textbook "
-        f"effect: a {answers[1]['model']['label']} model split over 4 "
-        f"{answers[1]['gpu']['name']} GPUs, batch 32, steps in {naive:.2f} s as naive "
-        f"model parallel (1 micro-batch, bubble {answers[1]['bubble_fraction']:.0%}) and in {piped:.2f} s as GPipe with 16 "
-        f"micro-batches (bubble {answers[16]['bubble_fraction']:.0%}): {naive / piped:.1f}x "
-        "faster.")
+        "On GPUs, where each stage has its own device, the calculator predicts the textbook "
+        f"effect: a {one['model']['label']} model split over 4 {one['gpu']['name']} GPUs, "
+        f"batch 32, steps in {naive:.2f} s as naive model parallel (1 micro-batch, bubble "
+        f"{one['bubble_fraction']:.0%}) and in {piped:.2f} s as GPipe with 16 micro-batches "
+        f"(bubble {many['bubble_fraction']:.0%}): {naive / piped:.1f}x faster.")
     return sentence, urlencode({**base, "micro_batches": 16})
 
 
