@@ -126,6 +126,10 @@ def test_data_parallel_matches_reference_and_counts_exact_bytes(dp2):
     fit = cal["links"]["all_reduce"]
     assert fit["rms_rel_error"] >= 0 and len(fit["samples"]) >= 4  # a sweep, not 2 sizes
     assert cal["gemm_shapes"] > 0 and cal["op_s"] > 0
+    # the per-operator overhead probed again after every timed round: its median prices
+    spread = cal["op_spread"]
+    assert spread["n"] >= 1 + PARAMS["data_parallel"]["steps"]
+    assert spread["min"] <= cal["op_s"] <= spread["max"] and spread["kept"] == "median"
 
 
 def test_progress_lines_and_result_contract(dp2):

@@ -213,7 +213,7 @@ class Comm:
         collective of a group on one rank is its k-th on every other (the order every rank
         of a group issues them in), which is how a view matches them to align the clocks."""
         if group not in self._names:
-            ranks = dist.get_process_group_ranks(group or dist.group.WORLD)
+            ranks = dist.get_process_group_ranks(dist.group.WORLD if group is None else group)
             name = "-".join(map(str, ranks))
             self._names[group] = name if len(name) <= 32 else f"h{zlib.crc32(name.encode()):x}"
         return self._names[group]

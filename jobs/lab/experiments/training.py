@@ -150,21 +150,26 @@ def time_step(ctx: Context, state: dict, i: int, warmup: int, spec: TrainSpec, b
              tokens_per_s=spec.tokens / (t1 - t0) if state["active"] else None)
 
 
-def timing_rounds(ctx: Context, timed: list[dict], cal, warmup: int, steps: int,
+def timing_rounds(ctx: Context, timed: list[dict], cal, overhead, warmup: int, steps: int,
                   dtype: str, step) -> None:
     """Round-robin: step i of every strategy before step i+1 of any, so that a noisy
     machine slows all of them alike and their ratios stay meaningful; past the steps
     asked, only the strategies whose times have not settled go on (timing.verdict, on
     the slowest rank's times: every rank decides alike). A measured peak is probed again
-    after every timed round, in the same conditions as the steps around it."""
+    after every timed round, in the same conditions as the steps around it, and so is the
+    per-operator overhead (`overhead`, probes.OverheadProbe): both are priced as the steps
+    met them."""
     measured_peak = bool(cal.peak_samples)
     samples: list[float] = []
+    op_samples: list[float] = []
     going, i, t0 = list(timed), 0, time.monotonic()
     while going:
         for st in going:
             step(st, i)
         if i >= warmup and measured_peak:
             samples.append(peak_sample(ctx, dtype))
+        if i >= warmup:
+            op_samples.append(overhead.sample(ctx))
         i += 1
         if i < warmup + steps:
             continue
@@ -179,8 +184,9 @@ def timing_rounds(ctx: Context, timed: list[dict], cal, warmup: int, steps: int,
                 still.append(st)
         going = still
     # each round's figure is its slowest rank's (they probe at once, as they compute)
-    rounds = ctx.gather(samples)
-    cal.add_peak_samples([min(r[j] for r in rounds) for j in range(len(samples))])
+    rounds = ctx.gather((samples, op_samples))
+    cal.add_peak_samples([min(r[0][j] for r in rounds) for j in range(len(samples))])
+    cal.add_op_samples([max(r[1][j] for r in rounds) for j in range(len(op_samples))])
 
 
 def timed_report(ctx: Context, state: dict, cal, params: dict) -> None:
@@ -314,15 +320,15 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
     progress(counted=False, phase="calibrating")
     for st in timed:
         census_step(ctx, st, batch)
-    cal = calibrate(ctx, {**needs_of(ctx, timed), "kind": spec.cfg.kind}, spec.cfg.dtype,
-                    spec.precision)
+    cal, overhead = calibrate(ctx, {**needs_of(ctx, timed), "kind": spec.cfg.kind},
+                              spec.cfg.dtype, spec.precision)
     shared = concurrency(ctx) if ctx.world > 1 else None
     ctx.log(f"calibrated: {len(cal.gemm_s)} GEMM shapes, per-operator overhead "
             f"{cal.op_s * 1e6:.1f} us, copy {cal.bandwidth / 1e9:.1f} GB/s; "
             + ", ".join(f"{op}: alpha={f.alpha * 1e3:.3f} ms W={f.bandwidth / 1e9:.3f} GB/s "
                         f"(fit rms {f.rms_rel_error:.0%})" for op, f in cal.links.items()))
-    timing_rounds(ctx, timed, cal, warmup, steps, spec.cfg.dtype, lambda st, i: time_step(
-        ctx, st, i, warmup, spec, batch, progress))
+    timing_rounds(ctx, timed, cal, overhead, warmup, steps, spec.cfg.dtype,
+                  lambda st, i: time_step(ctx, st, i, warmup, spec, batch, progress))
     for st in timed:
         timed_report(ctx, st, cal, params)
     for st in states:
