@@ -232,8 +232,8 @@ def attention_times(ctx: Context, shape: tuple, dtype: str, iters: int = 5) -> d
 
 class OverheadProbe:
     """The tiny step again, between timed rounds: the per-operator overhead is most of a
-    small CPU step, and a shared host's load moves it between the calibration and the
-    steps it prices (training.py keeps the median of every round's)."""
+    small CPU step, and a shared host's load moves it while the steps run (training.py
+    records every round's beside the calibration's, which prices)."""
 
     def __init__(self, step: Callable[[], None], priced_s: float, ops: int) -> None:
         self.step, self.priced_s, self.ops = step, priced_s, max(1, ops)

@@ -157,8 +157,8 @@ def timing_rounds(ctx: Context, timed: list[dict], cal, overhead, warmup: int, s
     asked, only the strategies whose times have not settled go on (timing.verdict, on
     the slowest rank's times: every rank decides alike). A measured peak is probed again
     after every timed round, in the same conditions as the steps around it, and so is the
-    per-operator overhead (`overhead`, probes.OverheadProbe): both are priced as the steps
-    met them."""
+    per-operator overhead (`overhead`, probes.OverheadProbe), to record how far it moved
+    while the steps ran."""
     measured_peak = bool(cal.peak_samples)
     samples: list[float] = []
     op_samples: list[float] = []
