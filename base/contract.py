@@ -85,8 +85,25 @@ def torchrun_pgid(out_dir: str | os.PathLike) -> int | None:
 
 # -- progress lines on stdout ---------------------------------------------------------
 
-# (a run that spans hosts tags every line with its node and rank: "[node0 rank0]:progress …")
-PROGRESS_RE = re.compile(r"^(?:\[node\d+ rank\d+\]:)?progress step=(\d+) total=(\d+)(.*)$")
+# (a run that spans hosts tags every line with its node, and a rank's with its rank too:
+# "[node0 rank0]:progress …", "[node0]:progress …")
+PROGRESS_RE = re.compile(r"^(?:\[node\d+(?: rank\d+)?\]:)?progress step=(\d+) total=(\d+)(.*)$")
+
+# What a run is doing before and between its steps, in the order a run goes through them:
+# the `phase` field of a progress line, and the words a page or a terminal shows for it.
+# The launcher says the first two (it and torchrun's agent start before any rank), rank 0
+# the rest, so a run is never silent while it loads, joins and calibrates.
+PHASES: dict[str, str] = {
+    "launching": "launching the ranks",
+    "loading": "loading torch",
+    "starting": "starting the ranks",
+    "preparing": "preparing the model and its reference",
+    "gate": "checking against the reference",
+    "calibrating": "calibrating",
+    "warmup": "warm-up",
+    "timed": "timed steps",
+    "memory": "measuring memory",
+}
 _FIELD_RE = re.compile(r"(\w+)=(\S+)")
 
 
@@ -103,6 +120,17 @@ def parse_progress(line: str) -> tuple[int, int, dict[str, int | float | str]] |
         return None
     fields = {k: _number(v) for k, v in _FIELD_RE.findall(match[3])}
     return int(match[1]), int(match[2]), fields
+
+
+def progress_words(step: int, total: int, fields: dict) -> str:
+    """What a run's latest progress says in words: "step 3 of 40 · warm-up", "loading torch"
+    ("" when it has said nothing yet)."""
+    phase = PHASES.get(str(fields.get("phase", "")), "")
+    if total:
+        where = f"step {step} of {total}"
+    else:
+        where = f"step {step}" if step else ""
+    return " · ".join(part for part in (where, phase) if part)
 
 
 def _number(value: str) -> int | float | str:

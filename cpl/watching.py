@@ -24,6 +24,7 @@ from rich.progress import (
 )
 from rich.text import Text
 
+from base.contract import PHASES
 from base.statuses import QUEUED, SUCCEEDED, TERMINAL
 from cpl.api_client import Api
 from cpl.failures import DETACHED, OK, RUN_FAILED, Unreachable
@@ -33,8 +34,12 @@ OUTAGE_S = 120  # how long a watch waits for a server that stopped answering
 
 
 def latest_values(run: dict) -> str:
+    """What the run said last: its phase in words, then its values ("warm-up strategy=ddp")."""
     progress = run.get("progress") or {}
-    return " ".join(f"{k}={_short(v)}" for k, v in progress.items() if k not in ("step", "total"))
+    phase = PHASES.get(str(progress.get("phase", "")), "")
+    values = [f"{k}={_short(v)}" for k, v in progress.items()
+              if k not in ("step", "total", "phase")]
+    return " ".join([phase, *values] if phase else values)
 
 
 def _short(value) -> str:
@@ -48,9 +53,12 @@ class RateColumn(ProgressColumn):
 
 
 class StepsColumn(ProgressColumn):
+    """step k/n, or before the steps are counted what the run is doing ("loading torch")."""
+
     def render(self, task) -> Text:
-        total = "?" if task.total is None else int(task.total)
-        return Text(f"step {int(task.completed)}/{total}")
+        if task.total is None:
+            return Text(task.fields.get("words") or "starting")
+        return Text(f"step {int(task.completed)}/{int(task.total)}")
 
 
 class RunProgress(Progress):
@@ -78,7 +86,9 @@ class BarView:
         total = progress.get("total") or None
         status = run.get("status", "")
         style = STATUS_STYLES.get(status) or "default"
+        words = "queued" if status == QUEUED else PHASES.get(str(progress.get("phase", "")), "")
         self.progress.update(self.task, total=total, completed=progress.get("step") or 0,
+                             words=words,
                              description=f"run {self.run_id} [{style}]{escape(status)}[/]")
         if trouble:
             self.progress.below = trouble
@@ -109,9 +119,10 @@ class LineView:
                 self.say(f"run {self.run_id} {status}: {trouble}")
             self.last = ("trouble", trouble)
             return
-        if (status, tenth) == self.last or status in TERMINAL:
+        phase = progress.get("phase") if not total else None  # a new phase before the steps
+        if (status, tenth, phase) == self.last or status in TERMINAL:
             return  # the end is said once, by watch()
-        self.last = (status, tenth)
+        self.last = (status, tenth, phase)
         now = time.monotonic()
         if self.first is None or step < self.first[1]:
             self.first = (now, step)

@@ -266,6 +266,7 @@ def test_a_progress_bar_on_a_terminal_and_plain_lines_in_a_pipe(cpl, server):
     lines = out.splitlines()
     assert lines and all(line.startswith(f"run {run_id} ") for line in lines)
     assert lines[-1].startswith(f"run {run_id} SUCCEEDED in ")
+    assert any("loading torch" in line for line in lines)  # said before any step
 
 
 def test_no_color_output_has_no_escape_codes(cpl, server):

@@ -35,6 +35,11 @@ def zero_out(tmp_path_factory):
     return lab_output(tmp_path_factory, "zero")
 
 
+@pytest.fixture(scope="module")
+def dp_out(tmp_path_factory):
+    return lab_output(tmp_path_factory, "data_parallel")
+
+
 def result_of(out) -> dict:
     return json.loads((out / "result.json").read_text())
 
@@ -96,6 +101,39 @@ def test_the_ideal_schedule_is_the_formula_at_measured_times(pipeline_out):
     one_f_one_b = [(s.kind[0], s.mb) for s in simulate("1f1b", 4, 8, 1, 2).slots
                    if s.stage == 1]
     assert one_f_one_b[:4] == [("f", 0), ("f", 1), ("f", 2), ("b", 0)]
+
+
+def _causal(call) -> bool:
+    """A collective ends on every rank after it began on the last rank to join it."""
+    return min(e.t1 for e in call) >= max(e.t0 for e in call)
+
+
+def test_every_collective_of_a_real_ddp_run_ends_after_every_rank_began_it(dp_out):
+    raw = rank_events.parse((dp_out / EVENTS_FILE).read_text().splitlines())
+    # as the lab wrote them: both ranks on rank 0's clock, no view's correction needed
+    assert all(off == 0.0 for off in raw.offsets.values())
+    assert result_of(dp_out)["clock"] == {"one_clock": [0, 1], "exchanged": {}}
+    calls = rank_events.match_collectives(raw.events)
+    assert {c[0].strategy for c in calls} >= {"ddp", "dp_naive", "dp_bucket"}
+    assert {c[0].kind for c in calls} == {"all_reduce"}
+    late = [(c[0].strategy, c[0].step) for c in calls if not _causal(c)]
+    assert late == []
+
+
+def test_the_view_moves_a_rank_whose_clock_is_off_until_collectives_are_causal(dp_out):
+    """A run whose rank 1 took its origin 50 ms late (as one that left a barrier late
+    could): the view's offsets put every collective back in order."""
+    lines = []
+    for line in (dp_out / EVENTS_FILE).read_text().splitlines():
+        event = json.loads(line)
+        if event["rank"] == 1:
+            event["t0"], event["t1"] = event["t0"] - 0.05, event["t1"] - 0.05
+        lines.append(json.dumps(event))
+    found = rank_events.parse(lines)
+    skewed = rank_events.match_collectives([rank_events.parse_line(ln) for ln in lines])
+    assert not all(_causal(c) for c in skewed) and found.offsets[1] > 0
+    calls = rank_events.match_collectives(found.events)
+    assert len(calls) == len(skewed) and all(_causal(c) for c in calls)
 
 
 def test_the_median_step_is_the_default(pipeline_out):

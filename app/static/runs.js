@@ -118,16 +118,20 @@
       var bar = document.getElementById("run-progress");
       if (bar) {
         bar.max = total || 1;
-        bar.value = total ? Math.min(step, total) : 0;
+        if (total || run.status === QUEUED) {
+          bar.value = total ? Math.min(step, total) : 0;
+        } else {
+          bar.removeAttribute("value"); // started, steps not counted yet: indeterminate
+        }
       }
-      var text = total ? "step " + step + " of " + total : (step ? "step " + step :
-        (run.status === QUEUED ? "queued" : "starting"));
+      // the server's words for the run's phase ("loading torch", "step 3 of 40 · warm-up")
+      var text = run.progress_text || (run.status === QUEUED ? "queued" : "starting");
       setText("progress-text", text);
       var list = document.getElementById("progress-extras");
       if (list) {
         var rows = document.createDocumentFragment();
         Object.keys(p).forEach(function (key) {
-          if (key === "step" || key === "total") return;
+          if (key === "step" || key === "total" || key === "phase") return;
           var item = document.createElement("div");
           var dt = document.createElement("dt");
           var dd = document.createElement("dd");

@@ -84,8 +84,8 @@ fi
 echo
 "$PY" -m jobs.lab table "${dirs[@]}"
 # every CUDA run's ranks must start by forkserver, never forked from torchrun's agent
-grep -h "ranks start by" "$OUT"/*.log | sort | uniq -c
-if grep -l "ranks start by fork " "$OUT"/*.log; then
+grep -ho "phase=starting .*" "$OUT"/*.log | sort | uniq -c
+if grep -l "phase=starting .*start_method=fork " "$OUT"/*.log; then
   echo "gpu_check: the runs above forked CUDA ranks from the agent"; FAILED=1
 fi
 echo "W=$W GPU(s), ${SECONDS} s of a ${BUDGET} s budget; GPT-2 124M bf16 MFU goal: >= 45% of the dense bf16 peak"

@@ -51,6 +51,7 @@ class Job:
     step: int = 0
     total: int = 0
     progress: dict = field(default_factory=dict)
+    said: int = 0  # progress lines read so far (a new phase is news, even at the same step)
     metrics: list = field(default_factory=list)
     stale: bool = False
     cancelled: bool = False
@@ -189,6 +190,7 @@ class Agent:
             progress = parse_progress(line)
             if progress:
                 job.step, job.total, job.progress = progress
+                job.said += 1
                 rate = job.progress.get("tokens_per_s")
                 if isinstance(rate, int | float):
                     job.metrics.append({"key": "tokens_per_s", "step": job.step,
@@ -197,13 +199,13 @@ class Agent:
     def _heartbeat_loop(self, job: Job) -> None:
         """Renew the lease every heartbeat_s, and sooner (at most once a second) when there
         is new progress to show: the run page is live without a second channel."""
-        last_sent, last_step = 0.0, -1
+        last_sent, last_said = 0.0, -1
         while job.proc.poll() is None:
             now = time.monotonic()
-            if now - last_sent < self.heartbeat_s and job.step == last_step:
+            if now - last_sent < self.heartbeat_s and job.said == last_said:
                 time.sleep(1.0)
                 continue
-            last_sent, last_step = now, job.step
+            last_sent, last_said = now, job.said
             try:
                 answer = self.client.call(
                     "POST", f"/api/v1/runner/runs/{job.run_id}/heartbeat",

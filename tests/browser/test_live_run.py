@@ -92,6 +92,11 @@ def test_start_a_run_and_watch_it_live_on_a_phone(live_server, data_dir):
 
         runner.lease(run_id)
         runner.call("transition", to="RUNNING", environment={"host": "pretend-gpu"})
+        # before its first step a run says what it is doing, and the bar is busy (no value)
+        runner.call("heartbeat", step=0, total=0, progress={"phase": "loading"})
+        page.locator("#progress-text", has_text="loading torch").wait_for()
+        assert page.evaluate("!document.getElementById('run-progress').hasAttribute('value')")
+        assert "phase" not in page.locator("#progress-extras").inner_text()
         runner.call("heartbeat", step=1, total=4,
                     progress={"strategy": "ddp", "tokens_per_s": 12345.6})
         page.locator("#progress-text", has_text="step 1 of 4").wait_for()

@@ -29,7 +29,7 @@ def test_ranks_are_forked_from_the_agent_with_the_experiment_loaded(tmp_path):
     ranks = [json.loads((origins / f"rank{r}.json").read_text()) for r in range(2)]
     for rank in ranks:
         assert rank["parent"] == agent  # forked by the agent, not started by a shell
-        assert "ranks start by fork (device cpu)" in run.stdout
+        assert "phase=starting ranks=2 start_method=fork device=cpu" in run.stdout
         # loaded before the worker imported the experiment (the plugin runs first)
         assert {"torch._dynamo", "jobs.lab.experiments.training"} <= set(rank["modules"])
         assert rank["nvml_check"] == "1"  # the agent asked NVML, never cuInit
@@ -51,7 +51,8 @@ def test_cuda_ranks_start_by_forkserver_when_nvml_cannot_answer(tmp_path):
                       "RANK_ORIGIN_DIR": str(origins), "LD_LIBRARY_PATH": str(no_libs),
                       "CUDA_VISIBLE_DEVICES": "MIG-4b0e3a3c-5b1e-5a3c-9f43-0c3e7d0a1b2c"})
     log = (tmp_path / "run" / "output.log").read_text()
-    assert "ranks start by forkserver (device cuda)" in log
+    assert "phase=starting ranks=2 start_method=forkserver device=cuda" in log
+    assert log.count("phase=loading") == 1  # the agent's, not the forkserver's import
     assert run.result["reason"]["code"] == "unsupported", log[-2000:]
     agent = json.loads((tmp_path / "run" / "pids.json").read_text())["torchrun_pgid"]
     for r in range(2):

@@ -15,6 +15,7 @@ import re
 import pytest
 from lab_helpers import NCCL_LIKE, TINY, launch, shared
 
+from base import contract
 from tests.real_runs import PARAMS
 
 PROGRESS = re.compile(r"^progress step=(\d+) total=(\d+)( [a-z_]+=\S+)*$")
@@ -125,6 +126,11 @@ def test_data_parallel_matches_reference_and_counts_exact_bytes(dp2):
     fit = cal["links"]["all_reduce"]
     assert fit["rms_rel_error"] >= 0 and len(fit["samples"]) >= 4  # a sweep, not 2 sizes
     assert cal["gemm_shapes"] > 0 and cal["op_s"] > 0
+    # the per-operator overhead probed again after every timed round, its spread recorded
+    spread = cal["op_spread"]
+    assert spread["n"] >= 1 + PARAMS["data_parallel"]["steps"]
+    assert spread["min"] <= min(cal["op_s"], spread["median"]) and spread["kept"] == "calibration"
+    assert max(cal["op_s"], spread["median"]) <= spread["max"]
 
 
 def test_progress_lines_and_result_contract(dp2):
@@ -135,7 +141,15 @@ def test_progress_lines_and_result_contract(dp2):
         m = PROGRESS.match(ln)
         assert m, ln
         steps.append((int(m.group(1)), int(m.group(2))))
-    assert [s for s, _ in steps] == list(range(1, len(steps) + 1))
+    # from its first line the run says what it does: the launcher, torchrun's agent and
+    # rank 0 in turn, each phase in the order base/contract.py lists them
+    phases = [contract.parse_progress(ln)[2].get("phase") for ln in lines]
+    assert phases[:4] == ["launching", "loading", "starting", "preparing"]
+    firsts = list(dict.fromkeys(p for p in phases if p))
+    assert firsts == [p for p in contract.PHASES if p in firsts]
+    assert {"gate", "calibrating", "warmup", "timed", "memory"} <= set(firsts)
+    counted = [s for s, _ in steps if s]  # a phase's line repeats the step it is at
+    assert sorted(set(counted)) == list(range(1, counted[-1] + 1)) and counted == sorted(counted)
     assert steps[-1][0] == steps[-1][1]
     assert any("strategy=ddp" in ln and "tokens_per_s=" in ln for ln in lines)
     assert "result status=succeeded" in dp2.stdout

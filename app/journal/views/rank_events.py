@@ -15,12 +15,15 @@ same name is a new key).
 receiver messages arrive in the order they were posted (MPI's non-overtaking rule, which
 gloo and nccl keep), so the k-th send from r to p in a step is the k-th receive on p from r.
 
-The ranks' clocks agree only up to how far apart they left the barrier that set their
-origin (jobs/lab/components/context.py): a few milliseconds on a busy CPU host, enough for a message
-to seem to arrive before it was sent. `clock_offsets` estimates each rank's offset from
-the messages themselves, as NTP does: a receive cannot end before its send began, in
-either direction, which bounds the difference between two ranks' clocks from both sides;
-the middle of those bounds is taken. Ranks that exchange no messages keep their clock.
+The lab puts every rank on rank 0's clock (jobs/lab/components/clocks.py: exactly on one
+host, to within a measured error across hosts; older runs took each rank's origin as it
+left a barrier, milliseconds apart on a busy host). `clock_offsets` checks what the events
+themselves say, as NTP does: a receive cannot end before its send began, and a collective
+cannot end on any rank before it began on every rank of its group; each bounds the
+difference between two ranks' clocks from one side. A rank whose clock already lies
+within those bounds keeps it; one outside is moved to the nearest bound (the middle, when
+the bounds contradict each other). Ranks that share no message or collective keep their
+clock.
 """
 
 from __future__ import annotations
@@ -66,6 +69,7 @@ class Event(NamedTuple):
     bucket: int | None = None
     op: str | None = None
     asynchronous: bool = False
+    group: str | None = None  # a collective's group ("0-1"): its k-th call is every member's
 
     @property
     def track(self) -> str:
@@ -115,7 +119,8 @@ def parse_line(line: str | bytes) -> Event | None:
                  bytes=_int(raw.get("bytes"), 0, 2**53), peer=_int(raw.get("peer"), 0,
                                                                      MAX_RANK - 1),
                  dir=_word(raw.get("dir")), bucket=_int(raw.get("bucket"), 0, 10**6),
-                 op=_word(raw.get("op")), asynchronous=raw.get("asynchronous") is True)
+                 op=_word(raw.get("op")), asynchronous=raw.get("asynchronous") is True,
+                 group=_word(raw.get("group")))
 
 
 MAX_DERIVED = 32
@@ -226,13 +231,38 @@ def match_messages(events) -> list[tuple[Event, Event]]:
     return pairs
 
 
+MAX_GROUP = 64  # ranks in a collective whose pairs bound the clocks (pairs grow as n²)
+
+
+def match_collectives(events) -> list[tuple[Event, ...]]:
+    """Each collective call as the events of every rank in it: per (strategy, step, kind,
+    group), the k-th call on one rank is the k-th on every other. A group whose ranks
+    recorded different numbers of calls in a step (a file cut short) is left out."""
+    calls: dict[tuple, dict[int, list[Event]]] = defaultdict(lambda: defaultdict(list))
+    for e in events:
+        if e.kind in COLLECTIVES and e.group is not None:
+            calls[(e.strategy, e.step, e.kind, e.group)][e.rank].append(e)
+    out = []
+    for by_rank in calls.values():
+        lists = [sorted(evs, key=lambda e: e.t0) for evs in by_rank.values()]
+        if len(lists) < 2 or len(lists) > MAX_GROUP or len({len(x) for x in lists}) > 1:
+            continue
+        out.extend(zip(*lists, strict=True))
+    return out
+
+
 def clock_offsets(events) -> dict[int, float]:
     """Seconds to add to each rank's times so that no message arrives before it was sent
-    (the lowest rank's clock is the reference; see the module's docstring)."""
+    and no collective ends before every rank began it (the lowest rank's clock is the
+    reference; see the module's docstring)."""
     # A message r → p: offset_p − offset_r ≥ low[(r, p)] = its send's start − its receive's
-    # end; so offset_b − offset_a lies in [low[(a, b)], −low[(b, a)]].
+    # end; so offset_b − offset_a lies in [low[(a, b)], −low[(b, a)]]. A collective is a
+    # message from each of its ranks to each other.
     low: dict[tuple[int, int], float] = {}
-    for send, recv in match_messages(events):
+    pairs = list(match_messages(events))
+    for call in match_collectives(events):
+        pairs.extend((a, b) for a in call for b in call if a.rank != b.rank)
+    for send, recv in pairs:
         key = (send.rank, recv.rank)
         low[key] = max(low.get(key, -math.inf), send.t0 - recv.t1)
     ranks = sorted({e.rank for e in events})
@@ -249,10 +279,10 @@ def clock_offsets(events) -> dict[int, float]:
                 if b in seen or ((a, b) not in low and (b, a) not in low):
                     continue
                 lo, hi = low.get((a, b), -math.inf), -low.get((b, a), -math.inf)
-                if math.isfinite(lo) and math.isfinite(hi):
-                    gap = (lo + hi) / 2  # if lo > hi no offset fits both: the least wrong
+                if lo > hi:
+                    gap = (lo + hi) / 2  # no offset fits both: the least wrong
                 else:
-                    gap = max(lo, 0.0) if math.isfinite(lo) else min(hi, 0.0)
+                    gap = min(max(0.0, lo), hi)  # the clock as the lab left it, if it fits
                 offsets[b] = offsets[a] + gap
                 seen.add(b)
                 todo.append(b)

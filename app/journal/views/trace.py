@@ -120,6 +120,7 @@ def trace(found: RunEvents, other: dict) -> dict:
                           "skipped_lines": found.skipped, "truncated": found.truncated,
                           "clock": "ts: µs since the run's first event; each rank's "
                                    "clock moved by clock_offsets_ms so that no message "
-                                   "arrives before it was sent",
+                                   "arrives before it was sent and no collective ends "
+                                   "before every rank began it",
                           "clock_offsets_ms": {str(r): round(off * 1e3, 6)
                                                for r, off in found.offsets.items()}}}

@@ -19,6 +19,7 @@ from app.web.access import author
 from app.web.api.blueprint import bp
 from app.web.hardening import INERT_CSP
 from app.web.parsing import int_arg, json_body
+from base.contract import progress_words
 from jobs.lab.catalogue import registry
 
 
@@ -40,6 +41,8 @@ def run_json(run: Run, *, full: bool = False, details: dict | None = None) -> di
         "cancel_requested": run.cancel_requested_at is not None,
         "runner": run.runner_name,
         "progress": {"step": run.progress_step, "total": run.progress_total, **run.progress},
+        "progress_text": progress_words(run.progress_step or 0, run.progress_total or 0,
+                                        run.progress or {}),
         "params": run.params, "nodes": run.nodes, "url": f"/runs/{run.id}",
     }
     if full:

@@ -11,8 +11,10 @@ experiment in the catalogue has a guide, a diagram, and a first run the registry
 from __future__ import annotations
 
 from dataclasses import dataclass, field
+from urllib.parse import urlencode
 
 from jobs.lab.catalogue import registry
+from jobs.lab.predict import estimate, whatif
 
 # What every first run shares: CPU ranks over gloo (any runner can take it), a model small
 # enough that a step is milliseconds, five timed steps (the fewest whose median and spread
@@ -30,6 +32,35 @@ class Guide:
     see: str  # what you will see, in a sentence a newcomer can read
     first_run: dict = field(default_factory=dict)  # parameters over the defaults
     learn: str = ""  # on the path: what this step teaches that the next one builds on
+    # what a CPU host may not show, said before the run, with what the calculator predicts
+    # where it does show (its words, and a link to the calculator with those inputs)
+    caveat: str = ""
+    elsewhere: str = ""
+    calculator: str = ""
+
+
+def pipelining_on_gpus() -> tuple[str, str]:
+    """The calculator's answer to "does pipelining beat naive model parallel?" on GPUs:
+    the same model and batch on 4 stages, one micro-batch (naive) against sixteen (GPipe);
+    its sentence and the calculator's URL query for the pipelined one."""
+    base = {"model": "1b", "gpu": "h100", "dp": 1, "pp": 4, "batch_size": 32}
+    answers = {}
+    for m in (1, 16):
+        c = whatif.parse({**base, "micro_batches": m})
+        hw = whatif.preset_hardware(c["gpu"], c["efficiency"], c["memory_gb"])
+        answers[m] = estimate.estimate(c, hw)
+    naive, piped = (answers[m]["time"]["step_time_s"] for m in (1, 16))
+    one, many = answers[1], answers[16]
+    sentence = (
+        "On GPUs, where each stage has its own device, the calculator predicts the textbook "
+        f"effect: a {one['model']['label']} model split over 4 {one['gpu']['name']} GPUs, "
+        f"batch 32, steps in {naive:.2f} s as naive model parallel (1 micro-batch, bubble "
+        f"{one['bubble_fraction']:.0%}) and in {piped:.2f} s as GPipe with 16 micro-batches "
+        f"(bubble {many['bubble_fraction']:.0%}): {naive / piped:.1f}x faster.")
+    return sentence, urlencode({**base, "micro_batches": 16})
+
+
+_PIPELINE_ON_GPUS = pipelining_on_gpus()
 
 
 GUIDES: dict[str, Guide] = {
@@ -59,6 +90,11 @@ GUIDES: dict[str, Guide] = {
         {**_PIPELINE, "strategies": ["naive_mp", "gpipe", "1f1b"]},
         "Now the model itself is split, by layers: stages wait on each other, and "
         "micro-batches are how you keep them busy.",
+        caveat="On a CPU host whose ranks share fewer free cores than there are stages "
+               "(a small shared machine), the stages take turns on the cores instead of "
+               "working at once: GPipe and 1F1B then need not beat naive model parallel "
+               "there, though their bubble still shows.",
+        elsewhere=_PIPELINE_ON_GPUS[0], calculator=_PIPELINE_ON_GPUS[1],
     ),
     "tensor_parallel": Guide(
         "Each layer's weights split in half across two ranks and joined by all-reduces on "

@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from app.journal import numbers
 from app.journal.views import card_own
 from app.models import Run, utcnow
+from base.contract import progress_words
 
 
 def duration(run: Run, now: dt.datetime | None = None) -> str:
@@ -35,17 +36,16 @@ def span(seconds: float) -> str:
 
 
 def progress_text(run: Run) -> str:
-    if run.progress_total:
-        return f"step {run.progress_step} of {run.progress_total}"
-    if run.progress_step:
-        return f"step {run.progress_step}"
-    return ""
+    """"step 3 of 40 · warm-up", "loading torch" ("" before the run has said anything)."""
+    return progress_words(run.progress_step or 0, run.progress_total or 0, run.progress or {})
 
 
 def progress_extras(run: Run) -> list[tuple[str, str]]:
     """The runner's latest key=values (current strategy, throughput, …) for display."""
     out = []
     for key, value in (run.progress or {}).items():
+        if key == "phase":  # (in progress_text's words)
+            continue
         if isinstance(value, float):
             value = numbers.si(value) if abs(value) >= 1000 else f"{value:.4g}"
         out.append((key.replace("_", " "), str(value)))

@@ -29,6 +29,7 @@ import torch.distributed as dist
 from torch.distributed.device_mesh import DeviceMesh
 
 from base.contract import progress_line
+from jobs.lab.components import clocks
 from jobs.lab.components.instrument import Comm, Timeline
 
 
@@ -62,6 +63,7 @@ class Context:
     out_dir: str
     group: Any = None  # the experiment's tensors (on self.device)
     cpu_group: Any = None  # the lab's bookkeeping (CPU tensors)
+    clock: dict = field(default_factory=dict)  # how this rank's clock meets rank 0's (clocks.py)
     stdout: Any = field(default=sys.stdout, repr=False)
 
     @property
@@ -159,12 +161,10 @@ def init(device_name: str) -> Context:
         return made[native]
 
     group, cpu_group = group_for(device.type), group_for("cpu")
-    dist.barrier(group=cpu_group)
-    # origin taken just after a barrier: one clock for all ranks
-    timeline = Timeline(rank, device=device)
-    ctx = Context(rank, world, device, backend, timeline, Comm(timeline, group, device),
-                  out_dir="", group=group, cpu_group=cpu_group)
-    return ctx
+    origin, clock = clocks.common_origin(rank, world, cpu_group)  # one clock for all ranks
+    timeline = Timeline(rank, origin=origin, device=device)
+    return Context(rank, world, device, backend, timeline, Comm(timeline, group, device),
+                   out_dir="", group=group, cpu_group=cpu_group, clock=clock)
 
 
 def devices_served(backend: str) -> set[str]:
@@ -193,6 +193,7 @@ def environment(ctx: Context | None, device_name: str, world: int) -> dict[str, 
         "device": device_name,
         "cpu_count": os.cpu_count(),
         "threads_per_rank": torch.get_num_threads(),
+        "clock": clocks.describe(ctx.clock) if ctx else None,
         "cuda": torch.version.cuda,
     }
     if device_name == "cuda" and torch.cuda.is_available():

@@ -25,6 +25,7 @@ from __future__ import annotations
 
 import json
 import time
+import zlib
 from collections import defaultdict
 from collections.abc import Callable, Iterator, Sequence
 from contextlib import contextmanager
@@ -32,6 +33,12 @@ from typing import Any
 
 import torch
 import torch.distributed as dist
+
+# torch 2.13 renamed the tensor-in, tensor-out collectives (the old names warn on every
+# call); older torch, which the lab still runs on, has only the old ones
+all_gather_single = getattr(dist, "all_gather_single", None) or dist.all_gather_into_tensor
+reduce_scatter_single = (getattr(dist, "reduce_scatter_single", None)
+                         or dist.reduce_scatter_tensor)
 
 
 class Timeline:
@@ -153,6 +160,7 @@ class Comm:
         self.counters: dict[str, dict[str, float]] = {}
         self._unread: list[tuple[str, dict]] = []  # CUDA-timed calls: (kind, event)
         self._streams: dict[Any, Any] = {}  # CUDA: a timing stream per group
+        self._names: dict[Any, str] = {}  # group -> its name on events
 
     def _timing_stream(self, group: Any) -> Any:
         if group not in self._streams:
@@ -196,7 +204,19 @@ class Comm:
         c = self._counter(kind)
         c["count"] += 1
         c["bytes"] += nbytes
+        if not isinstance(group, tuple):  # a collective (p2p's events name their peer)
+            fields = {**fields, "group": self._group_name(group)}
         return kind, nbytes, self._start(group), self.timeline.now(), fields
+
+    def _group_name(self, group: Any) -> str:
+        """The group's ranks ("0-2-4-6"), or a digest of them when that is long: the k-th
+        collective of a group on one rank is its k-th on every other (the order every rank
+        of a group issues them in), which is how a view matches them to align the clocks."""
+        if group not in self._names:
+            ranks = dist.get_process_group_ranks(dist.group.WORLD if group is None else group)
+            name = "-".join(map(str, ranks))
+            self._names[group] = name if len(name) <= 32 else f"h{zlib.crc32(name.encode()):x}"
+        return self._names[group]
 
     def _time(self, kind: str, nbytes: int, start: Any, host_t0: float, fields: dict,
               end: Any) -> None:
@@ -257,15 +277,15 @@ class Comm:
     def all_gather(self, out: torch.Tensor, inp: torch.Tensor, group: Any = None,
                    async_op: bool = False, **fields: Any) -> _Pending | None:
         return self._run("all_gather", out.numel() * out.element_size(),
-                         lambda a: dist.all_gather_into_tensor(out, inp, group=self._g(group),
-                                                               async_op=a),
+                         lambda a: all_gather_single(out, inp, group=self._g(group),
+                                                           async_op=a),
                          async_op, fields, group)
 
     def reduce_scatter(self, out: torch.Tensor, inp: torch.Tensor, group: Any = None,
                        async_op: bool = False, **fields: Any) -> _Pending | None:
         return self._run("reduce_scatter", inp.numel() * inp.element_size(),
-                         lambda a: dist.reduce_scatter_tensor(out, inp, group=self._g(group),
-                                                              async_op=a),
+                         lambda a: reduce_scatter_single(out, inp, group=self._g(group),
+                                                               async_op=a),
                          async_op, fields, group)
 
     def broadcast(self, t: torch.Tensor, src: int, group: Any = None, **fields: Any) -> None:

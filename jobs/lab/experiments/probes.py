@@ -22,7 +22,7 @@ import torch.nn.functional as F
 
 from jobs.lab.components.census import OpCensus
 from jobs.lab.components.context import NATIVE, Context, devices_served
-from jobs.lab.components.instrument import Comm
+from jobs.lab.components.instrument import Comm, all_gather_single, reduce_scatter_single
 from jobs.lab.components.model import ModelConfig, build_model, loss_fn, make_batch
 from jobs.lab.components.optim import make_optimizer
 from jobs.lab.predict import calibration
@@ -50,10 +50,10 @@ def collective(ctx: Context, op: str, nbytes: int, comm: Comm | None = None,
             (lambda: dist.all_reduce(full, group=g))
     if op == "all_gather":
         return (lambda: comm.all_gather(out, part)) if comm else \
-            (lambda: dist.all_gather_into_tensor(out, part, group=g))
+            (lambda: all_gather_single(out, part, group=g))
     if op == "reduce_scatter":
         return (lambda: comm.reduce_scatter(part, full)) if comm else \
-            (lambda: dist.reduce_scatter_tensor(part, full, group=g))
+            (lambda: reduce_scatter_single(part, full, group=g))
     if op == "broadcast":
         return (lambda: comm.broadcast(full, 0)) if comm else \
             (lambda: dist.broadcast(full, 0, group=g))
@@ -230,6 +230,19 @@ def attention_times(ctx: Context, shape: tuple, dtype: str, iters: int = 5) -> d
     return {"forward": t_f, "backward": max(t_fb - t_f, 0.0)}
 
 
+class OverheadProbe:
+    """The tiny step again, between timed rounds: the per-operator overhead is most of a
+    small CPU step, and a shared host's load moves it while the steps run (training.py
+    records every round's beside the calibration's, which prices)."""
+
+    def __init__(self, step: Callable[[], None], priced_s: float, ops: int) -> None:
+        self.step, self.priced_s, self.ops = step, priced_s, max(1, ops)
+
+    def sample(self, ctx: Context, iters: int = 5) -> float:
+        t = expected(time_fn(ctx, self.step, iters, warmup=1, fence=False))
+        return max(t - self.priced_s, 0.0) / self.ops
+
+
 def tiny_step(ctx: Context, kind: str, precision: str) -> tuple[Callable[[], None], dict]:
     """A step of a very small model of the run's kind and recipe - its operators cost
     their overhead, not their arithmetic - and its census."""
@@ -321,7 +334,7 @@ def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
 
 
 def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
-              precision: str = "fp32_sgd") -> calibration.Calibration:
+              precision: str = "fp32_sgd") -> tuple[calibration.Calibration, OverheadProbe]:
     """What this run's step times are priced with, measured for what its strategies run
     (``needs``: the same on every rank - links {op: largest message}, gemm and attention
     keys from the census, the model kind, whether DTensor is used, the mean bytes of an
@@ -356,18 +369,20 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
                                    attention_s=attention_s, bandwidth=bandwidth)
     t = priced.compute({"step": tiny_phase})
     tiny_s = max(r["tiny"] for r in everyone)
-    op_s = max(tiny_s - t["gemm"] - t["attention"] - t["memory_traffic"], 0.0) / max(
-        1, tiny_phase["ops"] + tiny_phase["views"])
+    probe = OverheadProbe(tiny, t["gemm"] + t["attention"] + t["memory_traffic"],
+                          tiny_phase["ops"] + tiny_phase["views"])
+    op_s = max(tiny_s - probe.priced_s, 0.0) / probe.ops
     big = max(gemms, key=lambda k: gemm_s[k], default=None)
     rate = 2 * _mnk(big) / gemm_s[big] if big else 0.0
     peak, name = peak_for(ctx, dtype)
     peak = min(p for p in ctx.gather(peak))
     return calibration.Calibration(
+        op_samples=[op_s],
         flops=rate, peak_flops=max(peak, rate) if name.startswith("measured") else peak,
         peak_samples=[peak] if name.startswith("measured") else [],
         links=links, n=ctx.world, peak_name=name, gemm_s=gemm_s, attention_s=attention_s,
         op_s=op_s, dtensor_op_s=max(r["dtensor"] for r in everyone), bandwidth=bandwidth,
-        host_overlaps=ctx.is_cuda)
+        host_overlaps=ctx.is_cuda), probe
 
 
 def _mnk(key: tuple) -> int:

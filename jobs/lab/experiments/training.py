@@ -70,6 +70,7 @@ def prepare(ctx: Context, name: str, spec: TrainSpec, batches, ref, tol,
     """Build the strategy and put it through the correctness gate."""
     tl = ctx.timeline
     tl.tags = {"strategy": name, "step": "gate"}
+    progress(strategy=name, phase="gate", counted=False)
     strat: Strategy = strategies.get(name)(ctx, spec)
     ctx.comm.reset()
     verdict = gate(ctx, strat, batches, ref, tol)
@@ -149,21 +150,26 @@ def time_step(ctx: Context, state: dict, i: int, warmup: int, spec: TrainSpec, b
              tokens_per_s=spec.tokens / (t1 - t0) if state["active"] else None)
 
 
-def timing_rounds(ctx: Context, timed: list[dict], cal, warmup: int, steps: int,
+def timing_rounds(ctx: Context, timed: list[dict], cal, overhead, warmup: int, steps: int,
                   dtype: str, step) -> None:
     """Round-robin: step i of every strategy before step i+1 of any, so that a noisy
     machine slows all of them alike and their ratios stay meaningful; past the steps
     asked, only the strategies whose times have not settled go on (timing.verdict, on
     the slowest rank's times: every rank decides alike). A measured peak is probed again
-    after every timed round, in the same conditions as the steps around it."""
+    after every timed round, in the same conditions as the steps around it, and so is the
+    per-operator overhead (`overhead`, probes.OverheadProbe), to record how far it moved
+    while the steps ran."""
     measured_peak = bool(cal.peak_samples)
     samples: list[float] = []
+    op_samples: list[float] = []
     going, i, t0 = list(timed), 0, time.monotonic()
     while going:
         for st in going:
             step(st, i)
         if i >= warmup and measured_peak:
             samples.append(peak_sample(ctx, dtype))
+        if i >= warmup:
+            op_samples.append(overhead.sample(ctx))
         i += 1
         if i < warmup + steps:
             continue
@@ -178,8 +184,9 @@ def timing_rounds(ctx: Context, timed: list[dict], cal, warmup: int, steps: int,
                 still.append(st)
         going = still
     # each round's figure is its slowest rank's (they probe at once, as they compute)
-    rounds = ctx.gather(samples)
-    cal.add_peak_samples([min(r[j] for r in rounds) for j in range(len(samples))])
+    rounds = ctx.gather((samples, op_samples))
+    cal.add_peak_samples([min(r[0][j] for r in rounds) for j in range(len(samples))])
+    cal.add_op_samples([max(r[1][j] for r in rounds) for j in range(len(op_samples))])
 
 
 def timed_report(ctx: Context, state: dict, cal, params: dict) -> None:
@@ -301,30 +308,33 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
     total = len(names) * (1 + warmup + steps)
     counter = [0]
 
-    def progress(**fields: Any) -> None:
-        counter[0] += 1  # steps beyond those asked (timing.py) raise the total
+    def progress(counted: bool = True, **fields: Any) -> None:
+        """A step done (counted), or what starts now before the next one is."""
+        counter[0] += counted  # steps beyond those asked (timing.py) raise the total
         ctx.progress(counter[0], max(total, counter[0]), **fields)
 
     states = [prepare(ctx, n, spec, batches, ref, tol, progress) for n in names]
     del ref, batches
     timed = [st for st in states if st["verdict"]["passed"]]
     counter[0] += (len(states) - len(timed)) * (warmup + steps)
+    progress(counted=False, phase="calibrating")
     for st in timed:
         census_step(ctx, st, batch)
-    cal = calibrate(ctx, {**needs_of(ctx, timed), "kind": spec.cfg.kind}, spec.cfg.dtype,
-                    spec.precision)
+    cal, overhead = calibrate(ctx, {**needs_of(ctx, timed), "kind": spec.cfg.kind},
+                              spec.cfg.dtype, spec.precision)
     shared = concurrency(ctx) if ctx.world > 1 else None
     ctx.log(f"calibrated: {len(cal.gemm_s)} GEMM shapes, per-operator overhead "
             f"{cal.op_s * 1e6:.1f} us, copy {cal.bandwidth / 1e9:.1f} GB/s; "
             + ", ".join(f"{op}: alpha={f.alpha * 1e3:.3f} ms W={f.bandwidth / 1e9:.3f} GB/s "
                         f"(fit rms {f.rms_rel_error:.0%})" for op, f in cal.links.items()))
-    timing_rounds(ctx, timed, cal, warmup, steps, spec.cfg.dtype, lambda st, i: time_step(
-        ctx, st, i, warmup, spec, batch, progress))
+    timing_rounds(ctx, timed, cal, overhead, warmup, steps, spec.cfg.dtype,
+                  lambda st, i: time_step(ctx, st, i, warmup, spec, batch, progress))
     for st in timed:
         timed_report(ctx, st, cal, params)
     for st in states:
         st["strategy"] = None  # memory is measured on each strategy alone, below
     release(ctx)
+    progress(counted=False, phase="memory")
     for st in timed:
         st["report"].update(memory_report(ctx, st["name"], spec, batch))
     entries = [finish(ctx, st, spec, cal) for st in states]

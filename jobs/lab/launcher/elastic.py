@@ -29,7 +29,12 @@ from __future__ import annotations
 
 import os
 
+from base.contract import progress_line
+
 os.environ["PYTORCH_NVML_BASED_CUDA_CHECK"] = "1"  # before torch: see above
+if __name__ == "__main__":  # (the forkserver imports this module too: it says nothing)
+    # importing torch takes seconds on a busy host: the run page says so meanwhile
+    print(progress_line(0, 0, {"phase": "loading"}), flush=True)
 
 import importlib  # noqa: E402
 import json  # noqa: E402
@@ -113,7 +118,10 @@ def main(argv: list[str] | None = None) -> None:
     args.start_method = start_method(device, torch.backends.cuda.is_built())
     if args.start_method == "forkserver":
         multiprocessing.set_forkserver_preload(preload)
-    print(f"ranks start by {args.start_method} (device {device})", file=sys.stderr, flush=True)
+    # (launch.py reads this line as the agent reaching its rendezvous)
+    print(progress_line(0, 0, {"phase": "starting", "ranks": args.nproc_per_node,
+                               "start_method": args.start_method, "device": device}),
+          flush=True)
     if args.standalone:  # as torchrun's own run() resolves --standalone
         args.rdzv_backend, args.rdzv_endpoint = "c10d", "localhost:0"
         args.rdzv_id = str(uuid.uuid4())

@@ -56,7 +56,6 @@ TIMED_OUT_RE = re.compile(r"\btimed? ?out\b|\btimeout\b", re.I)
 RENDEZVOUS_RE = re.compile(r"waiting for clients|trying to connect to|client socket has "
                            r"timed out|DistNetworkError|DistStoreError", re.I)
 RANK_LINE_RE = re.compile(r"^\[(?:node\d+ )?rank\d+\]:")  # a rank's: past the rendezvous
-AGENT_READY = "ranks start by"  # elastic.py's line just before its rendezvous
 GANG_JOIN_S = float(os.environ.get("COMMONPLACE_GANG_JOIN_S", "120"))
 JOIN_GRACE_S = 10.0  # the launcher's own deadline, past torchrun's: a node never answered
 RDZV_FD_ENV = "COMMONPLACE_RDZV_FD"  # node 0: the listening socket the runner reserved
@@ -220,6 +219,10 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
     cmd = command(experiment, params, out, gang)
     tail: deque[str] = deque(maxlen=400)
     log = open(os.path.join(out, contract.OUTPUT_LOG), "w")
+    launching = tag + contract.progress_line(0, 0, {"phase": "launching"}) + "\n"
+    stdout.write(launching)
+    stdout.flush()
+    log.write(launching)
     started = time.monotonic()
     fd = reserved_fd(gang)
     proc = subprocess.Popen(cmd, cwd=REPO_ROOT, env=environment(params, gang, fd),
@@ -258,7 +261,7 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
         threading.Thread(target=gang_watch, daemon=True).start()
     try:
         for line in proc.stdout:
-            if line.startswith(AGENT_READY):
+            if _phase(line) == "starting":  # elastic.py's line just before its rendezvous
                 ready.set()
             elif RANK_LINE_RE.match(line):
                 joined.set()
@@ -313,6 +316,11 @@ def run(experiment: str, raw_params: Any, out: str, timeout_s: float = DEFAULT_T
     else:
         print(f"{tag}error: {code}: {message}", file=stderr, flush=True)
     return contract.EXIT_CODES[code]
+
+
+def _phase(line: str) -> str | None:
+    progress = contract.parse_progress(line)
+    return str(progress[2].get("phase")) if progress else None
 
 
 def _all_done(out: str, ranks: Iterable[int]) -> bool:

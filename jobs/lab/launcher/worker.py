@@ -145,6 +145,7 @@ def rank(*argv: str) -> None:
     ctx.out_dir = args.out
     context.say(f"worker rank={ctx.rank} pid={os.getpid()} backend={ctx.backend}")
     ctx.log(f"experiment {args.experiment} on {world} rank(s), {ctx.backend}, device {device}")
+    ctx.progress(0, 0, phase="preparing")  # every rank has joined
     if args.experiment not in IMPLEMENTATIONS:  # the owner's own (catalogue/own.py)
         body = own.run(ctx, args.experiment, params, int(os.environ.get("LOCAL_RANK", "0")))
     else:
@@ -162,8 +163,8 @@ def rank(*argv: str) -> None:
                                  f"{first['correctness']['reason']}"}
         status = "failed" if reason else "succeeded"
         write_json(result_path, envelope(args.experiment, params, started, status, reason,
-                                         context.environment(ctx, device, world), body),
-                   default=_jsonable)
+                                         context.environment(ctx, device, world),
+                                         {**body, "clock": ctx.clock}), default=_jsonable)
         ctx.log(f"wrote {result_path} (status {status})")
     ctx.barrier()
     with open(os.path.join(args.out, contract.done_file(ctx.rank)), "w") as fh:

@@ -90,12 +90,20 @@ class Calibration:
     # the host launches while the device computes (CUDA): compute is max(host, device),
     # not their sum as on a CPU, whose one thread does both
     host_overlaps: bool = False
+    # every measure of op_s: the calibration's (op_s, what prices), then one after every
+    # timed round - how far a shared host's load moved it while the steps ran, kept to say
+    # how much a prediction can be trusted (pricing with their median did not bring the
+    # predictions closer: docs/EXPERIMENTS.md, *Repeated runs*)
+    op_samples: list[float] = field(default_factory=list)
 
     def add_peak_samples(self, samples: list[float]) -> None:
         """More tries at the measured peak: the best of them all is the peak (a try on a
         shared machine can only be slowed, never sped up)."""
         self.peak_samples += samples
         self.peak_flops = max([self.peak_flops, *samples])
+
+    def add_op_samples(self, samples: list[float]) -> None:
+        self.op_samples += samples
 
     def coll(self, op: str, S: float, count: int = 1, n: int | None = None) -> float:
         """count calls moving S bytes in all (each S/count), over a group of n ranks (the
@@ -142,6 +150,10 @@ class Calibration:
                                 "median": statistics.median(self.peak_samples),
                                 "max": max(self.peak_samples), "kept": "best"}
                 if self.peak_samples else None, "op_s": self.op_s,
+                "op_spread": {"n": len(self.op_samples), "min": min(self.op_samples),
+                              "median": statistics.median(self.op_samples),
+                              "max": max(self.op_samples), "kept": "calibration"}
+                if self.op_samples else None,
                 "dtensor_op_s": self.dtensor_op_s, "bandwidth_Bps": self.bandwidth,
                 "host_overlaps": self.host_overlaps,
                 "gemm_shapes": len(self.gemm_s), "attention_shapes": len(self.attention_s),

@@ -51,7 +51,7 @@ from jobs.lab.strategies.tensor_parallel import (
 
 
 def _gather(x: torch.Tensor, comm: Comm, t: int, op: str) -> torch.Tensor:
-    """(B, T/t, h) shards -> (B, T, h): all_gather_into_tensor stacks on dim 0."""
+    """(B, T/t, h) shards -> (B, T, h): all_gather_single stacks on dim 0."""
     B, n, h = x.shape
     out = torch.empty(t * B, n, h, dtype=x.dtype, device=x.device)
     comm.all_gather(out, x.contiguous(), op=op)
