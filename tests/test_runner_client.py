@@ -11,8 +11,8 @@ import pytest
 
 from app.journal import runs
 from base.contract import LAB_REASONS
-from jobs.runner.agent import outcome
 from jobs.runner.client import Busy, Client, Refused, Stale, Unreachable
+from jobs.runner.outcome import outcome
 
 ANSWERS = {
     "/stale": (409, {"error": {"code": "stale_lease", "message": "stop"}}),

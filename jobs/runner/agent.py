@@ -1,8 +1,7 @@
 """The agent: register, long-poll for a lease, run the leased experiment with the lab,
 and report it - heartbeats, the log in sequenced chunks, metrics, the result, the end.
 
-The lab's launcher has already classified how a run ended (base/contract.py);
-`outcome` only forwards that to the journal, in the journal's words.
+How a run ended, in the journal's words, is jobs/runner/outcome.py.
 """
 
 from __future__ import annotations
@@ -20,10 +19,7 @@ from pathlib import Path
 
 from base.contract import (
     EVENTS_FILE,
-    LAB_REASONS,
-    RESULT_FILE,
     parse_progress,
-    reason_for_exit,
     torchrun_pgid,
 )
 from base.statuses import CANCELLED, FAILED, RUNNING, SUCCEEDED
@@ -31,6 +27,7 @@ from jobs.runner import node
 from jobs.runner.client import VERSION, Busy, Client, Refused, Stale, Unreachable
 from jobs.runner.host import die_with_parent, host_labels, signal_group
 from jobs.runner.installed import Experiments
+from jobs.runner.outcome import outcome, read_result
 
 log = logging.getLogger("commonplace.runner")
 REPO_ROOT = Path(__file__).resolve().parents[2]
@@ -360,35 +357,6 @@ class Agent:
                 log.warning("server unreachable (%s); retrying in %.0fs", exc, delay)
                 time.sleep(delay)
                 delay = min(delay * 2, 30)
-
-
-def read_result(lab_dir: Path) -> dict | None:
-    try:
-        return json.loads((lab_dir / RESULT_FILE).read_text())
-    except (OSError, ValueError):
-        return None
-
-
-def outcome(rc: int, result: dict | None, cancelled: bool) -> tuple[str, str, str]:
-    """(status, reason, reason_code) for the journal. The launcher classified the failure
-    (result.json's reason; its exit code says the same when there is no result): this
-    forwards it. Only what the launcher cannot know is decided here: that we cancelled
-    the run, or that the launcher itself was killed."""
-    reason = result.get("reason") if isinstance(result, dict) else None
-    reason = reason if isinstance(reason, dict) else {}
-    message = str(reason.get("message") or "")
-    if rc == 0:
-        return SUCCEEDED, "", ""
-    code = reason.get("code") if reason.get("code") in LAB_REASONS else reason_for_exit(rc)
-    if cancelled or code == "cancelled":
-        return CANCELLED, "cancelled by the owner", "cancelled"
-    if rc < 0:
-        try:
-            name = signal.Signals(-rc).name
-        except ValueError:
-            name = str(-rc)
-        return FAILED, message or f"the lab was killed by {name}", "signal"
-    return FAILED, message or f"the lab exited with {rc}", code or "exit_code"
 
 
 def main(server: str, token: str, work_dir: Path, advertise: str = "127.0.0.1",
