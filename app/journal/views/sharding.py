@@ -2,13 +2,15 @@
 rank(s) that own it, under every strategy the run compared (or the new-run form offers),
 with a switch between them, a legend and what each rank holds in all.
 
-Server-rendered HTML that works without JavaScript: the switch is radio buttons and
-:checked rules in app/static/sharding.css, repeated blocks collapse into one row
+Server-rendered HTML that works without JavaScript: the form's switch is radio buttons and
+:checked rules in app/static/sharding.css; a run page's is links, its page drawing one
+strategy's panel and `panel_of_run` the others alone; repeated blocks collapse into one row
 ("blocks 0–3 ×4") that a <details> expands, and every tile says its owners in its title;
 app/static/sharding.js adds the tap (or Enter) that shows a tile's details in the panel.
 The data is jobs/lab/predict/layout.py's (torch-free), which follows what the strategies do.
 
     for_run(experiment, params, result)   a run page's view ("" when there is no model)
+    panel_of_run(…, strategy)             one strategy's panel of it, alone
     for_params(experiment, params)        the form's: every strategy the experiment offers
 
 Everything printed here is escaped; anything a result holds that does not fit is left
@@ -158,7 +160,7 @@ def _laid_out(m: Model, params: dict, chosen: list) -> tuple[list, list[str]]:
 
 
 def _draw(model: dict, params: dict, chosen: list, uid: str, shown: str | None,
-          links: list[str] | None, alone: bool) -> str:
+          links: list[str] | tuple[str, str] | None, alone: bool) -> str:
     try:
         m = Model.of(model)
     except (ValueError, TypeError, AttributeError):
