@@ -16,6 +16,7 @@ from app.journal.views import sharding
 from app.models import Run
 from jobs.lab.catalogue import registry
 from jobs.lab.predict.layout import layout, nbytes
+from tests.helpers import OWNER, VIEWER
 from tests.real_runs import lab_output, store_run
 
 TRAINING = ["data_parallel", "pipeline", "tensor_parallel", "zero"]
@@ -25,6 +26,26 @@ def section(html: str) -> str:
     """The sharding view of a page ("" when it has none)."""
     start = html.find('<section class="shard-section"')
     return html[start:html.index("</section>\n", start)] if start >= 0 else ""
+
+
+def view(client, run_id: int, query: str = "") -> str:
+    """A run page's sharding view with every strategy's panel in it, in the switch's order:
+    the page draws one, the others are fetched alone as app/static/sharding.js does."""
+    page = client.get(f"/runs/{run_id}{query}")
+    assert page.status_code == 200
+    html = section(page.get_data(as_text=True))
+    sources = [unescape(src) for src in re.findall(r'data-src="([^"]+)"', html)]
+    if not sources:
+        return html
+    fetched = []
+    for src in sources:
+        response = client.get(src)
+        assert response.status_code == 200 and response.mimetype == "text/html", src
+        fetched.append(response.get_data(as_text=True))
+    start = html.index('<section class="shard-panel"')
+    end = html.index("</section>", start) + len("</section>")
+    assert html[start:end] in fetched  # the page's panel is the one served alone
+    return html[:start] + "".join(fetched) + html[end:]
 
 
 def panels(html: str) -> dict[str, str]:
@@ -57,10 +78,11 @@ def test_a_run_page_shows_every_strategy_it_compared(client, stored, experiment)
     run_id, result = stored(experiment)
     page = client.get(f"/runs/{run_id}")
     assert page.status_code == 200
-    view = section(page.get_data(as_text=True))
-    assert 'id="sharding-h"' in view and "sharding.js" in page.get_data(as_text=True)
-    assert "style=" not in view
-    shown = panels(view)
+    assert "sharding.js" in page.get_data(as_text=True)
+    drawn = view(client, run_id)
+    assert 'id="sharding-h"' in drawn
+    assert "style=" not in drawn
+    shown = panels(drawn)
     assert list(shown) == [s["strategy"] for s in result["strategies"]]
     for entry in result["strategies"]:
         panel = shown[entry["strategy"]]
@@ -73,12 +95,12 @@ def test_a_run_page_shows_every_strategy_it_compared(client, stored, experiment)
         measured = [m["measured"]["params"] for m in entry["memory"]]
         for value in measured:
             assert f'<td class="num">{nbytes(value)}</td>' in panel
-    assert f"{result['model']['params']:,} parameters" in view
+    assert f"{result['model']['params']:,} parameters" in drawn
 
 
 def test_the_owners_follow_the_strategy(client, stored):
     run_id, _ = stored("zero")
-    shown = panels(section(client.get(f"/runs/{run_id}").get_data(as_text=True)))
+    shown = panels(view(client, run_id))
     ddp = {t["name"]: t for t in tiles(shown["ddp"])}
     assert ddp["wte.weight"]["fills"] == ["all"]
     assert "every rank, a full copy" in ddp["wte.weight"]["owners"]
@@ -94,7 +116,7 @@ def test_the_owners_follow_the_strategy(client, stored):
 
 def test_zero3_tiles_say_that_each_rank_keeps_its_slice_of_everything(client, stored):
     run_id, _ = stored("zero")
-    shown = panels(section(client.get(f"/runs/{run_id}").get_data(as_text=True)))
+    shown = panels(view(client, run_id))
     zero3 = tiles(shown["zero3"])
     owned = [t for t in zero3 if "rank 0:" in t["owners"]]
     assert owned and all("its parameters, gradient and optimizer state" in t["owners"]
@@ -108,9 +130,9 @@ def test_zero3_tiles_say_that_each_rank_keeps_its_slice_of_everything(client, st
 
 def test_tensor_parallel_tiles_are_halves(client, stored):
     run_id, _ = stored("tensor_parallel")
-    view = section(client.get(f"/runs/{run_id}").get_data(as_text=True))
-    assert "blocks 0–3" in view and "×4" in view  # identical blocks collapse
-    megatron = {t["name"]: t for t in tiles(panels(view)["tp_megatron"])}
+    drawn = view(client, run_id)
+    assert "blocks 0–3" in drawn and "×4" in drawn  # identical blocks collapse
+    megatron = {t["name"]: t for t in tiles(panels(drawn)["tp_megatron"])}
     q, proj = megatron["attn.q.weight"], megatron["attn.proj.weight"]
     assert q["fills"] == proj["fills"] == ["r0", "r1"]
     assert "rank 1: rows 16–31 (16 × 32)" in q["owners"]
@@ -122,7 +144,7 @@ def test_tensor_parallel_tiles_are_halves(client, stored):
 
 def test_pipeline_stages_colour_whole_blocks(client, stored):
     run_id, result = stored("pipeline")
-    shown = panels(section(client.get(f"/runs/{run_id}").get_data(as_text=True)))
+    shown = panels(view(client, run_id))
     gpipe = tiles(shown["gpipe"])
     by_name = {t["name"]: t for t in gpipe}
     assert by_name["wte.weight"]["fills"] == ["r0"] and by_name["head.weight"]["fills"] == ["r1"]
@@ -133,6 +155,60 @@ def test_pipeline_stages_colour_whole_blocks(client, stored):
     lay = layout(result["model"], "gpipe", 2, micro_batches=4, batch_size=8)
     for r, value in enumerate(lay.held_bytes()):
         assert f'<td class="num">{nbytes(value)}</td>' in shown["gpipe"], r
+
+
+def test_a_run_page_draws_one_panel_and_links_the_others(client, stored):
+    """The page carries the panel first seen; each other strategy is a link to the page
+    showing it (no script needed) and to its panel alone (data-src)."""
+    run_id, result = stored("zero")
+    names = [s["strategy"] for s in result["strategies"]]
+    assert len(names) >= 4
+    page = client.get(f"/runs/{run_id}").get_data(as_text=True)
+    assert list(panels(section(page))) == names[:1]
+    links = re.findall(r'<a href="([^"]+)" data-src="([^"]+)"( aria-current="true")?>([^<]+)'
+                       r"</a>", section(page))
+    assert [name for *_, name in links] == names
+    assert [bool(current) for _, _, current, _ in links] == [True] + [False] * (len(names) - 1)
+    for href, src, _, name in links:
+        assert unescape(href) == f"/runs/{run_id}?sharding={name}#shard-run"
+        assert unescape(src) == f"/runs/{run_id}/sharding/{name}"
+    picked = section(client.get(f"/runs/{run_id}?sharding=zero2").get_data(as_text=True))
+    assert list(panels(picked)) == ["zero2"]
+    assert 'aria-current="true">zero2</a>' in picked
+    # a strategy the run lacks shows the first, as a bare page does
+    odd = client.get(f"/runs/{run_id}?sharding=%3Cb%3Epp").get_data(as_text=True)
+    assert list(panels(section(odd))) == names[:1] and "<b>pp" not in odd
+
+    # the page weighs less than half of what it would with every panel inline
+    every = view(client, run_id)
+    assert len(page) < (len(page) - len(section(page)) + len(every)) / 2
+
+
+def test_a_panel_alone_is_there_only_for_a_strategy_the_run_has(client, stored):
+    run_id, _ = stored("zero")
+    for path in (f"/runs/{run_id}/sharding/pp", f"/runs/{run_id}/sharding/DDP",
+                 f"/runs/{run_id + 999}/sharding/ddp", f"/runs/{run_id}/sharding/"):
+        response = client.get(path)
+        assert response.status_code == 404, path
+        assert "shard-panel" not in response.get_data(as_text=True)
+    mfu, _ = stored("gpt_mfu")
+    assert client.get(f"/runs/{mfu}/sharding/single").status_code == 200
+    collectives, _ = stored("collectives")  # no model: no view, no panel
+    assert client.get(f"/runs/{collectives}/sharding/single").status_code == 404
+
+
+def test_a_panel_alone_is_read_as_its_run_page_is(served):
+    with served.db.write() as session:
+        run = runs.create(session, "pipeline", {"world_size": 2, "layers": 2,
+                                                "strategies": ["gpipe", "1f1b"]}, actor="test")
+        session.flush()
+        path = f"/runs/{run.id}/sharding/1f1b"
+    for login, status in ((OWNER, 200), (VIEWER, 200), ("eve@x", 403), (None, 403)):
+        assert served.as_user(login)("get", path).status_code == status, login
+        assert served.as_user(login)("get", path[:path.index("/sharding")]).status_code \
+            == status, login
+    panel = served.as_user(VIEWER)("get", path)
+    assert 'data-strategy="1f1b"' in panel.text and panel.headers["ETag"]
 
 
 def test_one_strategy_needs_no_switch_and_no_model_shows_nothing(client, stored):
@@ -201,9 +277,9 @@ def test_a_queued_run_shows_the_layout_its_parameters_ask_for(app, client):
                                                 "strategies": ["gpipe", "1f1b"]}, actor="test")
         session.flush()
         run_id = run.id
-    view = section(client.get(f"/runs/{run_id}").get_data(as_text=True))
-    assert list(panels(view)) == ["gpipe", "1f1b"]
+    drawn = view(client, run_id)
+    assert list(panels(drawn)) == ["gpipe", "1f1b"]
     # 6 blocks on 2 stages (0-2, 3-5): the boundary blocks 2 and 3 have rows of their own
     for span in ("0–1", "4–5"):
-        assert f'blocks {span}</strong> <span class="shard-times">×2</span>' in view
-    assert "measured" not in view
+        assert f'blocks {span}</strong> <span class="shard-times">×2</span>' in drawn
+    assert "measured" not in drawn

@@ -1,8 +1,9 @@
 """The sharding view in real Chromium against the real server (`commonplace up`), with a
 real finished ZeRO run stored as the runner stores it: on a phone and a desktop, no
 console errors (a CSP refusal is one), nothing wider than the screen, a tapped tile's
-details in the panel, the strategy switch changing the owners without a reload - with
-the script and without it - and the experiment page's view of its form."""
+details in the panel, the strategy switch changing the owners without a reload (the
+picked panel fetched then, focus on its heading) or, without the script, by a link to the
+page showing it - and the experiment page's view of its form."""
 
 from __future__ import annotations
 
@@ -55,13 +56,21 @@ def test_tap_a_tile_and_switch_strategy(zero_run, live_server, device):
         assert tile.get_attribute("aria-pressed") == "true"
         screenshot(page, f"sharding-{device}")
 
-        page.locator('label[for="shard-run-4"]').click()  # fsdp2
-        assert fsdp.is_visible() and not ddp.is_visible()
+        ddp_owners = owners(page, "ddp", "wte.weight")
+        links = page.locator("#shard-run .shard-links")
+        links.get_by_role("link", name="fsdp2", exact=True).click()
+        fsdp.wait_for()  # fetched when picked: the page came without it
+        assert fsdp.is_visible() and ddp.count() == 0
+        assert links.locator('[aria-current="true"]').inner_text() == "fsdp2"
+        assert page.locator("#shard-run .shard-status").inner_text() == "Showing fsdp2."
+        assert page.evaluate("document.activeElement.closest('.shard-panel')"
+                             ".dataset.strategy") == "fsdp2"
+        assert page.url.endswith("?sharding=fsdp2#shard-run")
         fsdp.locator('.shard-tile[data-name="wte.weight"]').focus()
         page.keyboard.press("Enter")
         fsdp.locator(".shard-detail").get_by_text("rank 0: rows 0–31").wait_for()
         assert "all-gathered" in fsdp.locator(".shard-detail").inner_text().lower()
-        assert owners(page, "fsdp2", "wte.weight") != owners(page, "ddp", "wte.weight")
+        assert owners(page, "fsdp2", "wte.weight") != ddp_owners
 
         # a collapsed run of blocks opens to each block
         each = fsdp.locator("details.shard-each").first
@@ -96,6 +105,31 @@ def test_tap_a_tile_and_switch_strategy(zero_run, live_server, device):
         assert problems == []
 
 
+def test_pick_each_strategy_by_keyboard_and_see_its_tiles(zero_run):
+    """Every other strategy's panel is loaded when picked (Tab to its link, Enter), and
+    a panel seen before comes back without asking the server again."""
+    with hard_timeout(TEST_SECONDS), chromium_page("phone") as (page, problems):
+        asked = []
+        page.on("request", lambda r: asked.append(r.url) if "/sharding/" in r.url else None)
+        page.goto(zero_run)
+        names = page.locator("#shard-run .shard-links a").all_inner_texts()
+        assert len(names) >= 4 and page.locator(".shard-panel").count() == 1
+        for name in [*names[1:], names[0], names[1]]:
+            page.locator("#shard-run .shard-links").get_by_role(
+                "link", name=name, exact=True).focus()
+            page.keyboard.press("Enter")
+            panel = page.locator(f'.shard-panel[data-strategy="{name}"]')
+            panel.wait_for()
+            assert page.locator(".shard-panel").count() == 1
+            assert panel.locator(".shard-tile").count() > 4
+            assert panel.locator('.shard-tile[data-name="wte.weight"]').get_attribute(
+                "data-owners")
+            assert page.evaluate("document.activeElement.tagName") == "H3"
+        assert sorted(set(asked)) == sorted(asked) and len(asked) == len(names)
+        assert_fits(page)
+        assert problems == []
+
+
 def test_the_switch_works_without_javascript(zero_run):
     with hard_timeout(TEST_SECONDS), browser_context(java_script_enabled=False,
                                                      viewport={"width": 375, "height": 812}
@@ -103,7 +137,9 @@ def test_the_switch_works_without_javascript(zero_run):
         page = context.new_page()
         page.goto(zero_run)
         assert page.locator('.shard-panel[data-strategy="ddp"]').is_visible()
-        page.locator('label[for="shard-run-2"]').click()  # zero2
+        page.locator("#shard-run .shard-links").get_by_role(
+            "link", name="zero2", exact=True).click()  # the page that shows it
+        page.wait_for_url("**?sharding=zero2#shard-run")
         assert page.locator('.shard-panel[data-strategy="zero2"]').is_visible()
         assert not page.locator('.shard-panel[data-strategy="ddp"]').is_visible()
         assert_fits(page)

@@ -2,13 +2,15 @@
 rank(s) that own it, under every strategy the run compared (or the new-run form offers),
 with a switch between them, a legend and what each rank holds in all.
 
-Server-rendered HTML that works without JavaScript: the switch is radio buttons and
-:checked rules in app/static/sharding.css, repeated blocks collapse into one row
+Server-rendered HTML that works without JavaScript: the form's switch is radio buttons and
+:checked rules in app/static/sharding.css; a run page's is links, its page drawing one
+strategy's panel and `panel_of_run` the others alone; repeated blocks collapse into one row
 ("blocks 0–3 ×4") that a <details> expands, and every tile says its owners in its title;
 app/static/sharding.js adds the tap (or Enter) that shows a tile's details in the panel.
 The data is jobs/lab/predict/layout.py's (torch-free), which follows what the strategies do.
 
     for_run(experiment, params, result)   a run page's view ("" when there is no model)
+    panel_of_run(…, strategy)             one strategy's panel of it, alone
     for_params(experiment, params)        the form's: every strategy the experiment offers
 
 Everything printed here is escaped; anything a result holds that does not fit is left
@@ -21,6 +23,7 @@ import functools
 import json
 from html import escape
 from typing import Any
+from urllib.parse import quote
 
 from app.journal.views.shard_tiles import rows, swatch
 from jobs.lab.catalogue import registry
@@ -59,11 +62,10 @@ def _measured(entry: dict) -> list[int] | None:
     return out or None
 
 
-def for_run(experiment: str, params: Any, result: Any, uid: str = "shard-run") -> str:
-    """The view of a run: the strategies its result reports (with the parameter bytes each
-    rank measured), or, before there is a result, those its parameters name."""
+def _run_inputs(experiment: str, params: Any, result: Any) -> tuple[dict, list] | None:
+    """(the model, [(strategy, ranks, measured bytes or None)]) of a run, or None."""
     if not trains_a_model(experiment) or not isinstance(params, dict):
-        return ""
+        return None
     result = result if isinstance(result, dict) else {}
     model = result.get("model") if isinstance(result.get("model"), dict) else \
         _described(params)
@@ -76,7 +78,39 @@ def for_run(experiment: str, params: Any, result: Any, uid: str = "shard-run") -
             else ["single"]
         chosen = [(n, 1 if n == "single" else world, None) for n in names
                   if isinstance(n, str)]
-    return _view(model, params, chosen, uid)
+    return model, chosen
+
+
+def for_run(experiment: str, params: Any, result: Any, uid: str = "shard-run",
+            shown: str | None = None, links: tuple[str, str] | None = None) -> str:
+    """The view of a run: the strategies its result reports (with the parameter bytes each
+    rank measured), or, before there is a result, those its parameters name.
+
+    With `links` (the run page's URL, and the prefix its panels are served under) only
+    the panel of `shown` (or of the first strategy) is drawn; the others are links, to
+    the page showing them (without JavaScript) and to their panel alone, which
+    app/static/sharding.js fetches when the reader picks one: most of a run page's
+    weight is the panels nobody has looked at yet."""
+    found = _run_inputs(experiment, params, result)
+    if found is None:
+        return ""
+    model, chosen = found
+    if shown not in [name for name, _, _ in chosen]:
+        shown = None  # what a link may ask for is not a key of the cache
+    return _view(model, params, chosen, uid, shown, links)
+
+
+def panel_of_run(experiment: str, params: Any, result: Any, strategy: str,
+                 uid: str = "shard-run") -> str:
+    """One strategy's panel of a run's view, as the run page would draw it ("" when the
+    run has no such strategy, or it cannot lay the model out)."""
+    found = _run_inputs(experiment, params, result)
+    if found is None:
+        return ""
+    model, chosen = found
+    if strategy not in [name for name, _, _ in chosen]:
+        return ""
+    return _view(model, params, chosen, uid, strategy, None, alone=True)
 
 
 def for_params(experiment: str, params: dict, uid: str = "shard-form") -> str:
@@ -90,27 +124,25 @@ def for_params(experiment: str, params: dict, uid: str = "shard-form") -> str:
     return _view(_described(params), params, chosen, uid)
 
 
-def _view(model: dict, params: dict, chosen: list, uid: str) -> str:
+def _view(model: dict, params: dict, chosen: list, uid: str, shown: str | None = None,
+          links: tuple[str, str] | None = None, alone: bool = False) -> str:
     """Drawn once per distinct input: a finished run's page is read far more often than
     its result changes, and drawing every strategy's tiles is most of the page's time."""
+    args = [model, params, chosen, uid, shown, links, alone]
     try:
-        key = json.dumps([model, params, chosen, uid], sort_keys=True, allow_nan=False)
+        key = json.dumps(args, sort_keys=True, allow_nan=False)
     except (TypeError, ValueError):  # not plain JSON data: draw it, keep nothing
-        return _draw(model, params, chosen, uid)
+        return _draw(*args)
     return _drawn(key)
 
 
 @functools.lru_cache(maxsize=32)  # few: a view is a large page of HTML
 def _drawn(key: str) -> str:
-    model, params, chosen, uid = json.loads(key)
-    return _draw(model, params, chosen, uid)
+    return _draw(*json.loads(key))
 
 
-def _draw(model: dict, params: dict, chosen: list, uid: str) -> str:
-    try:
-        m = Model.of(model)
-    except (ValueError, TypeError, AttributeError):
-        return ""
+def _laid_out(m: Model, params: dict, chosen: list) -> tuple[list, list[str]]:
+    """([(layout, measured bytes or None)], why each strategy that cannot was refused)."""
     made, refused = [], []
     for name, world, measured in chosen[:MAX_STRATEGIES]:
         try:
@@ -124,6 +156,22 @@ def _draw(model: dict, params: dict, chosen: list, uid: str) -> str:
         if measured is not None and len(measured) != lay.world:
             measured = None
         made.append((lay, measured))
+    return made, refused
+
+
+def _draw(model: dict, params: dict, chosen: list, uid: str, shown: str | None,
+          links: list[str] | tuple[str, str] | None, alone: bool) -> str:
+    try:
+        m = Model.of(model)
+    except (ValueError, TypeError, AttributeError):
+        return ""
+    made, refused = _laid_out(m, params, chosen)
+    names = [lay.strategy for lay, _ in made]
+    if alone:
+        if shown not in names:
+            return ""
+        i = names.index(shown)
+        return _panel(*made[i], f"{uid}-{i}")
     if not made and not refused:
         return ""
     kind = "GPT" if m.kind == "gpt" else "residual MLP stack"
@@ -134,6 +182,12 @@ def _draw(model: dict, params: dict, chosen: list, uid: str) -> str:
             "Each tile is one parameter tensor, coloured by the rank(s) that own it; "
             "tap or focus one for its shapes, bytes, owners and traffic.</p>")
     out = [f'<div class="sharding" id="{escape(uid)}" data-sharding>', lead]
+    if links is not None and len(made) > 1:
+        i = names.index(shown) if shown in names else 0
+        out += [_links(names, i, uid, *links), '<div class="shard-slot">',
+                _panel(*made[i], f"{uid}-{i}"), "</div>"]
+        out += [f'<p class="hint shard-refused">{escape(line)}</p>' for line in refused]
+        return "".join(out) + "</div>"
     if len(made) > 1:
         out += [f'<input type="radio" class="shard-pick" name="{escape(uid)}" '
                 f'id="{escape(uid)}-{i}" aria-label="{escape(lay.strategy)}"'
@@ -145,6 +199,19 @@ def _draw(model: dict, params: dict, chosen: list, uid: str) -> str:
     out += [_panel(lay, measured, f"{uid}-{i}") for i, (lay, measured) in enumerate(made)]
     out += [f'<p class="hint shard-refused">{escape(line)}</p>' for line in refused]
     return "".join(out) + "</div>"
+
+
+def _links(names: list[str], current: int, uid: str, page: str, panels: str) -> str:
+    """The switch as links: to the page showing a strategy (a plain link works without
+    JavaScript) and, in data-src, to its panel alone; role=status says which was loaded."""
+    here = ' aria-current="true"'
+    items = [f'<a href="{escape(page)}?sharding={quote(name)}#{escape(uid)}" '
+             f'data-src="{escape(panels)}{quote(name)}"'
+             f'{here if i == current else ""}>{escape(name)}</a>'
+             for i, name in enumerate(names)]
+    return (f'<nav class="shard-tabs shard-links" aria-label="Strategy"><span class="hint">'
+            f'Strategy:</span> {"".join(items)}</nav>'
+            '<p class="shard-status visually-hidden" role="status"></p>')
 
 
 def _legend(lay: Layout) -> str:
