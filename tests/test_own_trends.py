@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import datetime as dt
 import json
+import math
 import os
 import re
 import shutil
@@ -18,7 +19,7 @@ import sys
 
 import pytest
 
-from app.journal import alerts, catalogue, runs, trends
+from app.journal import alerts, catalogue, run_metrics, runs, trends
 from app.journal.scheduler import Scheduler
 from app.journal.views import card_trend, cards
 from app.models import Run, utcnow
@@ -144,6 +145,43 @@ def test_own_runs_of_other_parameters_are_not_compared(app):
     assert trend_of(app, other).previous is None
     again = finished(app, own_result(0.010), {**QUICK, "steps": 50})  # sampling only
     assert trend_of(app, again).previous is not None
+
+
+HOSTILE_OWN = [
+    {"own": True, "reported": "nothing"},
+    {"own": True, "reports": [], "reported": {"scalars": [1, 2], "series": 7}},
+    {"own": True, "reports": {"scalars": {"x<b>": {"better": "sideways", "unit": ["s"],
+                                                   "spread": {"a": 1}}}},
+     "reported": {"scalars": {"x<b>": 1.0, "big": 1.7e308, "<script>": 2.0, "nan": None},
+                  "series": {"big": [[0, 1e308], [1, -1e308], [2, "x"], [3], None]}}},
+    {"own": True, "reports": {"scalars": {"big": {"spread": "s", "better": "lower"}}},
+     "reported": {"scalars": {"big": 1.5e308},
+                  "series": {"s": [[i, 1e308 * (i % 2) + 1] for i in range(20)]}}},
+]
+
+
+@pytest.mark.parametrize("result", HOSTILE_OWN, ids=range(len(HOSTILE_OWN)))
+def test_own_trends_read_whatever_a_runner_sent(app, client, result):
+    """Two runs holding hostile own results, stored as they are (as the lab's trends'
+    test does), compared: the card and the trend page still render."""
+    ids = []
+    for _ in range(2):
+        with app.extensions["db"].write() as session:
+            run = Run(experiment="tiny_lm", params=QUICK, status="SUCCEEDED", result=result,
+                      finished_at=utcnow(),
+                      param_key=run_metrics.comparison_key("tiny_lm", QUICK))
+            session.add(run)
+            session.flush()
+            ids.append(run.id)
+    with app.extensions["db"].read() as session:
+        html = cards.run_card(session, f"id: {ids[1]}")
+        assert "<script" not in html and "<b>" not in html
+        key = session.get(Run, ids[1]).param_key
+        found = trends.trend(session, session.get(Run, ids[1]))
+    for c in found.changes if found else []:  # only well-named numbers, bands finite
+        assert re.fullmatch(r"\w+", c.now.key)
+        assert c.now.high is None or math.isfinite(c.now.high)
+    assert client.get(f"/trends/{key}").status_code == 200
 
 
 def test_a_spread_must_name_a_declared_series():

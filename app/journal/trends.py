@@ -201,7 +201,7 @@ def own_headlines(result: dict) -> list[Number]:
         spread = series_spread(series.get(about.get("spread"))) \
             if isinstance(about.get("spread"), str) else None
         band = (value * (1 - spread), value * (1 + spread)) if spread is not None \
-            and spread < 1 else (None, None)
+            and spread < 1 and finite(value * (1 + spread)) is not None else (None, None)
         found.append(Number(name, name, OWN, value, *band, better=better, unit=unit))
     return found
 
