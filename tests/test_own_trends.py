@@ -116,6 +116,7 @@ def test_a_slower_own_run_is_a_regression_and_its_card_names_the_run_before(app,
                      rf"\"/runs/{first}\">#{first}</a>\), beyond its ±4% noise", html)
     assert "first_loss: 6, +50% vs" in html
     assert "no better direction declared: never judged a regression" in html
+    assert "first_loss, parameters: no better direction declared, so trends draw them" in html
 
     with app.extensions["db"].read() as session:
         key = session.get(Run, second).param_key
