@@ -14,6 +14,11 @@ The headline numbers, read from the result as the lab writes it:
   peak memory   per strategy, the largest rank's; a single-device run's
   busbw         per collective and message size (the median, its p10–p90 over iterations)
   peak FLOP/s, copy bandwidth   the roofline's (no spread is measured)
+  an own experiment's scalars    each positive one reported, with the direction its
+                declaration gives it (`better`); one without a direction is drawn but never
+                judged a regression. Its spread is that of the per-step series its
+                declaration ties it to (`spread`, e.g. a median step time's per-step
+                times: their p10–p90 relative to their median), else none is measured
 
 Noise: a number's spread is the half-width of its p10–p90 as a fraction of it. Two runs
 differ beyond noise when the change is larger than both their spreads added (the bands
@@ -35,7 +40,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from app.journal.numbers import finite, seconds, si
-from app.journal.run_metrics import HIGHER, METRICS, NAME_RE, strategy_metrics
+from app.journal.run_metrics import HIGHER, LOWER, METRICS, NAME_RE, strategy_metrics
 from app.models import Run
 from base import statuses
 
@@ -43,6 +48,8 @@ DEFAULT_NOISE = 0.05  # assumed where a number has no measured spread
 MIN_NOISE = 0.01  # runs on one machine are never trusted to agree closer than this
 BASELINE_RUNS = 5
 MAX_NUMBERS = 64  # headline numbers read from one result
+OWN = "own"  # the metric of an own experiment's scalar
+MIN_SERIES = 3  # per-step values needed to measure an own scalar's spread
 LABELS = {"step_time_s": "step time", "mfu": "MFU", "peak_memory_bytes": "peak memory",
           "busbw_Bps": "busbw", "peak_flops": "peak FLOP/s",
           "copy_bandwidth_Bps": "copy bandwidth"}
@@ -56,6 +63,13 @@ class Number:
     value: float
     low: float | None = None  # p10 (for a rate, the rate at the p90 time)
     high: float | None = None
+    better: str = ""  # an own scalar's declared direction ("" for none)
+    unit: str = ""  # an own scalar's declared unit
+
+    @property
+    def direction(self) -> str:
+        """Which way is better: the lab's metric's, an own scalar's declared one, or ""."""
+        return self.better if self.metric == OWN else METRICS.get(self.metric, "")
 
     @property
     def spread(self) -> float | None:
@@ -66,6 +80,11 @@ class Number:
         return None if half is None else max(0.0, half)
 
     def shown(self) -> str:
+        if self.metric == OWN:
+            if self.unit == "s":
+                return seconds(self.value)
+            return f"{self.value:.4g}" if not self.unit and 1e-3 <= self.value < 1e3 \
+                else si(self.value, self.unit)
         if self.metric == "mfu":
             return f"{self.value:.1%}"
         if self.metric.endswith("_s"):
@@ -106,6 +125,8 @@ def headlines(result) -> dict[str, Number]:
     """The run's headline numbers by key (module docstring), at most MAX_NUMBERS."""
     if not isinstance(result, dict):
         return {}
+    if result.get("own") is True:
+        return {n.key: n for n in own_headlines(result)[:MAX_NUMBERS]}
     found: list[Number] = []
     strategies = result.get("strategies")
     for s in (strategies if isinstance(strategies, list) else [])[:16]:
@@ -149,6 +170,42 @@ def headlines(result) -> dict[str, Number]:
     return {n.key: n for n in kept}
 
 
+def _dict(value) -> dict:
+    return value if isinstance(value, dict) else {}
+
+
+def series_spread(points) -> float | None:
+    """The half-width of a per-step series' p10–p90 as a fraction of its median."""
+    values = sorted(v for p in (points if isinstance(points, list) else [])[:10_000]
+                    if isinstance(p, list) and len(p) == 2
+                    and (v := finite(p[1])) is not None)
+    if len(values) < MIN_SERIES:
+        return None
+    cuts = statistics.quantiles(values, n=10, method="inclusive")
+    median = statistics.median(values)
+    return ratio(cuts[8] - cuts[0], 2 * median) if median > 0 else None
+
+
+def own_headlines(result: dict) -> list[Number]:
+    """An own experiment's reported scalars as headline numbers (module docstring)."""
+    reported, declared = _dict(result.get("reported")), _dict(result.get("reports"))
+    scalars, series = _dict(reported.get("scalars")), _dict(reported.get("series"))
+    found = []
+    for name, value in list(scalars.items())[:MAX_NUMBERS]:
+        value = finite(value) if not isinstance(value, bool) else None
+        if not (isinstance(name, str) and NAME_RE.fullmatch(name) and value and value > 0):
+            continue  # a change is a ratio: only a positive amount has one
+        about = _dict(_dict(declared.get("scalars")).get(name))
+        better = about.get("better") if about.get("better") in (HIGHER, LOWER) else ""
+        unit = str(about.get("unit") or "")[:20]
+        spread = series_spread(series.get(about.get("spread"))) \
+            if isinstance(about.get("spread"), str) else None
+        band = (value * (1 - spread), value * (1 + spread)) if spread is not None \
+            and spread < 1 and finite(value * (1 + spread)) is not None else (None, None)
+        found.append(Number(name, name, OWN, value, *band, better=better, unit=unit))
+    return found
+
+
 # -- judging ------------------------------------------------------------------------------
 
 
@@ -177,10 +234,10 @@ class Change:
 
     @property
     def regression(self) -> bool:
-        """Beyond noise, the wrong way."""
-        if not self.beyond:
+        """Beyond noise, the wrong way (a number with no direction is never one)."""
+        if not self.beyond or not self.now.direction:
             return False
-        better_higher = METRICS[self.now.metric] == HIGHER
+        better_higher = self.now.direction == HIGHER
         return (self.change < 0) if better_higher else (self.change > 0)  # type: ignore[operator]
 
 

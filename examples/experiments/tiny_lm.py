@@ -55,10 +55,12 @@ EXPERIMENT = {
         "scalars": {
             "first_loss": "Loss at the first timed step.",
             "final_loss": {"description": "Loss at the last step.", "better": "lower"},
+            # "spread": the per-step series whose p10-p90 is this number's noise (trends)
             "step_time_median": {"description": "Median time of a timed step.", "unit": "s",
-                                 "better": "lower"},
+                                 "better": "lower", "spread": "step_time"},
             "tokens_per_s": {"description": "Tokens of all ranks per second, at the median "
-                             "step.", "unit": "tokens/s", "better": "higher"},
+                             "step.", "unit": "tokens/s", "better": "higher",
+                             "spread": "step_time"},
             "parameters": "Parameters of the model.",
         },
         "series": {

@@ -1,6 +1,6 @@
 """Command line of the lab.
 
-    python -m jobs.lab list [--json]
+    python -m jobs.lab list [--json]     the lab's and the owner's own experiments
     python -m jobs.lab describe <experiment>
     python -m jobs.lab run <experiment> [--params '<json>'] --out DIR [--timeout S]
                            [--gang '{"nodes": N, "node_rank": K, "endpoint": "H:P", ...}']
@@ -51,11 +51,15 @@ def main(argv: list[str] | None = None) -> int:
     args = ap.parse_args(argv)
 
     if args.cmd == "list":
+        mine = [{**e, "own": True} for e in own.read_folder()]
         if args.json:
-            print(json.dumps(registry.catalogue(), indent=1))
+            print(json.dumps(registry.catalogue() + mine, indent=1))
         else:
             for exp in registry.catalogue():
                 print(f"{exp['name']:<16} {exp['title']}")
+            for exp in mine:
+                said = f"broken: {exp['broken']}" if "broken" in exp else exp["title"]
+                print(f"{exp['name']:<16} (own, {exp['file']}) {said}")
         return 0
     if args.cmd == "describe":
         try:

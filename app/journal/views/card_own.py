@@ -107,9 +107,15 @@ def body(result: dict) -> Body:
         f"<td>{escape(str(about.get('description') or '')[:300])}</td></tr>"
         for name, value, about in scalars(result))
     drawn = _charts(result)
+    # trends judge a scalar by its declared direction: say which ones they never flag
+    unjudged = [name for name, _, about in scalars(result)
+                if about.get("better") not in ("higher", "lower")]
+    note = (f'<p class="muted">{escape(", ".join(unjudged))}: no better direction declared, '
+            "so trends draw {} but never judge a regression.</p>".format(
+                "it" if len(unjudged) == 1 else "them") if unjudged and keys else "")
     html = ((f'<table class="run-table card-keys"><thead><tr><th scope="col">reported</th>'
              f'<th scope="col">value</th><th scope="col">what</th></tr></thead>'
-             f"<tbody>{keys}</tbody></table>" if keys else "")
+             f"<tbody>{keys}</tbody></table>{note}" if keys else "")
             + (f'<div class="card-charts">{"".join(c.svg() for c in drawn)}</div>'
                if drawn else "")
             + _tables(result) + _environment(result))

@@ -48,6 +48,8 @@ def line_text(c: Change, previous_id: int, day: str) -> str:
     text = f"{head}, {trends.signed(c.change)} vs {day} (#{previous_id}), {trends.judged(c)}"
     if c.baseline_runs > 1 and c.baseline_change is not None:
         text += f"; {trends.signed(c.baseline_change)} vs the median of {c.baseline_runs} runs"
+    if not c.now.direction:
+        text += "; no better direction declared: never judged a regression"
     return text
 
 

@@ -11,7 +11,7 @@ As charts.py: SVG without script or style attribute, under the page's strict CSP
 from __future__ import annotations
 
 from collections.abc import Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, replace
 from html import escape
 
 from app.journal import trends
@@ -94,7 +94,7 @@ def chart(series: Series, marks: dict[int, list[str]], timezone: str = "UTC") ->
     out = [f'<rect x="{left}" y="{top}" width="{plot_w}" height="{plot_h}" class="ch-grid" '
            f'fill="none" stroke="{GRID}"/>']
     for t in (y0, (y0 + y1) / 2, y1):
-        label = Number(shown.key, shown.label, shown.metric, t).shown()
+        label = replace(shown, value=t, low=None, high=None).shown()
         out.append(text(left - 4, py(t) + 4, label, anchor="end", muted=True))
     for i, p in enumerate(points):
         for change in marks.get(p.run.id, []) if i else []:

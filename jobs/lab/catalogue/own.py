@@ -105,9 +105,11 @@ def _reports(reports: Any) -> dict[str, dict[str, dict[str, str]]]:
                 raise Broken(f"{where}: a name is lowercase letters, digits and _")
             if isinstance(about, str):
                 about = {"description": about}
-            if not isinstance(about, dict) or set(about) - {"description", "unit", "better"}:
-                raise Broken(f"{where} is a description, or a dict of description, unit "
-                             "and better")
+            allowed = {"description", "unit", "better"} | ({"spread"} if kind == "scalars"
+                                                          else set())
+            if not isinstance(about, dict) or set(about) - allowed:
+                raise Broken(f"{where} is a description, or a dict of "
+                             f"{', '.join(sorted(allowed))}")
             if about.get("better", "") not in ("", "higher", "lower"):
                 raise Broken(f"{where}.better is 'higher' or 'lower' (how compare judges it)")
             out[kind][name] = {"description": _text(about.get("description", ""),
@@ -115,6 +117,13 @@ def _reports(reports: Any) -> dict[str, dict[str, dict[str, str]]]:
                                "unit": _text(about.get("unit", ""), f"{where}.unit", 20,
                                              empty=True),
                                "better": about.get("better", "")}
+            if about.get("spread"):
+                out[kind][name]["spread"] = about["spread"]
+    for name, about in out["scalars"].items():
+        # the series of per-step values whose p10-p90 is the scalar's noise (trends)
+        if "spread" in about and not (isinstance(about["spread"], str)
+                                      and about["spread"] in out["series"]):
+            raise Broken(f"reports.scalars.{name}.spread names a declared series")
     return out
 
 
