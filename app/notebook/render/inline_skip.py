@@ -33,6 +33,7 @@ from markdown.treeprocessors import InlineProcessor
 
 from . import links
 from .bounded import NumberedFootnotes
+from .gfm import STRIKE_RE, URL_RE, BareUrlProcessor, StrikeProcessor
 from .math import MATH_RE, MathInlineProcessor
 from .syntax import TAG_RE, TagProcessor
 from .wikilinks import EMBED_RE, WIKILINK_RE, EmbedProcessor, WikiLinkProcessor
@@ -63,6 +64,8 @@ _NEEDS: dict[str, tuple[type | None, str | None, tuple[str, ...]]] = {
     "cp_embed": (EmbedProcessor, EMBED_RE, ("![[", "]]")),
     "cp_math": (MathInlineProcessor, MATH_RE, ("$",)),
     "cp_tag": (TagProcessor, TAG_RE, ("#",)),
+    "cp_strike": (StrikeProcessor, STRIKE_RE, ("~~",)),
+    "cp_url": (BareUrlProcessor, URL_RE, ()),  # "://" or "www.": see _rule
 }
 
 # Links to a definition ("[text][id]", "[id]"): without definitions they match nothing.
@@ -86,6 +89,8 @@ _LOOKS_BACK: dict[str, Callable[[str], bool]] = {
     "cp_math": lambda before: before in "\\$",
     "cp_tag": lambda before: before.isspace() or before == "(",
 }
+# (cp_url and cp_strike look back too, but neither can match right where it last ended:
+# a URL ends before a space, "<" or punctuation, a strike before a character not "~")
 
 
 Rule = Callable[[str], bool]
@@ -97,6 +102,8 @@ MAX_DELIMITERS = 10_000
 
 
 def _all_of(needs: tuple[str, ...]) -> Rule:
+    if not needs:  # a URL: a scheme or "www."
+        return lambda data: "://" in data or "www." in data
     if len(needs) == 1:
         only = needs[0]
         return lambda data: only in data
