@@ -39,6 +39,8 @@ _NOT_PARAGRAPH_RE = re.compile(r"(?:[-*+]|\d{1,9}[.)])(?:[ \t]|$)|[ ]{0,3}[>|#\[
 _STARTS_BLOCK_RE = re.compile(r"[ ]{0,3}(?:[>#]|```|~~~)")
 _LAZY_ITEM_RE = re.compile(r"^(?=[-*+][ ])|(?<=^\d)(?=[.)][ ])|(?<=^\d\d)(?=[.)][ ])")
 _LONG_NUMBER_RE = re.compile(r"^(\d{10,})(?=[.)](?:[ ]|$))")
+# what a line outside lists must start with to be anything but paragraph text here
+_MAY_MARK = frozenset(" -*+_`~>#0123456789")
 EMPTY_ITEM = "<!-- -->"  # an empty item's text: Python-Markdown needs some; the sanitizer drops it
 
 
@@ -93,6 +95,10 @@ class ListsAndFences(Preprocessor):
                 if prev == "empty item":  # an item holds at most one blank line before its text
                     stack.pop()
                 prev, first = "blank", ""
+                continue
+            if not stack and line[0] not in _MAY_MARK:  # paragraph text, most lines
+                self.out.append(line)
+                prev, first = "para", first or line
                 continue
             after_blank = prev == "blank"
             indent = len(line) - len(line.lstrip(" "))
