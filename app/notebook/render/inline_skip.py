@@ -26,6 +26,8 @@ keeps offsets into the text it was given, is never batched.
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as etree
+from collections import deque
 from collections.abc import Callable
 
 from markdown import Markdown, inlinepatterns, util
@@ -167,7 +169,53 @@ class SkippingInlineProcessor(InlineProcessor):
             self._batch = [_LOOKS_BACK.get(name, _never) if _known(name, pattern) else None
                            for name, pattern in zip(names, patterns, strict=True)]
             self._for = patterns
-        return super().run(tree, ancestors)
+        return self._walk(tree, ancestors)
+
+    # The stock InlineProcessor.run, its queue of elements a deque: the stock loop takes
+    # the first of a list (pop(0), a copy of the rest), time quadratic in the elements a
+    # paragraph makes (a note of 60,000 #tags). Otherwise line for line the same.
+    def _walk(self, tree, ancestors=None):
+        self.stashed_nodes = {}
+        tree_parents = [] if ancestors is None else ancestors[:]
+        self.parent_map = {c: p for p in tree.iter() for c in p}
+        stack = deque([(tree, tree_parents)])
+        self._InlineProcessor__build_ancestors(tree, tree_parents)  # type: ignore[attr-defined]
+        handle = self._InlineProcessor__handleInline
+        placeholders = self._InlineProcessor__processPlaceholders
+        while stack:
+            element, parents = stack.popleft()
+            self.ancestors = parents
+            if element is not tree:
+                self.ancestors.append(element.tag.lower())
+            queued = []
+            for child in element:
+                if child.text and not isinstance(child.text, util.AtomicString):
+                    self.ancestors.append(child.tag.lower())
+                    text, child.text = child.text, None
+                    found = placeholders(handle(text), child)
+                    for item in found:
+                        self.parent_map[item[0]] = child
+                    stack += found
+                    queued.append((child, found))
+                    self.ancestors.pop()
+                if child.tail:
+                    tail = handle(child.tail)
+                    dummy = etree.Element("d")
+                    child.tail = None
+                    after = placeholders(tail, dummy, False)
+                    if dummy.tail:
+                        child.tail = dummy.tail
+                    pos = list(element).index(child) + 1
+                    for new in reversed(after):
+                        self.parent_map[new[0]] = element
+                        element.insert(pos, new[0])
+                if len(child):
+                    self.parent_map[child] = element
+                    stack.append((child, self.ancestors[:]))
+            for child, found in queued:
+                for i, new in enumerate(found):
+                    child.insert(i, new[0])
+        return tree
 
     # Overrides InlineProcessor.__handleInline (name-mangled), which __applyPattern and
     # run call; the loop is the stock one, with the rule asked before a pattern's first try

@@ -79,6 +79,7 @@ class ListsAndFences(Preprocessor):
     def run(self, lines: list[str]) -> list[str]:
         self.out: list[str] = []
         self.spans: list[tuple[int, int]] = []
+        self.shown: dict[tuple[str, str | None], str] = {}  # a block written twice: once
         self.lines = lines
         stack: list[int] = []  # the content column of each open item, outermost first
         prev = "blank"  # what the last line was: blank, para (paragraph text) or other
@@ -229,7 +230,10 @@ class ListsAndFences(Preprocessor):
             return i, ""
         words = opening["info"].split()
         lang = words[0] if words and _LANG_RE.fullmatch(words[0]) else None
-        return i, self.md.htmlStash.store(self._highlight("\n".join(code), lang))
+        block = ("\n".join(code), lang)
+        if block not in self.shown:
+            self.shown[block] = self._highlight(*block)
+        return i, self.md.htmlStash.store(self.shown[block])
 
     def _highlight(self, code: str, lang: str | None) -> str:
         config = next(ext.getConfigs() for ext in self.md.registeredExtensions
