@@ -63,6 +63,9 @@ class Entry(Base):
     # link_key of that file's name without ".md": what a [[Note]] link matches first
     name_key: Mapped[str | None] = mapped_column(sa.String(200))
     body_md: Mapped[str] = mapped_column(sa.Text, default="")
+    # an imported file's front matter keys that no field holds, as YAML; written back in
+    # its file (mirror.to_text), shown nowhere else (0017)
+    front_matter: Mapped[str | None] = mapped_column(sa.Text)
     body_html: Mapped[str] = mapped_column(sa.Text, default="")
     toc_html: Mapped[str] = mapped_column(sa.Text, default="")
     tags: Mapped[str] = mapped_column(sa.String(1000), default="")  # space-separated, as typed

@@ -198,7 +198,8 @@ def test_an_export_is_a_vault_that_imports_back_as_the_same_notebook(tmp_path, m
     folder = tmp_path / "vault"
     vault_of_namesakes(folder)
     write(folder, "Attachments/pic.png", PNG)
-    write(folder, "Projects/Plan.md", "---\ntags: [work]\n---\nthe plan ![[pic.png]] #later")
+    write(folder, "Projects/Plan.md", "---\ntags: [work]\ncssclasses: [wide]\nrating: 5\n---\n"
+          "the plan ![[pic.png]] #later")
     app = make_app()
     db = app.extensions["db"]
     transfer.import_folder(db, folder, workers=0)
@@ -222,13 +223,81 @@ def test_an_export_is_a_vault_that_imports_back_as_the_same_notebook(tmp_path, m
             rows = session.scalars(sa.select(Entry)).all()
             ids = {e.id: (e.title, e.date) for e in rows}
             return sorted(
-                (e.kind, e.title, e.date, e.tags, e.status, e.body_md,
+                (e.kind, e.title, e.date, e.tags, e.status, e.body_md, e.front_matter,
                  tuple(ids.get(int(h.split("/")[2])) if c == "wikilink" else h
                        for c, h in linked(e.body_html)),
                  tuple(sorted(entries.alias_keys(session, e.id)))) for e in rows), sorted(
                 (a.path, a.sha256) for a in session.scalars(sa.select(Attachment)))
 
     assert notebook(back.extensions["db"]) == notebook(db)
+    assert "cssclasses:\n- wide\nrating: 5\n" in (out / "Projects/Plan.md").read_text()
+
+
+@pytest.mark.parametrize("way", IMPORTS)
+def test_an_export_imported_into_its_own_notebook_changes_nothing(tmp_path, make_app, way):
+    """Entries written here have no file: the export names each in its front matter
+    (`commonplace-id`), and importing it back finds them, so nothing doubles."""
+    folder = tmp_path / "vault"
+    vault_of_namesakes(folder)
+    db = make_app().extensions["db"]
+    transfer.import_folder(db, folder, workers=0)
+    with db.write() as session:
+        for day in ("2024-03-01", "2024-03-02"):
+            entries.create(session, author="x", date=day, title="Why: a/b?", body="[[Plan]]")
+        entries.create(session, author="x", date="2024-03-04", title="Week", kind="week",
+                       body="the letter")
+    out = tmp_path / "out"
+    vault.export_vault(db, out)
+    assert "commonplace-id:" in (out / "Why a b 2.md").read_text()
+
+    def state():
+        with db.read() as session:
+            return (sorted((e.id, e.title, e.revision, e.body_html)
+                           for e in session.scalars(sa.select(Entry))),
+                    session.scalar(sa.select(sa.func.count()).select_from(Revision)))
+
+    before = state()
+    report = IMPORTS[way](db, out)
+    assert (report.created, report.updated, report.errors) == (0, 0, [])
+    assert report.unchanged == len(before[0])
+    assert state() == before
+    # an edit made in the exported file updates its entry, and only that one
+    path = out / "Why a b 2.md"
+    path.write_text(path.read_text().replace("[[Plan]]", "[[Plan]] edited"))
+    report = IMPORTS[way](db, out)
+    assert (report.created, report.updated) == (0, 1)
+
+
+@pytest.mark.parametrize("way", IMPORTS)
+def test_front_matter_the_notebook_has_no_field_for_is_kept_and_written_back(
+        tmp_path, make_app, way):
+    folder = tmp_path / "vault"
+    write(folder, "Note.md", "---\ntitle: Note\ncssclasses: [wide]\nsource: "
+          "https://x.test\ncreated: 2024-01-02\n---\nbody")
+    app = make_app()
+    db = app.extensions["db"]
+    IMPORTS[way](db, folder)
+    kept = "cssclasses:\n- wide\nsource: https://x.test\ncreated: 2024-01-02\n"
+    with db.read() as session:
+        entry = session.scalars(sa.select(Entry)).one()
+        assert (entry.front_matter, entry.date.isoformat()) == (kept, "2024-01-02")
+        assert kept in mirror.to_text(entry)
+        entry_id = entry.id
+    assert IMPORTS[way](db, folder).unchanged == 1
+    with db.write() as session:  # a save from the editor keeps them
+        entry = session.get(Entry, entry_id)
+        entries.update(session, entry, {"body": "edited"}, base_revision=entry.revision,
+                       author="x")
+    mirror.write_queued(session)
+    written = next((app.config["DATA_DIR"] / "notes").rglob("*.md")).read_text()
+    assert kept in written and "edited" in written
+    out = tmp_path / "out"
+    vault.export_vault(db, out)
+    assert kept in (out / "Note.md").read_text()
+    write(folder, "Note.md", "---\ntitle: Note\ncssclasses: [narrow]\n---\nedited")
+    assert IMPORTS[way](db, folder).updated == 1
+    with db.read() as session:
+        assert session.get(Entry, entry_id).front_matter == "cssclasses:\n- narrow\n"
 
 
 def test_a_tag_written_in_the_text_is_a_tag_everywhere(client, db):

@@ -9,7 +9,9 @@ an import slowed as the notebook grew (76 entries/s at 2k, 29/s at 45k). Here in
    which entry each file creates or updates, its slug, its revision, or that it is
    unchanged, exactly as a save per file would decide, with the same refusals.
 3. **Render.** Each changed note is rendered once, in the pool, links left as placeholders
-   (bulk_render.py), a few batches ahead of the writer.
+   (bulk_render.py), a few batches ahead of the writer; a note with embeds is rendered
+   there too, its embeds left open, and filled in by the writer (no markdown is rendered
+   while the write lock is held).
 4. **Write.** Batches of BATCH notes, one write transaction each (BEGIN IMMEDIATE, so the
    web serves reads and queues its writes in between): entry and revision rows, links,
    tags and the full-text rows in bulk, links placed against the notebook as it stands
@@ -50,11 +52,13 @@ from app.notebook import (
     import_plan,
     mirror,
     note_paths,
+    saving,
     search_index,
 )
 from app.notebook.bulk_render import Failed, Template, place_links, placeholder_re, read
 from app.notebook.import_plan import ImportReport, Op
 from app.notebook.link_index import Known, LinkIndex
+from app.notebook.render.template import Template as Open
 
 BATCH = 500  # notes per write transaction
 CHUNK = 50  # notes per task sent to a worker
@@ -138,7 +142,7 @@ def _end_with_the_import(importer: int, found: attachments.Index) -> None:
 class _Holder:
     """An entry whose links may need placing again when a later batch commits."""
 
-    tpl: Template | None  # None: render it again in full (it has an embed)
+    tpl: Template | Open | None  # not a Template: filled in again in full (an embed)
     html_hash: int | None = None
 
 
@@ -211,9 +215,9 @@ class _Writer:
         for row, tpl in zip(rows, templates, strict=True):
             if isinstance(tpl, Failed):
                 continue  # (it rendered when it was saved; its stored HTML stays)
-            self._hold(row.id, tpl, -1, None if tpl else linkers[row.id])
+            self._hold(row.id, tpl, -1, None if isinstance(tpl, Template) else linkers[row.id])
 
-    def _hold(self, entry_id: int, tpl: Template | None, batch: int,
+    def _hold(self, entry_id: int, tpl: Template | Open | None, batch: int,
               keys: set[str] | None = None) -> None:
         if keys is None:
             keys = {entries.target_key(t) for t in tpl.targets} if tpl else set()
@@ -262,10 +266,10 @@ class _Writer:
             self._place_again(session, changed, {op.entity.id for op in batch})
             drawn: list[tuple[Path, str]] = []
             for key, (op, tpl) in final.items():
-                keys = None if tpl else {entries.target_key(link.target)
-                                         for link in rendered[key].links}
+                keys = None if isinstance(tpl, Template) else {
+                    entries.target_key(link.target) for link in rendered[key].links}
                 self._hold(op.after.id, tpl, number, keys)  # type: ignore[arg-type]
-                if tpl is None:  # an embed: its file shows what it shows (embeds.in_files)
+                if not isinstance(tpl, Template):  # its file shows its embeds (embeds.in_files)
                     entry = session.get(Entry, op.after.id)
                     texts[id(op)], files = mirror.file_text(session, entry)
                     drawn += [(Path(path), text) for path, text in files.items()]
@@ -297,9 +301,10 @@ class _Writer:
         updated = [op.after.id for key, (op, _) in final.items() if key not in created]
         rendered = {}
         for key, (_op, tpl) in final.items():
-            if tpl is not None:
+            if isinstance(tpl, Template):
                 rendered[key] = place_links(self.placeholders, tpl, self.resolve)
-        rows = [_entry_row(op, rendered.get(key, ("", "")), now, tpl.tags if tpl else [])
+        rows = [_entry_row(op, rendered.get(key, ("", "")), now,
+                           tpl.tags if isinstance(tpl, Template) else [])
                 for key, (op, tpl) in final.items()]
         inserts = [row for row, key in zip(rows, final, strict=True) if key in created]
         insert_many(session, ENTRY, [{**row, "created_at": now} for row in inserts])
@@ -311,13 +316,12 @@ class _Writer:
                 for chunk in _chunks(updated, 500):
                     session.execute(sa.delete(table).where(column.in_(chunk)))
         for key, (op, tpl) in list(final.items()):
-            if tpl is None:  # an embed: rendered here, with the database, like a save
+            if not isinstance(tpl, Template):  # an embed: filled in here, as a save's is
                 entry = session.get(Entry, op.after.id)
-                done = entries.render_body(session, op.body)
+                done = saving.place_or_render(session, tpl, op.body)
                 entry.body_html, entry.toc_html = done.html, done.toc_html
                 entry.body_tags = entries.body_tags(op.after.tag_list, _tags(op, done.tags))
                 session.flush()
-                final[key] = (op, None)
                 rendered[key] = done
         insert_many(session, Revision.__table__, [
             {"entry_id": op.after.id, "number": op.after.revision, "date": op.after.date,
@@ -327,7 +331,7 @@ class _Writer:
             for op in batch])
         links, tags, fts = [], [], []
         for key, (op, tpl) in final.items():
-            done = tpl or rendered[key]
+            done = tpl if isinstance(tpl, Template) else rendered[key]
             links += [{"source_id": op.after.id, "target_key": entries.target_key(link.target),
                        "text": link.text[:200], "context": link.context[:400]}
                       for link in done.links]
@@ -351,8 +355,10 @@ class _Writer:
             holder = self.holders.get(entry_id)
             if holder is None:
                 continue
-            if holder.tpl is None:
-                entries.refresh_html(session, session.get(Entry, entry_id))
+            if not isinstance(holder.tpl, Template):
+                entry = session.get(Entry, entry_id)
+                done = saving.place_or_render(session, holder.tpl, entry.body_md)
+                entry.body_html, entry.toc_html = done.html, done.toc_html
                 continue
             html, toc = place_links(self.placeholders, holder.tpl, self.resolve)
             if hash((html, toc)) != holder.html_hash:
@@ -384,7 +390,7 @@ def _entry_row(op: Op, html: tuple[str, str], now, found: list[str]) -> dict:
     k = op.after
     return {"id": k.id, "kind": k.kind, "date": k.date, "iso_week": k.iso_week,
             "title": k.title, "title_key": entries.link_key(k.title), "slug": k.slug,
-            "source_path": k.source,
+            "source_path": k.source, "front_matter": k.extra,
             "name_key": note_paths.name_of(k.path_key) if k.source else None,
             "body_md": op.body, "body_html": html[0], "toc_html": html[1], "tags": k.tags,
             "body_tags": entries.body_tags(k.tag_list, _tags(op, found)),

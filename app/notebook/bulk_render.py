@@ -5,8 +5,11 @@ A note is rendered once, through the one pipeline (app/notebook/render), with ev
 link pointing at a placeholder; `place_links` then writes each link's real address and
 class in, as resolved against the notebook when the note's batch commits (and again when
 a later batch brings an entry it links to). Placeholders carry a secret per-import nonce,
-so no note's text can spell one. A note whose text has an embed (```` ```run ````) needs
-the database to render and is left to the importing process (`template` returns None).
+so no note's text can spell one. A note whose text has an embed (```` ```run ````) or
+embeds a note or file (`![[…]]`) is rendered as a save renders it, to a
+render.template.Template with its links, embeds and embedded notes left open (the
+attachments it names found in the import's index): the writer fills them in under the
+write lock (saving.place), string work, so no markdown is rendered while it holds it.
 """
 
 from __future__ import annotations
@@ -24,6 +27,8 @@ from app.notebook.entry_rows import EntryRow
 from app.notebook.link_index import Known
 from app.notebook.mirror import Parsed, parse_file, to_text
 from app.notebook.render import Resolved, WikiLink, render
+from app.notebook.render.template import Template as Open
+from app.notebook.render.template import template as open_template
 
 
 @dataclass
@@ -63,20 +68,21 @@ def read(path: Path, root: Path | None = None) -> Parsed | str:
         return f"{path}: {exc or type(exc).__name__}"
 
 
-def template(job: tuple[str, str, tuple[str, ...]]) -> Template | Failed | None:
-    """The note rendered with placeholder links; None if it needs the database (an
-    embed); Failed if it cannot be rendered at all, which fails that note alone."""
+def template(job: tuple[str, str, tuple[str, ...]]) -> Template | Open | Failed | None:
+    """The note rendered with placeholder links; an Open template if it has an embed or
+    embeds a note or file; None if the importer must render it (its text spells the
+    nonce); Failed if it cannot be rendered at all, which fails that note alone."""
     try:
         return _template(*job)
     except Exception as exc:  # a hostile text fails its own file, never the import
         return Failed(f"{type(exc).__name__}: {str(exc)[:200]}".rstrip(": "))
 
 
-def _template(body: str, nonce: str, embed_names: tuple[str, ...]) -> Template | None:
+def _template(body: str, nonce: str, embed_names: tuple[str, ...]) -> Template | Open | None:
     if nonce in body:
         return None  # (never, in practice) rendered by the importer with the real resolver
     if "![[" in body:
-        return None  # an attachment or a note embedded: the importer looks them up
+        return _open(body, embed_names)
     targets: list[str] = []
     embedded: list[str] = []
 
@@ -91,8 +97,18 @@ def _template(body: str, nonce: str, embed_names: tuple[str, ...]) -> Template |
     done = render(body, resolve_link=resolve, tag_url=tag_url,
                   embeds=dict.fromkeys(embed_names, embed), resolve_attachment=_attachment_url)
     if embedded:
-        return None
+        return _open(body, embed_names)
     return Template(done.html, done.toc_html, targets, done.links, done.tags, done.text)
+
+
+def _open(body: str, embed_names: tuple[str, ...]) -> Open:
+    """The note as a save renders it (saving.render): once, and again handed the
+    attachments the first render asked for."""
+    tpl = open_template(body, embed_names, tag_url)
+    if tpl.unknown:
+        files = {name: _attachment_url(name) for name in tpl.unknown}
+        tpl = open_template(body, embed_names, tag_url, files=files)
+    return tpl
 
 
 def placeholder_re(nonce: str) -> re.Pattern[str]:
@@ -129,4 +145,4 @@ def _as_entry(known: Known, body: str) -> EntryRow:
     which is not known here."""
     return EntryRow(known.id, known.kind, known.date, known.iso_week, known.title,  # type: ignore[arg-type]
                     known.slug, known.tags, "", known.status, known.revision, None, None, body,  # type: ignore[arg-type]
-                    publish=known.publish)
+                    publish=known.publish, front_matter=known.extra)

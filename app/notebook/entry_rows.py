@@ -43,6 +43,7 @@ class EntryRow(NamedTuple):
     body_html: str = ""
     toc_html: str = ""
     publish: bool = False  # like the bodies, only `read` fills it
+    front_matter: str | None = None  # like the bodies (mirror.to_text writes it)
 
     @property
     def tag_list(self) -> list[str]:
@@ -57,7 +58,8 @@ class EntryRow(NamedTuple):
 LISTED = (Entry.id, Entry.kind, Entry.date, Entry.iso_week, Entry.title, Entry.slug,
           Entry.tags, Entry.body_tags, Entry.status, Entry.revision, Entry.created_at,
           Entry.updated_at)
-WHOLE = (*LISTED, Entry.body_md, Entry.body_html, Entry.toc_html, Entry.publish)
+WHOLE = (*LISTED, Entry.body_md, Entry.body_html, Entry.toc_html, Entry.publish,
+         Entry.front_matter)
 assert [c.key for c in WHOLE] == list(EntryRow._fields)
 
 ONE = Prepared(sa.select(*WHOLE).where(Entry.id == sa.bindparam("id")))

@@ -19,6 +19,7 @@ from app.models import Entry, EntryAlias, link_key
 from app.notebook import entries
 from app.notebook.isoweeks import iso_week
 from app.notebook.link_index import NEW, Known, LinkIndex, keys_of
+from app.notebook.mirror import export_id
 
 
 @dataclass
@@ -66,10 +67,11 @@ def existing(db) -> list[Known]:
         rows = session.execute(sa.select(
             Entry.id, Entry.kind, Entry.date, Entry.iso_week, Entry.title, Entry.slug,
             Entry.status, Entry.revision, Entry.tags, Entry.body_md, Entry.publish,
-            Entry.source_path))
+            Entry.source_path, Entry.front_matter, Entry.created_at))
         return [Known(r.id, r.id, r.kind, r.date, r.iso_week, r.title, r.slug, r.status,
                       r.revision, r.tags, hash(r.body_md), r.publish, r.source_path,
-                      tuple(aliases.get(r.id, ()))) for r in rows]
+                      tuple(aliases.get(r.id, ())), r.front_matter,
+                      export_id(r.id, r.created_at)) for r in rows]
 
 
 def import_tags(raw: list[str]) -> tuple[list[str], list[str]]:
@@ -109,6 +111,7 @@ def plan(parsed: Iterable, existing: list[Known], author: str, report: ImportRep
     index = LinkIndex()
     for known in existing:
         index.add(known)
+    exported = {known.export_id: known for known in existing if known.export_id}
     ops: list[Op] = []
     untouched: list[Known] = []
     claimed: set[int] = set()
@@ -118,6 +121,10 @@ def plan(parsed: Iterable, existing: list[Known], author: str, report: ImportRep
             continue
         week = iso_week(p.date)
         found = index.match(p.kind, week, p.source, claimed, in_folder)
+        if found is None and p.export_id:  # this notebook's export: the entry it came from
+            found = exported.get(p.export_id)
+            if found is not None and (id(found) in claimed or found.source in in_folder):
+                found = None  # taken, or its own file is in this folder too
         kind = p.kind
         if found is None and kind == "week" and week in index.weeks:
             kind = "entry"  # that week's letter is another file's
@@ -133,7 +140,8 @@ def plan(parsed: Iterable, existing: list[Known], author: str, report: ImportRep
         aliases = import_aliases(p.aliases)
         if found is None:
             known = Known(None, NEW + n, kind, fields.date, week, fields.title, "",
-                          fields.status, source=p.source, aliases=aliases)
+                          fields.status, source=p.source, aliases=aliases,
+                          extra=p.front_matter)
             before = None
             report.created += 1
         else:
@@ -141,7 +149,7 @@ def plan(parsed: Iterable, existing: list[Known], author: str, report: ImportRep
             same = (fields.date == found.date and fields.title == found.title
                     and hash(fields.body) == found.body_hash and aliases == found.aliases
                     and fields.tags == found.tag_list and fields.status == found.status
-                    and fields.publish == found.publish)
+                    and fields.publish == found.publish and p.front_matter == found.extra)
             if same:
                 report.unchanged += 1
                 untouched.append(found)
@@ -154,7 +162,7 @@ def plan(parsed: Iterable, existing: list[Known], author: str, report: ImportRep
         known.tags, known.status = " ".join(fields.tags), fields.status
         known.publish = fields.publish
         known.body_hash, known.revision = hash(fields.body), known.revision + 1
-        known.aliases = aliases
+        known.aliases, known.extra = aliases, p.front_matter
         known.slug = (index.unique_slug(known, entries.slugify(fields.title))
                       if known.kind == "entry" else known.iso_week.lower())
         index.add(known)

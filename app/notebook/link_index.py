@@ -44,6 +44,8 @@ class Known:
     publish: bool = False
     source: str | None = None  # the file it was imported from (Entry.source_path)
     aliases: tuple[str, ...] = ()  # link keys
+    extra: str | None = None  # its file's other front matter (Entry.front_matter)
+    export_id: str | None = None  # what an export names it by (mirror.export_id)
 
     @property
     def path_key(self) -> str:

@@ -52,6 +52,20 @@ def _short_and_plain(title: str, tags: list[str]) -> bool:
         c.isascii() or (c.isprintable() and not c.isspace() and c <= "\uffff") for c in text)
 
 
+# The keys to_text writes (and "commonplace-id", the export's: vault.py); a file's other
+# keys are kept with its entry as they were (Entry.front_matter) and written after these.
+WRITTEN_KEYS = frozenset(("title", "date", "kind", "week", "tags", "status", "publish",
+                          "aliases", "commonplace-id"))
+MAX_FRONT_MATTER = 20_000  # characters of kept keys, as YAML
+
+
+def export_id(entry_id: int, created_at: dt.datetime) -> str:
+    """What names an entry in an export's front matter (`commonplace-id`), so importing
+    the export into the same notebook finds the entry again (import_plan.plan): its id and
+    the moment it was made, which no entry of another notebook shares."""
+    return f"{entry_id}-{created_at:%Y%m%d%H%M%S%f}"
+
+
 def relpath(entry: Entry) -> Path:
     if entry.kind == "week":
         return Path(entry.iso_week[:4]) / f"{entry.iso_week}.md"
@@ -71,6 +85,7 @@ def to_text(entry: Entry, body: str | None = None) -> str:
     dumper = SafeDumper if _short_and_plain(entry.title, meta["tags"]) else yaml.SafeDumper
     front = yaml.dump(meta, Dumper=dumper, sort_keys=False, allow_unicode=True,
                       default_flow_style=None)
+    front += getattr(entry, "front_matter", None) or ""  # the file's own keys, as they came
     body = entry.body_md if body is None else body
     return f"---\n{front}---\n{body}\n" if body else f"---\n{front}---\n"
 
@@ -231,6 +246,8 @@ class Parsed:
     publish: bool = False  # Obsidian Publish's own key
     aliases: list[str] = field(default_factory=list)
     warnings: list[str] = field(default_factory=list)  # what was read otherwise than written
+    front_matter: str | None = None  # the keys no field holds, as YAML (WRITTEN_KEYS)
+    export_id: str | None = None  # "commonplace-id:", an export's (export_id)
 
 
 def read_note(path: Path, follow_symlinks: bool = True) -> tuple[str, float]:
@@ -338,6 +355,23 @@ def parse_file(path: Path, follow_symlinks: bool = True, root: Path | None = Non
     if not isinstance(publish, bool):  # whether a note is public is never guessed
         raise ValueError(f"publish must be true or false, not {str(publish)[:40]!r}")
     aliases = _strings(meta.get("aliases")) or _strings(meta.get("alias"))
+    found = meta.get("commonplace-id")
     return Parsed(path, source, kind, date, title[:200], body,
                   _strings(meta.get("tags")) or _strings(meta.get("tag")), status,
-                  publish, [a for a in aliases if a.strip()][:50], warnings)
+                  publish, [a for a in aliases if a.strip()][:50], warnings,
+                  _kept(meta, warnings), str(found)[:100] if found else None)
+
+
+def _kept(meta: dict, warnings: list[str]) -> str | None:
+    """The front matter's keys that no field holds, as YAML, to be written back."""
+    kept = {key: value for key, value in meta.items() if key not in WRITTEN_KEYS}
+    if not kept:
+        return None
+    # block style throughout: a flow mapping ("{a: 1}") could not follow to_text's keys
+    text = yaml.dump(kept, Dumper=yaml.SafeDumper, sort_keys=False, allow_unicode=True,
+                     default_flow_style=False)
+    if len(text) > MAX_FRONT_MATTER:
+        warnings.append(f"front matter keys left aside: {len(text)} characters of YAML, "
+                        f"more than {MAX_FRONT_MATTER}")
+        return None
+    return text

@@ -266,6 +266,17 @@ def place(session: Session, tpl: Template) -> Rendered:
                 inclusions.note_embedder(session, entries.resolve))
 
 
+def place_or_render(session: Session, tpl: Template | None, body: str) -> Rendered:
+    """`place`, or where what the template was handed moved (or there is none) the body
+    rendered here in full (bulk_import.py: its templates come from its workers)."""
+    if tpl is not None:
+        try:
+            return place(session, tpl)
+        except Moved:
+            pass
+    return entries.render_body(session, body)
+
+
 def resolve_many(session: Session, targets: list[str]) -> dict[str, Resolved]:
     """`entries.resolve` (resolving.py) for many targets at once: the same answers in the
     same order of rules (a week, a date, an imported file's path, a title, an alias; the

@@ -126,15 +126,18 @@ def import_folder_slowly(db, folder: Path, author: str = "import") -> ImportRepo
         try:
             with db.write() as session:
                 if op.before is None:
-                    entries.create(session, author=author, kind=known.kind, date=known.date,
-                                   note=note, source_path=known.source,
-                                   aliases=list(known.aliases), **fields)
+                    entry = entries.create(session, author=author, kind=known.kind,
+                                           date=known.date, note=note, source_path=known.source,
+                                           aliases=list(known.aliases), **fields)
                 else:
                     if known.kind == "entry":
                         fields["date"] = known.date
-                    existing = entries.get(session, op.entity.id)  # type: ignore[arg-type]
-                    entries.update(session, existing, fields, base_revision=existing.revision,
+                    entry = entries.get(session, op.entity.id)  # type: ignore[arg-type]
+                    entries.update(session, entry, fields, base_revision=entry.revision,
                                    author=author, note=note, aliases=list(known.aliases))
+                if entry.front_matter != known.extra:  # the file's other keys (no field's)
+                    entry.front_matter = known.extra
+                    mirror.queue_write(session, entry)
             mirror.write_queued(session)
         except (Refusal, RecursionError) as exc:
             report.errors.append(f"{op.path}: could not be rendered "

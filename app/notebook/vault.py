@@ -21,7 +21,7 @@ import yaml
 from app.models import Attachment, Entry, EntryAlias
 from app.notebook import embeds
 from app.notebook.attachments import path_for
-from app.notebook.mirror import to_text
+from app.notebook.mirror import export_id, to_text
 from base.durable import write_atomic
 
 # What Windows, macOS or Obsidian's links cannot hold in a name ([[a#b]] is a heading)
@@ -58,10 +58,14 @@ class _Names:
 
 def _text(entry: Entry, aliases: list[str], uploads: dict[str, str], body: str) -> str:
     text = to_text(entry, body)
-    if aliases:  # after the front matter's first line: mirror.to_text owns the rest
-        listed = yaml.safe_dump({"aliases": aliases}, allow_unicode=True,
-                                default_flow_style=None)
-        text = "---\n" + listed + text[4:]
+    # after the front matter's first line (mirror.to_text owns the rest): what names the
+    # entry, so importing this folder into the same notebook finds it (import_plan.plan)
+    listed = yaml.safe_dump({"commonplace-id": export_id(entry.id, entry.created_at)},
+                            default_flow_style=False)
+    if aliases:
+        listed += yaml.safe_dump({"aliases": aliases}, allow_unicode=True,
+                                 default_flow_style=None)
+    text = "---\n" + listed + text[4:]
 
     def vault_link(m: re.Match[str]) -> str:
         path = uploads.get(m[3])

@@ -18,7 +18,9 @@ from .rendered import Rendered, Resolved, WikiLink, hide_draft_links
 # 4: run cards carry charts, lessons and a part the feed shows as an image.
 # 5: Obsidian's markdown (heading and block links, embeds, callouts, highlights, comments, math).
 # 6: a list right after a paragraph's last line is a list; fences in list items and quotes.
-VERSION = 6
+# 7: lists nest as CommonMark nests them (two spaces will do); fences as CommonMark reads
+# them; strikethrough and bare URLs.
+VERSION = 7
 
 
 def render(body_md: str, **options) -> Rendered:
@@ -46,10 +48,10 @@ def excerpt(html: str, fragment: str | None) -> str | None:
 
 def fenced_blocks(text: str) -> list[tuple[int, int]]:
     """Where the text's fenced code blocks lie, by the grammar the pipeline reads them with
-    (Python-Markdown's fenced_code): (start, end) offsets, in order."""
-    from markdown.extensions.fenced_code import FencedBlockPreprocessor
+    (lists.py's): (start, end) offsets, in order."""
+    from .lists import fenced_blocks as blocks
 
-    return [m.span() for m in FencedBlockPreprocessor.FENCED_BLOCK_RE.finditer(text)]
+    return blocks(text)
 
 
 __all__ = ["VERSION", "Rendered", "Resolved", "WikiLink", "excerpt", "fenced_blocks",

@@ -1,12 +1,11 @@
-"""Fenced code inside list items and quotes.
+"""Fenced code inside quotes.
 
-Python-Markdown finds fenced code once, in the whole text, and only at the start of a
-line: a fence in a list item (indented) or a quote (after ">") was left for the block
-parser, which made a paragraph of it and the backticks inline code. `NestedFences` is a
-block processor: asked for each block of a list item's or a quote's text (once the
-parser has taken the indentation and ">" off), it takes a block that opens with a fence
-and every block up to the one that closes it, and renders the code as fenced_code does
-(through codehilite). At the top level fenced_code has taken every fence already.
+lists.py reads the fences at the top level and in list items, line by line; a fence in a
+quote (after ">") is left for the block parser, which made a paragraph of it and the
+backticks inline code. `NestedFences` is a block processor: asked for each block of a
+quote's text (once the parser has taken the ">" off), it takes a block that opens with a
+fence and every block up to the one that closes it, and renders the code as fenced_code
+does (through codehilite).
 """
 
 from __future__ import annotations
@@ -16,7 +15,6 @@ import xml.etree.ElementTree as etree
 
 from markdown.blockprocessors import BlockProcessor
 from markdown.extensions.codehilite import CodeHilite, CodeHiliteExtension
-from markdown.preprocessors import Preprocessor
 
 # an opening line: three or more backticks or tildes, an optional language; in a tight
 # list item's text its lines after the first keep their indentation
@@ -24,40 +22,6 @@ _OPEN = r"^(?P<indent>{})(?P<fence>`{{3,}}|~{{3,}})[ \t]*\.?(?P<lang>[\w#.+-]*)[
 _OPEN_RE = re.compile(_OPEN.format(""), re.MULTILINE)
 _OPEN_IN_ITEM_RE = re.compile(_OPEN.format("[ ]*"), re.MULTILINE)
 LOOKAHEAD = 50  # blocks searched for the closing fence (blank lines inside the code)
-
-# A fence line with an info string of several words ("```plain text", "``` js title=x"):
-# CommonMark takes the first word as the language; fenced_code reads no such fence at all,
-# and its closing line was then taken for the opening of a block that ran on to the next
-# fence. A closing fence has no info string, so such a line always opens one.
-_WORDY_OPEN_RE = re.compile(r"^(?P<fence>`{3,}|~{3,})[ \t]*\.?(?P<lang>[\w#.+-]+)[ \t]+\S[^\n]*$")
-_FENCE_LINE_RE = re.compile(r"^(?P<fence>`{3,}|~{3,})[ \t]*(?P<info>[^\n]*)$")
-
-
-class InfoStrings(Preprocessor):
-    """Opening fences keep the first word of their info string, so fenced_code reads them
-    (before it runs). Lines inside a fenced block are left as they are."""
-
-    def run(self, lines: list[str]) -> list[str]:
-        inside: str | None = None  # the fence of the block we are in
-        out = []
-        for line in lines:
-            if "``" not in line and "~~" not in line:
-                out.append(line)
-                continue
-            fence = _FENCE_LINE_RE.match(line)
-            if inside is not None:
-                if fence and fence["fence"][0] == inside[0] and len(fence["fence"]) >= len(
-                        inside) and not fence["info"].strip():
-                    inside = None
-                out.append(line)
-                continue
-            wordy = _WORDY_OPEN_RE.match(line)
-            if wordy and not (wordy["fence"][0] == "`" and "`" in line[len(wordy["fence"]):]):
-                line = wordy["fence"] + wordy["lang"]
-            if fence:
-                inside = fence["fence"]
-            out.append(line)
-        return out
 
 
 class NestedFences(BlockProcessor):

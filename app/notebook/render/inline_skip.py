@@ -26,6 +26,8 @@ keeps offsets into the text it was given, is never batched.
 
 from __future__ import annotations
 
+import xml.etree.ElementTree as etree
+from collections import deque
 from collections.abc import Callable
 
 from markdown import Markdown, inlinepatterns, util
@@ -33,6 +35,7 @@ from markdown.treeprocessors import InlineProcessor
 
 from . import links
 from .bounded import NumberedFootnotes
+from .gfm import STRIKE_RE, URL_RE, BareUrlProcessor, StrikeProcessor
 from .math import MATH_RE, MathInlineProcessor
 from .syntax import TAG_RE, TagProcessor
 from .wikilinks import EMBED_RE, WIKILINK_RE, EmbedProcessor, WikiLinkProcessor
@@ -63,6 +66,8 @@ _NEEDS: dict[str, tuple[type | None, str | None, tuple[str, ...]]] = {
     "cp_embed": (EmbedProcessor, EMBED_RE, ("![[", "]]")),
     "cp_math": (MathInlineProcessor, MATH_RE, ("$",)),
     "cp_tag": (TagProcessor, TAG_RE, ("#",)),
+    "cp_strike": (StrikeProcessor, STRIKE_RE, ("~~",)),
+    "cp_url": (BareUrlProcessor, URL_RE, ()),  # "://" or "www.": see _rule
 }
 
 # Links to a definition ("[text][id]", "[id]"): without definitions they match nothing.
@@ -86,6 +91,8 @@ _LOOKS_BACK: dict[str, Callable[[str], bool]] = {
     "cp_math": lambda before: before in "\\$",
     "cp_tag": lambda before: before.isspace() or before == "(",
 }
+# (cp_url and cp_strike look back too, but neither can match right where it last ended:
+# a URL ends before a space, "<" or punctuation, a strike before a character not "~")
 
 
 Rule = Callable[[str], bool]
@@ -97,6 +104,8 @@ MAX_DELIMITERS = 10_000
 
 
 def _all_of(needs: tuple[str, ...]) -> Rule:
+    if not needs:  # a URL: a scheme or "www."
+        return lambda data: "://" in data or "www." in data
     if len(needs) == 1:
         only = needs[0]
         return lambda data: only in data
@@ -160,7 +169,53 @@ class SkippingInlineProcessor(InlineProcessor):
             self._batch = [_LOOKS_BACK.get(name, _never) if _known(name, pattern) else None
                            for name, pattern in zip(names, patterns, strict=True)]
             self._for = patterns
-        return super().run(tree, ancestors)
+        return self._walk(tree, ancestors)
+
+    # The stock InlineProcessor.run, its queue of elements a deque: the stock loop takes
+    # the first of a list (pop(0), a copy of the rest), time quadratic in the elements a
+    # paragraph makes (a note of 60,000 #tags). Otherwise line for line the same.
+    def _walk(self, tree, ancestors=None):
+        self.stashed_nodes = {}
+        tree_parents = [] if ancestors is None else ancestors[:]
+        self.parent_map = {c: p for p in tree.iter() for c in p}
+        stack = deque([(tree, tree_parents)])
+        self._InlineProcessor__build_ancestors(tree, tree_parents)  # type: ignore[attr-defined]
+        handle = self._InlineProcessor__handleInline
+        placeholders = self._InlineProcessor__processPlaceholders
+        while stack:
+            element, parents = stack.popleft()
+            self.ancestors = parents
+            if element is not tree:
+                self.ancestors.append(element.tag.lower())
+            queued = []
+            for child in element:
+                if child.text and not isinstance(child.text, util.AtomicString):
+                    self.ancestors.append(child.tag.lower())
+                    text, child.text = child.text, None
+                    found = placeholders(handle(text), child)
+                    for item in found:
+                        self.parent_map[item[0]] = child
+                    stack += found
+                    queued.append((child, found))
+                    self.ancestors.pop()
+                if child.tail:
+                    tail = handle(child.tail)
+                    dummy = etree.Element("d")
+                    child.tail = None
+                    after = placeholders(tail, dummy, False)
+                    if dummy.tail:
+                        child.tail = dummy.tail
+                    pos = list(element).index(child) + 1
+                    for new in reversed(after):
+                        self.parent_map[new[0]] = element
+                        element.insert(pos, new[0])
+                if len(child):
+                    self.parent_map[child] = element
+                    stack.append((child, self.ancestors[:]))
+            for child, found in queued:
+                for i, new in enumerate(found):
+                    child.insert(i, new[0])
+        return tree
 
     # Overrides InlineProcessor.__handleInline (name-mangled), which __applyPattern and
     # run call; the loop is the stock one, with the rule asked before a pattern's first try

@@ -10,14 +10,14 @@ from typing import Any
 
 import markdown
 
-from . import links
+from . import gfm, links
 from .anchors import heading_slug
 from .block_skip import SkippingBlockLoop
 from .bounded import BoundedHtmlBlocks, NumberedFootnotes, SplitBlocks, flattened
-from .fences import InfoStrings, NestedFences
+from .fences import NestedFences
 from .highlight import CodeFormatter
 from .inline_skip import SkippingInlineProcessor
-from .lists import ListAfterParagraph
+from .lists import ListsAndFences
 from .obsidian import ObsidianExtension
 from .plaintext import extract
 from .rendered import Rendered, Resolved, WikiLink, default_resolve_link, default_tag_url
@@ -38,6 +38,7 @@ _EXTENSIONS = [
 _INLINE_PRIORITY = 20  # Python-Markdown's own place for "inline" (markdown/treeprocessors.py)
 _HTML_BLOCK_PRIORITY = 20  # and for "html_block" (markdown/preprocessors.py)
 _FOOTNOTE_PRIORITY = 175  # and for "footnote" (markdown/extensions/footnotes.py)
+_FENCED_PRIORITY = 25  # and for "fenced_code_block" (markdown/extensions/fenced_code.py)
 
 _local = threading.local()  # one Markdown per thread: building one costs a good part of a render
 
@@ -54,6 +55,7 @@ def _new_markdown(state: RenderState) -> tuple[markdown.Markdown, CommonplaceExt
     md = markdown.Markdown(extensions=[*_EXTENSIONS, ext, ObsidianExtension(ext)],
                            extension_configs=configs, output_format="html")
     links.install(md)  # the stock link patterns, less their scans to the end
+    gfm.install(md)  # strikethrough and bare URLs
     stock = md.inlinePatterns["footnote"]  # the same, numbered from a table
     md.inlinePatterns.register(NumberedFootnotes(stock.pattern, stock.footnotes), "footnote",
                                _FOOTNOTE_PRIORITY)
@@ -63,15 +65,12 @@ def _new_markdown(state: RenderState) -> tuple[markdown.Markdown, CommonplaceExt
     # the stock raw HTML finder, less its scans for a ">" that is not there; then, with
     # code and HTML stashed, blocks split where the parser would split them anyway
     md.preprocessors.register(BoundedHtmlBlocks(md), "html_block", _HTML_BLOCK_PRIORITY)
-    # lists that start right after a paragraph line, before the split (which reads blocks)
-    md.preprocessors.register(ListAfterParagraph(md), "cp_list_after_paragraph",
-                              _HTML_BLOCK_PRIORITY - 0.5)
     md.preprocessors.register(SplitBlocks(md), "cp_split_blocks", _HTML_BLOCK_PRIORITY - 1)
     # (the "quote" block processor is callouts.py's, a bounded.SplitQuote: ObsidianExtension)
-    # just above paragraphs: fences in list items and quotes, which fenced_code cannot see
+    # just above paragraphs: fences in quotes, which the line pass does not read
     md.parser.blockprocessors.register(NestedFences(md.parser), "cp_nested_fences", 12)
-    # before fenced_code (25): a fence whose info string has several words opens a block
-    md.preprocessors.register(InfoStrings(md), "cp_info_strings", 26)
+    # fenced_code's place: lists nested and fences read as CommonMark does (lists.py)
+    md.preprocessors.register(ListsAndFences(md), "fenced_code_block", _FENCED_PRIORITY)
     return md, ext
 
 

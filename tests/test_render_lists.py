@@ -1,0 +1,92 @@
+"""Lists and fenced code as CommonMark reads them (app/notebook/render/lists.py): nesting by
+the item's own indentation, lists after a paragraph, fences in list items and fences that
+are never closed, loose lists, and the fence grammar the task boxes are found with."""
+
+import re
+
+from app.notebook import render, tasks
+from tests.helpers import Elements
+
+
+def _shape(html: str) -> str:
+    """The HTML's list and code tags only, in order: "<ul><li><ul><li></li></ul></li></ul>"."""
+    return "".join(f"<{end}{tag}>" for end, tag in re.findall(r"<(/?)(ul|ol|li|pre|p)\b", html))
+
+
+def test_lists_nest_by_two_spaces_as_on_github_and_in_obsidian():
+    html = render.render("- a\n  - b\n    - c\n- d\n").html
+    assert _shape(html) == "<ul><li><ul><li><ul><li></li></ul></li></ul></li><li></li></ul>"
+    assert [text.split()[0] for _, text in Elements(html).all("li")] == ["a", "b", "c", "d"]
+    ordered = render.render("1. a\n   1. b\n2. c\n").html
+    assert _shape(ordered) == "<ol><li><ol><li></li></ol></li><li></li></ol>"
+    # four spaces still nest, as they did
+    assert _shape(render.render("- a\n    - b\n").html) == "<ul><li><ul><li></li></ul></li></ul>"
+
+
+def test_an_item_holds_its_paragraphs_and_code_at_its_own_indentation():
+    html = render.render("- one\n\n  two\n\n      code\n- three\n").html
+    assert _shape(html) == "<ul><li><p></p><p></p><pre></pre></li><li><p></p></li></ul>"
+    assert [text for _, text in Elements(html).all("code")] == ["code\n"]
+
+
+def test_a_loose_list_makes_every_item_a_paragraph():
+    html = render.render("- a\n- b\n\n- c\n").html
+    assert _shape(html) == "<ul><li><p></p></li><li><p></p></li><li><p></p></li></ul>"
+
+
+def test_another_marker_starts_another_list_and_long_numbers_are_text():
+    assert _shape(render.render("- a\n+ b\n").html) == "<ul><li></li></ul><ul><li></li></ul>"
+    assert _shape(render.render("1. a\n2) b\n").html) == "<ol><li></li></ol><ol><li></li></ol>"
+    assert "<li>" not in render.render("1234567890. not an item").html
+
+
+def test_fences_in_list_items_keep_blank_lines_and_end_with_the_item():
+    source = ("1. build\n   ```bash\n   make\n\n   make install\n   ```\n"
+              "2. run\n   ```\n   ./x\n3. done")
+    els = Elements(render.render(source).html)
+    assert [text for _, text in els.all("code")] == ["make\n\nmake install\n", "./x\n"]
+    assert "```" not in render.render(source).html
+    assert _shape(render.render(source).html).count("<li>") == 3
+
+
+def test_fences_as_commonmark_reads_them():
+    cases = {
+        "  ```\n  indented\n    more\n  ```": "indented\n  more\n",  # indentation taken off
+        "```\nnever closed\n\n": "never closed\n",  # runs to the end
+        "````\n```\ninside\n````": "```\ninside\n",  # closed only by as long a fence
+        "~~~ py title=x\nprint()\n~~~": "print()\n",  # the info string's first word
+        "```\n```": "",
+    }
+    for source, code in cases.items():
+        els = Elements(render.render(source).html)
+        assert [text for _, text in els.all("code")] == [code], source
+    # a backtick fence's info string holds no backtick: that is a code span
+    assert "<pre>" not in render.render("``` `x` ```\nnot code").html
+
+
+def test_task_boxes_in_fenced_code_are_neither_found_nor_shown():
+    body = "- [ ] real\n  ```\n  - [ ] in code\n  ```\n- [x] also real\n```\n- [ ] code\n"
+    assert [ticked for _, ticked in tasks.boxes(body)] == [False, True]
+    assert render.render(body).tasks == [False, True]
+    assert render.fenced_blocks("a\n```\nx\n```\nb") == [(2, 12)]
+
+
+# --- GitHub's inline extensions (render/gfm.py) --------------------------------------
+
+
+def test_strikethrough_on_one_line_between_words():
+    html = render.render("a ~~gone~~ b ~~ not ~~ c ~~x\n\ny~~ `~~code~~`").html
+    assert [text for _, text in Elements(html).all("del")] == ["gone"]
+    assert "~~ not ~~" in html and "<code>~~code~~</code>" in html
+
+
+def test_bare_urls_are_links_but_not_their_punctuation():
+    html = render.render(
+        "See https://x.test/a_(b)). Or www.example.com, and http://x.test/#frag.\n\n"
+        "[named](http://z.test) <http://y.test> `http://q.test` x@www.a.test http://").html
+    found = [(attrs["href"], text) for attrs, text in Elements(html).all("a")]
+    assert found == [("https://x.test/a_(b)", "https://x.test/a_(b)"),
+                     ("http://www.example.com", "www.example.com"),
+                     ("http://x.test/#frag", "http://x.test/#frag"),
+                     ("http://z.test", "named"), ("http://y.test", "http://y.test")]
+    assert render.render("http://x.test/#frag").tags == []  # the "#" is the URL's
