@@ -31,8 +31,6 @@ def create_app(config: dict | None = None) -> Flask:
     # the scheduler and `commonplace` commands load only what their process needs.
     from app import db
     from app.config import from_environment
-    from app.journal.views import card_markdown, cards
-    from app.notebook import embeds
     from app.web import WebApp
     from app.web import init_app as init_web
 
@@ -43,13 +41,41 @@ def create_app(config: dict | None = None) -> Flask:
 
     db.init_app(app)
     init_web(app)
+    register_embeds(app.config["TIMEZONE"])
+    return app
+
+
+class Backend:
+    """The app without the web, for a process that serves no page (the scheduler): the
+    settings and the database, where the code that takes an app reads them (`config`,
+    `extensions["db"]`). Flask is not imported."""
+
+    def __init__(self, config: dict):
+        self.config = config
+        self.extensions: dict = {}
+
+
+def create_backend(config: dict | None = None) -> Backend:
+    from app import db
+    from app.config import from_environment
+
+    backend = Backend({**from_environment(), **(config or {})})
+    keep_private(Path(backend.config["DATA_DIR"]), backend.config["DATABASE_URL"])
+    backend.extensions["db"] = db.from_config(backend.config)
+    register_embeds(backend.config["TIMEZONE"])
+    return backend
+
+
+def register_embeds(timezone: str) -> None:
+    from app.journal.views import card_markdown, cards
+    from app.notebook import embeds
+
     # The notebook renders ```run blocks without importing the journal: the embed is
     # registered from above (with the owner's clock for the card's time).
-    embeds.register("run", functools.partial(cards.run_card, timezone=app.config["TIMEZONE"]))
+    embeds.register("run", functools.partial(cards.run_card, timezone=timezone))
     # and the card as markdown, for the letter's file on disk (the mirror, an export)
     embeds.register_markdown("run", functools.partial(card_markdown.run_markdown,
-                                                      timezone=app.config["TIMEZONE"]))
-    return app
+                                                      timezone=timezone))
 
 
 def keep_private(data_dir: Path, database_url: str) -> None:

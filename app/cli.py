@@ -17,9 +17,9 @@ from pathlib import Path
 
 import click
 
-from app import ROOT, backups
+from app import backups, supervisor
 from app.config import from_environment, listen_addresses
-from app.supervisor import supervise
+from app.supervisor import gunicorn_argv
 
 
 def _app():
@@ -56,14 +56,6 @@ def _ensure_this_week(app) -> None:
 
     if ensure_this_week(_db(app), app.config["TIMEZONE"])[1]:
         click.echo("created this week's letter")
-
-
-def gunicorn_argv(addresses: list[str]) -> list[str]:
-    # Workers, threads, timeouts and logging live in gunicorn.conf.py (the same file Docker
-    # and systemd use); the command line only names the addresses.
-    binds = [arg for address in addresses for arg in ("--bind", address)]
-    return [sys.executable, "-m", "gunicorn", "--config", str(ROOT / "gunicorn.conf.py"),
-            *binds, "app:create_app()"]
 
 
 # A unix socket's path must fit sockaddr_un.sun_path (108 bytes on Linux, with its NUL).
@@ -114,26 +106,19 @@ def up(allow_non_loopback: bool) -> None:
     # The local runner talks to the TCP address with its token, like any other runner. It
     # runs as you and could read the notebook's files itself: `up` keeps the runner off
     # the serve socket, but the boundary is your user (docs/SECURITY.md).
-    runner_env = {**os.environ, "COMMONPLACE_RUNNER_TOKEN": _local_runner_token(app)}
-    me = [sys.executable, "-m", "app.cli"]
-    # The web and the scheduler each lead a process group of their own, so that a stop
-    # reaches their workers too; the runner stays in ours and gets Ctrl-C as it is.
-    children = [
-        subprocess.Popen(gunicorn_argv(addresses), start_new_session=True),  # _listen checked
-        subprocess.Popen([*me, "scheduler"], start_new_session=True),
-        subprocess.Popen([*me, "runner", "--server", local], env=runner_env),
-    ]
+    env = {**os.environ, supervisor.RUNNER_TOKEN: _local_runner_token(app)}
     click.echo(f"Commonplace is running at http://{bind}/  (data in {app.config['DATA_DIR']})")
     if app.config["AUTH_MODE"] == "serve":
         click.echo(f"put it on your tailnet with: tailscale serve --bg "
                    f"unix:{app.config['SERVE_SOCKET']}")
-    supervise(children)
-    # Nothing is left to tidy (the children are gone; the database is closed here), and
-    # tearing down an interpreter that loaded the whole app took longer than stopping them.
+    # Then this process becomes the supervisor, which starts the web (on the addresses
+    # _listen checked), the scheduler and the runner, and watches them: what it loaded to
+    # get the notebook ready (Flask, SQLAlchemy, Alembic, the renderer) is gone with exec.
     _db(app).engine.dispose()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    argv = supervisor.command(local, addresses)
+    os.execve(argv[0], argv, env)
 
 
 def _local_runner_token(app) -> str:
@@ -156,11 +141,14 @@ def web(allow_non_loopback: bool) -> None:
 @main.command()
 def scheduler() -> None:
     """The scheduler process alone: schedules, reaper, cards into letters, backups."""
+    from app import create_backend
     from app.journal.scheduler import main as run_scheduler  # APScheduler: only this process
 
-    app = _app()
-    migrate(app)
-    run_scheduler(app)
+    # It serves no page: the app without Flask, and migrated by a process of its own, so
+    # that Alembic (and the renderer a re-render loads) is not held here for good.
+    if subprocess.run([sys.executable, "-m", "app.cli", "db", "upgrade"]).returncode:
+        raise SystemExit(1)
+    run_scheduler(create_backend())
 
 
 @main.command()
