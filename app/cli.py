@@ -5,7 +5,9 @@ The top of the layers: it builds the app and starts each process. Each command i
 what it uses: `commonplace runner` (which `up` starts too) loads click, the config and
 jobs/runner, and neither Flask, SQLAlchemy nor the notebook (a runner host does not need
 the server, and it starts in a fifth of the time); `commonplace web` never loads
-APScheduler. tests/test_deploy.py checks both."""
+APScheduler (tests/test_deploy.py checks both); `commonplace scheduler` loads no Flask,
+and `up` becomes app/supervisor.py, the standard library only, once the notebook is ready
+(tests/test_process_imports.py)."""
 
 from __future__ import annotations
 
@@ -17,7 +19,7 @@ from pathlib import Path
 
 import click
 
-from app import backups, supervisor
+from app import supervisor
 from app.config import from_environment, listen_addresses
 from app.supervisor import gunicorn_argv
 
@@ -272,6 +274,8 @@ def backup_cmd(dest: Path | None, check: Path | None) -> None:
     commonplace backup --to /mnt/usb/notes.tar.gz
     commonplace backup --verify notes.tar.gz
     """
+    from app import backups
+
     if check is not None:
         try:
             manifest = backups.verify(check)
@@ -307,7 +311,7 @@ def restore_cmd(archive: Path, data_dir: Path | None, force: bool) -> None:
     \b
     commonplace restore notes.tar.gz --data-dir ~/.local/share/commonplace-restored
     """
-    from app import create_app
+    from app import backups, create_app
     from app.notebook.transfer import mirror_folder
 
     if os.environ.get("COMMONPLACE_DATABASE_URL"):
