@@ -14,6 +14,7 @@ docs/ARCHITECTURE.md walks a save and a run through these files.
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import stat
 from pathlib import Path
@@ -42,6 +43,18 @@ def create_app(config: dict | None = None) -> Flask:
     db.init_app(app)
     init_web(app)
     register_embeds(app.config["TIMEZONE"])
+    return app
+
+
+def create_served_app() -> Flask:
+    """create_app() for gunicorn, which makes the app once, in its master, and forks the
+    workers from it (preload_app in gunicorn.conf.py). What is made by then is frozen out of
+    the garbage collector's way, as Python's documentation of gc.freeze advises before a
+    fork: a worker's collections would otherwise write to every object they visit, and so
+    copy every page it shares with the master (docs/PERFORMANCE.md, *A small host*)."""
+    app = create_app()
+    gc.collect()  # what is garbage now is not kept for good
+    gc.freeze()
     return app
 
 

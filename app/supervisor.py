@@ -39,7 +39,7 @@ def gunicorn_argv(addresses: list[str]) -> list[str]:
     # and systemd use); the command line only names the addresses.
     binds = [arg for address in addresses for arg in ("--bind", address)]
     return [sys.executable, "-m", "gunicorn", "--config", str(ROOT / "gunicorn.conf.py"),
-            *binds, "app:create_app()"]
+            *binds, "app:create_served_app()"]
 
 
 def start(server: str, addresses: list[str]) -> list[subprocess.Popen]:
