@@ -147,8 +147,10 @@ def scheduler() -> None:
     from app.journal.scheduler import main as run_scheduler  # APScheduler: only this process
 
     # It serves no page: the app without Flask, and migrated by a process of its own, so
-    # that Alembic (and the renderer a re-render loads) is not held here for good.
-    if subprocess.run([sys.executable, "-m", "app.cli", "db", "upgrade"]).returncode:
+    # that Alembic (and the renderer a re-render loads) is not held here for good. Quietly:
+    # `up`, or the web's `db upgrade` (systemd, compose), has migrated already and said so.
+    if subprocess.run([sys.executable, "-m", "app.cli", "db", "upgrade"],
+                      stdout=subprocess.DEVNULL).returncode:
         raise SystemExit(1)
     run_scheduler(create_backend())
 
