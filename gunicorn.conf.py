@@ -23,7 +23,7 @@ from gunicorn.glogging import Logger
 
 from app.config import from_environment, listen_addresses, web_size
 
-wsgi_app = "app:create_app()"
+wsgi_app = "app:create_served_app()"
 
 # COMMONPLACE_BIND (loopback: runners, scripts, health checks) and, in serve mode, the unix
 # socket `tailscale serve` proxies to, the only door where identity headers are believed
@@ -40,9 +40,10 @@ workers, threads = web_size()
 
 def _limit_malloc_arenas(arenas: int = 2) -> None:
     """glibc gives threads that allocate at once arenas of their own (up to 8 per core), each
-    keeping its freed memory apart. A gthread worker's threads mostly take turns on the GIL,
-    so two arenas are enough, and a worker holds less (bench/idle.py). Set in
-    the master, so the forked workers have it; a no-op off glibc."""
+    keeping its freed memory apart (mallopt(3), M_ARENA_MAX: more arenas, less contention
+    and more memory). A gthread worker's threads mostly take turns on the GIL, so two arenas
+    are enough, and a worker holds less (bench/idle.py). Set in the master, so the forked
+    workers have it; a no-op off glibc."""
     try:
         ctypes.CDLL(None).mallopt(-8, arenas)  # -8: M_ARENA_MAX in glibc's malloc.h
     except (OSError, AttributeError):
@@ -135,7 +136,10 @@ logger_class = RedactingLogger
 errorlog = "-"
 loglevel = os.environ.get("COMMONPLACE_LOG_LEVEL", "info")
 
-# The app is imported in each worker, never in the master: nothing forks with open
-# database connections or threads.
-preload_app = False
+# The app is made once, in the master, and the workers are forked from it: the pages its
+# code fills (Flask, SQLAlchemy, the app's own modules) are then shared by the workers
+# instead of each holding its own copy (docs/PERFORMANCE.md, *At rest*). Making the app
+# opens no database connection and starts no thread (tests/test_process_imports.py), so
+# nothing forks with one.
+preload_app = True
 proc_name = "commonplace-web"

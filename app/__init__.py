@@ -14,6 +14,7 @@ docs/ARCHITECTURE.md walks a save and a run through these files.
 from __future__ import annotations
 
 import functools
+import gc
 import os
 import stat
 from pathlib import Path
@@ -31,8 +32,6 @@ def create_app(config: dict | None = None) -> Flask:
     # the scheduler and `commonplace` commands load only what their process needs.
     from app import db
     from app.config import from_environment
-    from app.journal.views import card_markdown, cards, week_changes
-    from app.notebook import embeds
     from app.web import WebApp
     from app.web import init_app as init_web
 
@@ -43,18 +42,57 @@ def create_app(config: dict | None = None) -> Flask:
 
     db.init_app(app)
     init_web(app)
+    register_embeds(app.config["TIMEZONE"])
+    return app
+
+
+def create_served_app() -> Flask:
+    """create_app() for gunicorn, which makes the app once, in its master, and forks the
+    workers from it (preload_app in gunicorn.conf.py). What is made by then is frozen out of
+    the garbage collector's way, as Python's documentation of gc.freeze advises before a
+    fork: a worker's collections would otherwise write to every object they visit, and so
+    copy every page it shares with the master (docs/PERFORMANCE.md, *A small host*)."""
+    app = create_app()
+    gc.collect()  # what is garbage now is not kept for good
+    gc.freeze()
+    return app
+
+
+class Backend:
+    """The app without the web, for a process that serves no page (the scheduler): the
+    settings and the database, where the code that takes an app reads them (`config`,
+    `extensions["db"]`). Flask is not imported."""
+
+    def __init__(self, config: dict):
+        self.config = config
+        self.extensions: dict = {}
+
+
+def create_backend(config: dict | None = None) -> Backend:
+    from app import db
+    from app.config import from_environment
+
+    backend = Backend({**from_environment(), **(config or {})})
+    keep_private(Path(backend.config["DATA_DIR"]), backend.config["DATABASE_URL"])
+    backend.extensions["db"] = db.from_config(backend.config)
+    register_embeds(backend.config["TIMEZONE"])
+    return backend
+
+
+def register_embeds(timezone: str) -> None:
+    from app.journal.views import card_markdown, cards, week_changes
+    from app.notebook import embeds
+
     # The notebook renders ```run blocks without importing the journal: the embed is
     # registered from above (with the owner's clock for the card's time).
-    embeds.register("run", functools.partial(cards.run_card, timezone=app.config["TIMEZONE"]))
+    embeds.register("run", functools.partial(cards.run_card, timezone=timezone))
     # and the card as markdown, for the letter's file on disk (the mirror, an export)
     embeds.register_markdown("run", functools.partial(card_markdown.run_markdown,
-                                                      timezone=app.config["TIMEZONE"]))
+                                                      timezone=timezone))
     # the week's changes that open a letter's Experiments section, both ways
-    zone = app.config["TIMEZONE"]
-    embeds.register("changes", functools.partial(week_changes.changes_html, timezone=zone))
+    embeds.register("changes", functools.partial(week_changes.changes_html, timezone=timezone))
     embeds.register_markdown("changes", functools.partial(week_changes.changes_markdown,
-                                                          timezone=zone))
-    return app
+                                                          timezone=timezone))
 
 
 def keep_private(data_dir: Path, database_url: str) -> None:

@@ -5,7 +5,9 @@ The top of the layers: it builds the app and starts each process. Each command i
 what it uses: `commonplace runner` (which `up` starts too) loads click, the config and
 jobs/runner, and neither Flask, SQLAlchemy nor the notebook (a runner host does not need
 the server, and it starts in a fifth of the time); `commonplace web` never loads
-APScheduler. tests/test_deploy.py checks both."""
+APScheduler (tests/test_deploy.py checks both); `commonplace scheduler` loads no Flask,
+and `up` becomes app/supervisor.py, the standard library only, once the notebook is ready
+(tests/test_process_imports.py)."""
 
 from __future__ import annotations
 
@@ -17,9 +19,9 @@ from pathlib import Path
 
 import click
 
-from app import ROOT, backups
+from app import supervisor
 from app.config import from_environment, listen_addresses
-from app.supervisor import supervise
+from app.supervisor import gunicorn_argv
 
 
 def _app():
@@ -56,14 +58,6 @@ def _ensure_this_week(app) -> None:
 
     if ensure_this_week(_db(app), app.config["TIMEZONE"])[1]:
         click.echo("created this week's letter")
-
-
-def gunicorn_argv(addresses: list[str]) -> list[str]:
-    # Workers, threads, timeouts and logging live in gunicorn.conf.py (the same file Docker
-    # and systemd use); the command line only names the addresses.
-    binds = [arg for address in addresses for arg in ("--bind", address)]
-    return [sys.executable, "-m", "gunicorn", "--config", str(ROOT / "gunicorn.conf.py"),
-            *binds, "app:create_app()"]
 
 
 # A unix socket's path must fit sockaddr_un.sun_path (108 bytes on Linux, with its NUL).
@@ -114,26 +108,19 @@ def up(allow_non_loopback: bool) -> None:
     # The local runner talks to the TCP address with its token, like any other runner. It
     # runs as you and could read the notebook's files itself: `up` keeps the runner off
     # the serve socket, but the boundary is your user (docs/SECURITY.md).
-    runner_env = {**os.environ, "COMMONPLACE_RUNNER_TOKEN": _local_runner_token(app)}
-    me = [sys.executable, "-m", "app.cli"]
-    # The web and the scheduler each lead a process group of their own, so that a stop
-    # reaches their workers too; the runner stays in ours and gets Ctrl-C as it is.
-    children = [
-        subprocess.Popen(gunicorn_argv(addresses), start_new_session=True),  # _listen checked
-        subprocess.Popen([*me, "scheduler"], start_new_session=True),
-        subprocess.Popen([*me, "runner", "--server", local], env=runner_env),
-    ]
+    env = {**os.environ, supervisor.RUNNER_TOKEN: _local_runner_token(app)}
     click.echo(f"Commonplace is running at http://{bind}/  (data in {app.config['DATA_DIR']})")
     if app.config["AUTH_MODE"] == "serve":
         click.echo(f"put it on your tailnet with: tailscale serve --bg "
                    f"unix:{app.config['SERVE_SOCKET']}")
-    supervise(children)
-    # Nothing is left to tidy (the children are gone; the database is closed here), and
-    # tearing down an interpreter that loaded the whole app took longer than stopping them.
+    # Then this process becomes the supervisor, which starts the web (on the addresses
+    # _listen checked), the scheduler and the runner, and watches them: what it loaded to
+    # get the notebook ready (Flask, SQLAlchemy, Alembic, the renderer) is gone with exec.
     _db(app).engine.dispose()
     sys.stdout.flush()
     sys.stderr.flush()
-    os._exit(0)
+    argv = supervisor.command(local, addresses)
+    os.execve(argv[0], argv, env)
 
 
 def _local_runner_token(app) -> str:
@@ -156,11 +143,16 @@ def web(allow_non_loopback: bool) -> None:
 @main.command()
 def scheduler() -> None:
     """The scheduler process alone: schedules, reaper, cards into letters, backups."""
+    from app import create_backend
     from app.journal.scheduler import main as run_scheduler  # APScheduler: only this process
 
-    app = _app()
-    migrate(app)
-    run_scheduler(app)
+    # It serves no page: the app without Flask, and migrated by a process of its own, so
+    # that Alembic (and the renderer a re-render loads) is not held here for good. Quietly:
+    # `up`, or the web's `db upgrade` (systemd, compose), has migrated already and said so.
+    if subprocess.run([sys.executable, "-m", "app.cli", "db", "upgrade"],
+                      stdout=subprocess.DEVNULL).returncode:
+        raise SystemExit(1)
+    run_scheduler(create_backend())
 
 
 @main.command()
@@ -284,6 +276,8 @@ def backup_cmd(dest: Path | None, check: Path | None) -> None:
     commonplace backup --to /mnt/usb/notes.tar.gz
     commonplace backup --verify notes.tar.gz
     """
+    from app import backups
+
     if check is not None:
         try:
             manifest = backups.verify(check)
@@ -319,7 +313,7 @@ def restore_cmd(archive: Path, data_dir: Path | None, force: bool) -> None:
     \b
     commonplace restore notes.tar.gz --data-dir ~/.local/share/commonplace-restored
     """
-    from app import create_app
+    from app import backups, create_app
     from app.notebook.transfer import mirror_folder
 
     if os.environ.get("COMMONPLACE_DATABASE_URL"):

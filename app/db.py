@@ -21,12 +21,15 @@ import sqlite3
 from collections import deque, namedtuple
 from collections.abc import Iterator
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
-from flask import Flask, current_app, g, request
 from sqlalchemy.dialects import sqlite
 from sqlalchemy.orm import Session
 from sqlalchemy.pool import ConnectionPoolEntry, NullPool
+
+if TYPE_CHECKING:
+    from flask import Flask
 
 MIGRATIONS_DIR = Path(__file__).resolve().parent.parent / "migrations"
 WRITE_METHODS = {"POST", "PUT", "PATCH", "DELETE"}
@@ -199,11 +202,16 @@ class Database:
             reader.checkin(_fairy_was_created=False)
 
 
+def from_config(config: dict) -> Database:
+    return Database(config["DATABASE_URL"], Path(config["DATA_DIR"]) / "notes",
+                    config.get("DB_BUSY_TIMEOUT_S", BUSY_TIMEOUT_S))
+
+
 def init_app(app: Flask) -> None:
-    app.extensions["db"] = Database(
-        app.config["DATABASE_URL"], Path(app.config["DATA_DIR"]) / "notes",
-        app.config.get("DB_BUSY_TIMEOUT_S", BUSY_TIMEOUT_S),
-    )
+    # Flask is imported here and below where it is used: a process that serves no page
+    # (the scheduler) never loads it.
+    from flask import g
+    app.extensions["db"] = from_config(app.config)
 
     @app.teardown_appcontext
     def _close(_exc):
@@ -214,12 +222,14 @@ def init_app(app: Flask) -> None:
 
 
 def get_db() -> Database:
+    from flask import current_app
     return current_app.extensions["db"]
 
 
 def get_session() -> Session:
     """The request's session. A request that may write takes the write lock at its first
     statement, so its read-modify-write cannot be interleaved with another writer."""
+    from flask import g, request
     if "db_session" not in g:
         _end_reader()
         g.db_session = get_db().session(write=request.method in WRITE_METHODS)
@@ -238,6 +248,7 @@ def get_reader() -> Session | ConnectionPoolEntry:
     ends there, and the session begins its own. So a view reads through one or the
     other; kept.py, which reads the version before a view that may ask for a session,
     reads it again after, through the session, and keeps the page only if both agree."""
+    from flask import g, request
     ctx = g._get_current_object()  # once: each look through the proxy costs three calls
     reader = ctx.get("db_reader")
     if reader is not None:  # (a request that asks for a session gives its reader back)
@@ -252,6 +263,7 @@ def get_reader() -> Session | ConnectionPoolEntry:
 
 
 def _end_reader() -> None:
+    from flask import g
     reader = g.pop("db_reader", None)
     if reader is not None:
         get_db().give_back_reader(reader)
@@ -371,11 +383,9 @@ def insert_many(session: Session, table: sa.Table, rows: list[dict]) -> None:
                       f'VALUES ({", ".join("?" * len(names))})', values)
 
 
-# -- migrations: app/upgrades.py -----------------------------------------------------------
-# Alembic (with Mako and much of SQLAlchemy's DDL) is megabytes of a web worker that never
-# migrates (docs/PERFORMANCE.md, *Imports a worker never needs*), so the migrations live in
-# app/upgrades.py, which only the processes that migrate import (the CLI's `up` and
-# `db upgrade`, tests, benches).
+# -- migrations: app/upgrades.py, which only the processes that migrate import (the CLI's
+# `up` and `db upgrade`, tests, benches): Alembic is megabytes a web worker never needs
+# (docs/PERFORMANCE.md, *Imports a worker never needs*).
 
 
 def backup(db: Database, backup_dir: Path, reason: str = "backup") -> Path:

@@ -9,8 +9,13 @@ machine-readable code, a message for people, and optionally the field it is abou
 
 from __future__ import annotations
 
-from flask import Flask, g, jsonify, render_template, request
-from werkzeug.exceptions import HTTPException
+from typing import TYPE_CHECKING
+
+# The responses' half needs Flask, and imports it where it runs: the classes are raised in
+# processes that serve no page (the scheduler), which never load Flask.
+if TYPE_CHECKING:
+    from flask import Flask
+    from werkzeug.exceptions import HTTPException
 
 
 class Refusal(Exception):
@@ -117,10 +122,14 @@ class Denied(Refusal):
 
 
 def wants_json() -> bool:
+    from flask import request
+
     return request.path.startswith("/api/") or request.path == "/healthz"
 
 
 def error_response(status: int, code: str, message: str, **extra):
+    from flask import g, jsonify, render_template
+
     if wants_json():
         body = {"error": {"code": code, "message": message, **extra}}
         return jsonify(body), status
@@ -129,6 +138,8 @@ def error_response(status: int, code: str, message: str, **extra):
 
 
 def init_app(app: Flask) -> None:
+    from werkzeug.exceptions import HTTPException
+
     @app.errorhandler(Refusal)
     def _refusal(exc: Refusal):
         extra = {"field": exc.field} if exc.field else {}
@@ -147,6 +158,8 @@ def _message(exc: HTTPException) -> str:
     """The refusal in our words. A view that aborts says why; where the framework itself
     refuses (no such page, wrong method) its stock sentence is replaced by one that names
     the path."""
+    from flask import request
+
     if exc.description and exc.description != type(exc).description:
         return exc.description
     if exc.code == 404:

@@ -1,17 +1,58 @@
-"""`commonplace up`'s children: wait while they run, and stop all of them at once when one
-ends or we are told to (Ctrl-C, SIGTERM)."""
+"""`commonplace up`'s children: start the web, the scheduler and a local runner, wait while
+they run, and stop all of them at once when one ends or we are told to (Ctrl-C, SIGTERM).
+
+    python -m app.supervisor SERVER ADDRESS [ADDRESS …]
+
+`up` prepares the notebook (migrations, this week's letter, the runner's token) and then
+becomes this (exec): a process that only starts and watches holds the interpreter and the
+standard library, not the app it loaded to prepare (tests/test_process_imports.py keeps
+it so). SERVER is the URL the runner reaches the web at; the ADDRESSes are the web's.
+"""
 
 from __future__ import annotations
 
 import os
 import signal
 import subprocess
+import sys
 import time
+
+from app import ROOT
 
 # How long the web and the scheduler get to stop after Ctrl-C before they are killed: they
 # hold nothing that a kill loses (SQLite rolls back an unfinished write). The runner gets
 # longer: it may be cancelling a run, which it reports before it exits.
 QUICK_STOP_S, RUNNER_STOP_S = 1.5, 15.0
+# The local runner's token: from `up` to the runner alone, in the environment (a command
+# line is readable by every user of the machine).
+RUNNER_TOKEN = "COMMONPLACE_RUNNER_TOKEN"
+USAGE = "usage: python -m app.supervisor SERVER ADDRESS [ADDRESS …]"
+
+
+def command(server: str, addresses: list[str]) -> list[str]:
+    """What `up` execs once the notebook is ready."""
+    return [sys.executable, "-m", "app.supervisor", server, *addresses]
+
+
+def gunicorn_argv(addresses: list[str]) -> list[str]:
+    # Workers, threads, timeouts and logging live in gunicorn.conf.py (the same file Docker
+    # and systemd use); the command line only names the addresses.
+    binds = [arg for address in addresses for arg in ("--bind", address)]
+    return [sys.executable, "-m", "gunicorn", "--config", str(ROOT / "gunicorn.conf.py"),
+            *binds, "app:create_served_app()"]
+
+
+def start(server: str, addresses: list[str]) -> list[subprocess.Popen]:
+    """The web, the scheduler and the runner, the runner last."""
+    me = [sys.executable, "-m", "app.cli"]
+    quiet = {key: value for key, value in os.environ.items() if key != RUNNER_TOKEN}
+    # The web and the scheduler each lead a process group of their own, so that a stop
+    # reaches their workers too; the runner stays in ours and gets Ctrl-C as it is.
+    return [
+        subprocess.Popen(gunicorn_argv(addresses), env=quiet, start_new_session=True),
+        subprocess.Popen([*me, "scheduler"], env=quiet, start_new_session=True),
+        subprocess.Popen([*me, "runner", "--server", server]),
+    ]
 
 
 def supervise(children: list[subprocess.Popen]) -> None:
@@ -53,3 +94,14 @@ def _kill(child: subprocess.Popen, whole_group: bool) -> None:
     except ProcessLookupError:
         pass
     child.wait()
+
+
+def main(argv: list[str]) -> None:
+    if len(argv) < 2:
+        raise SystemExit(USAGE)
+    server, *addresses = argv
+    supervise(start(server, addresses))
+
+
+if __name__ == "__main__":
+    main(sys.argv[1:])

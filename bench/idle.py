@@ -1,13 +1,16 @@
-"""What the journal's background processes cost while nothing happens.
+"""What the journal's processes cost while nothing happens, against a small host's targets.
 
-    .venv/bin/python bench/idle.py [--seconds 60] [--entries 100000]
+    .venv/bin/python bench/idle.py [--seconds 30] [--entries 100000]
 
-Starts `commonplace up` (web + scheduler + local runner) on a free loopback port in a
-fresh data directory, lets it settle, then samples each process's CPU time (utime+stime
-from /proc) over the window and its resident memory. The baselines in the same run: an
-idle `python -c "import time; time.sleep(…)"` — the floor any Python process pays — and
-an idle process that has imported only Flask, SQLAlchemy's ORM and gunicorn's worker
-(STACK_FLOOR): the floor any web worker of this stack pays, before the app's own code.
+Starts `commonplace up` (the supervisor, and under it the web, the scheduler and a local
+runner) on a free loopback port in a fresh data directory, waits until the web answers,
+lets the others start, then samples each process's CPU time (utime+stime from /proc) over
+the window and its memory, RSS and PSS (/proc/PID/smaps_rollup), with the stack's totals
+and the targets (TARGETS) beside them; at the end it stops what it started, by PID. The
+baselines in the same run: an idle `python -c "import time; time.sleep(…)"` — the floor
+any Python process pays — and two idle processes that have imported only what a process
+cannot do without: Flask, SQLAlchemy's ORM and gunicorn's worker (STACK_FLOOR) for a web
+worker, click, the ORM and APScheduler (SCHEDULER_FLOOR) for the scheduler.
 
 With --entries N the data directory first holds a notebook of N entries (bench/corpus.py:
 bench/importing.py's markdown corpus loaded by the product's own `commonplace import`), and
@@ -53,6 +56,9 @@ from bench.serving import cpu_seconds, free_port  # noqa: E402
 # can hold less than this; the goal (60 MB) is read against it.
 STACK_FLOOR = ("import flask, sqlalchemy.orm, gunicorn.workers.gthread, time; "
                "time.sleep(3600)")
+# The same for the scheduler: the command line, the ORM and the clock its code is written on.
+SCHEDULER_FLOOR = ("import click, sqlalchemy.orm, apscheduler.schedulers.blocking, time; "
+                   "time.sleep(3600)")
 
 
 def children(pid: int) -> list[int]:
@@ -133,9 +139,77 @@ def first_after_rest(port: int, corpus, samples: int = 3) -> None:
           f"(median of {samples}); warm: {statistics.median(warm):.2f} ms")
 
 
+# What the issue asks of each process on a small host, in MB: (measure, target).
+TARGETS = {"supervisor": ("RSS", 20), "scheduler": ("RSS", 45), "web worker": ("RSS", 60)}
+STACK_TARGET_PSS = 180
+
+
+def role(line: str) -> str:
+    """Which of `up`'s children a command line is."""
+    return ("scheduler" if " scheduler" in line else "runner" if " runner" in line
+            else "web (gunicorn master)" if "gunicorn" in line else line[:40])
+
+
+def stack(top: int, command: str) -> dict[str, int]:
+    """`up` (the supervisor) or `web` (exec'd into gunicorn's master), and every process
+    under it, by role."""
+    procs, masters = {}, [top]
+    if command == "up":
+        procs["supervisor"] = top
+        masters = []
+        for pid in children(top):
+            procs[role(cmdline(pid))] = pid
+            masters += [pid] if "gunicorn" in cmdline(pid) else []
+    for master in masters:
+        procs["web (gunicorn master)"] = master
+        for i, worker in enumerate(children(master)):
+            procs[f"web worker {i + 1}"] = worker
+    return procs
+
+
+def wait_up(port: int, proc: subprocess.Popen, settle: float) -> None:
+    """Until the web answers /healthz, then `settle` seconds more (the scheduler's and the
+    runner's start-up)."""
+    deadline = time.monotonic() + 600  # `up` first brings a big notebook up to date
+    while True:
+        try:
+            conn = http.client.HTTPConnection("127.0.0.1", port, timeout=2)
+            conn.request("GET", "/healthz")
+            if conn.getresponse().status == 200:
+                break
+        except OSError:
+            pass
+        if time.monotonic() > deadline or proc.poll() is not None:
+            raise SystemExit("the web did not start")
+        time.sleep(0.5)
+    time.sleep(settle)
+
+
+def report(procs: dict[str, int], before: dict[str, float], served: dict[str, float],
+           seconds: float, loaded: bool) -> None:
+    print(f"idle for {seconds:.0f}s after start-up (CPU % of one core; resident memory, RSS "
+          f"and PSS; a worker rests {resting.REST_AFTER:.0f}s after its last request)")
+    total_rss = total_pss = 0.0
+    for name, pid in procs.items():
+        used = cpu_seconds(pid) - before[name]
+        rss, pss = rss_mb(pid), pss_mb(pid)
+        kind = next((k for k in TARGETS if name.startswith(k)), None)
+        target = (f"  target <= {TARGETS[kind][1]} MB {TARGETS[kind][0]}"
+                  if kind and (loaded or kind != "web worker") else "")
+        print(f"  {name:<24} {100 * used / seconds:6.2f}% CPU  {rss:7.1f} MB"
+              f"  {pss:7.1f} MB PSS{target}" + (
+                  f"  (right after the load: {served[name]:.1f} MB)"
+                  if loaded and name.startswith("web worker") else ""))
+        if not name.startswith(("baseline", "floor")):
+            total_rss, total_pss = total_rss + rss, total_pss + pss
+    print(f"  {'the stack, in all':<24} {'':11}{total_rss:7.1f} MB  {total_pss:7.1f} MB PSS"
+          + ("" if loaded else f"  target <= {STACK_TARGET_PSS} MB PSS (at rest, an empty "
+                                "notebook)"))
+
+
 def main() -> None:
     parser = argparse.ArgumentParser()
-    parser.add_argument("--seconds", type=float, default=60)
+    parser.add_argument("--seconds", type=float, default=30)
     parser.add_argument("--entries", type=int, default=0,
                         help="import a notebook of this many entries first "
                              "(bench/corpus.py)")
@@ -151,65 +225,47 @@ def main() -> None:
     port = free_port()
     env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data), "COMMONPLACE_AUTH": "dev",
            "COMMONPLACE_BIND": f"127.0.0.1:{port}", "COMMONPLACE_TIMEZONE": "UTC"}
-    ids = corpus.entries if corpus else []
+    env.pop("COMMONPLACE_DATABASE_URL", None)
     # With a seeded notebook, the web process alone (`commonplace web`, gunicorn as
     # configured): its workers are what is measured, and `up` would first re-render every
     # seeded note (minutes at 100k).
-    command = "web" if ids else "up"
+    command = "web" if corpus else "up"
     up = subprocess.Popen([sys.executable, "-m", "app.cli", command], cwd=ROOT, env=env,
                           stdout=subprocess.DEVNULL, stderr=subprocess.DEVNULL)
     baseline = subprocess.Popen([sys.executable, "-c", "import time; time.sleep(3600)"])
     floor = subprocess.Popen([sys.executable, "-c", STACK_FLOOR])
+    scheduler_floor = subprocess.Popen([sys.executable, "-c", SCHEDULER_FLOOR])
+    started: set[int] = set()
     try:
-        time.sleep(3 if ids else 15)  # migrations, imports, registration
-        deadline = time.monotonic() + 600  # `up` first brings a big notebook up to date
-        while ids:
-            try:
-                http.client.HTTPConnection("127.0.0.1", port, timeout=1).connect()
-                break
-            except OSError:
-                if time.monotonic() > deadline or up.poll() is not None:
-                    raise SystemExit("the web did not start") from None
-                time.sleep(1)
+        wait_up(port, up, settle=2 if corpus else 8)
         if corpus:
             read_pages(port, corpus)
             if args.clients:
                 read_at_once(port, corpus, args.clients)
-        procs = {"baseline (idle python)": baseline.pid, "floor (the stack)": floor.pid}
-        if command == "web":  # exec'd into the gunicorn master
-            procs["web (gunicorn master)"] = up.pid
-            for i, worker in enumerate(children(up.pid)):
-                procs[f"web worker {i + 1}"] = worker
-        for pid in children(up.pid) if command == "up" else []:
-            line = cmdline(pid)
-            name = ("scheduler" if " scheduler" in line else "runner" if " runner" in line
-                    else "web (gunicorn master)" if "gunicorn" in line else line[:40])
-            procs[name] = pid
-            if "gunicorn" in line:
-                for i, worker in enumerate(children(pid)):
-                    procs[f"web worker {i + 1}"] = worker
+        procs = {"baseline (idle python)": baseline.pid, "floor (the web's)": floor.pid,
+                 "floor (the scheduler's)": scheduler_floor.pid, **stack(up.pid, command)}
+        started = set(procs.values())
         before = {name: cpu_seconds(pid) for name, pid in procs.items()}
         served = {name: rss_mb(pid) for name, pid in procs.items()}  # right after the load
         time.sleep(args.seconds)
-        print(f"idle for {args.seconds:.0f}s after start-up "
-              f"(CPU % of one core; resident memory, RSS and PSS; a worker rests "
-              f"{resting.REST_AFTER:.0f}s after its last request)")
-        for name, pid in procs.items():
-            used = cpu_seconds(pid) - before[name]
-            print(f"  {name:<24} {100 * used / args.seconds:6.2f}% CPU  {rss_mb(pid):7.1f} MB"
-                  f"  {pss_mb(pid):7.1f} MB PSS" + (
-                      f"  (right after the load: {served[name]:.1f} MB)"
-                      if corpus and name.startswith("web worker") else ""))
+        report(procs, before, served, args.seconds, loaded=corpus is not None)
         if corpus and args.seconds > resting.REST_AFTER:
             first_after_rest(port, corpus)
     finally:
-        baseline.kill()
-        floor.kill()
+        for proc in (baseline, floor, scheduler_floor):
+            proc.kill()
+            proc.wait()
         up.send_signal(signal.SIGTERM)
         try:
             up.wait(timeout=30)
         except subprocess.TimeoutExpired:
             up.kill()
+            up.wait()
+        for pid in started - {up.pid}:  # none should be left; any that is, by its PID
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
         shutil.rmtree(work, ignore_errors=True)
 
 

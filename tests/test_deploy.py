@@ -266,7 +266,7 @@ def test_web_command_uses_the_config_file():
     assert argv[argv.index("--config") + 1] == str(ROOT / "gunicorn.conf.py")
     binds = [argv[i + 1] for i, arg in enumerate(argv) if arg == "--bind"]
     assert binds == ["127.0.0.1:8123", "unix:/run/commonplace/web.sock"]
-    assert argv[-1] == "app:create_app()"
+    assert argv[-1] == "app:create_served_app()"
 
 
 def test_the_web_imports_neither_torch_nor_a_scheduler(tmp_path):

@@ -10,6 +10,7 @@ import socket
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from tests.helpers import ROOT, free_port, stop_process, wait_for_http
 
@@ -59,6 +60,11 @@ def test_ctrl_c_stops_everything_without_waiting_out_a_long_poll(data_dir):
     try:
         wait_for_http(f"http://127.0.0.1:{port}/healthz", proc=proc)
         assert (data_dir / "gunicorn.ctl").exists()  # this notebook's own control socket
+        # `up` became the supervisor, which maps no library from outside the standard one
+        # (what it imports: tests/test_process_imports.py)
+        argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        assert argv[1:3] == [b"-m", b"app.supervisor"]
+        assert "site-packages" not in Path(f"/proc/{proc.pid}/maps").read_text()
         runner = [pid for pid in processes_in_group(proc.pid) if pid != proc.pid]
         time.sleep(2)  # the runner has registered and is inside a long poll
         os.killpg(proc.pid, signal.SIGINT)
