@@ -6,7 +6,7 @@ checks this in the test suite, see pyproject.toml):
     app/web/       HTTP: pages, the JSON API, the runner API, auth
     app/journal/   runs, schedules, result cards, the scheduler process
     app/notebook/  entries, letters, search, browsing, files, markdown rendering
-    app/db.py, app/models.py, app/errors.py, app/config.py
+    app/db.py, app/models/, app/errors.py, app/config.py
 
 docs/ARCHITECTURE.md walks a save and a run through these files.
 """

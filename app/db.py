@@ -14,7 +14,6 @@ alike (IdlePool).
 from __future__ import annotations
 
 import contextlib
-import datetime as dt
 import json
 import re
 import sqlite3
@@ -381,21 +380,3 @@ def insert_many(session: Session, table: sa.Table, rows: list[dict]) -> None:
     columns = ", ".join(f'"{table.c[name].name}"' for name in names)
     dbapi.executemany(f'INSERT INTO "{table.name}" ({columns}) '
                       f'VALUES ({", ".join("?" * len(names))})', values)
-
-
-# -- migrations: app/upgrades.py, which only the processes that migrate import (the CLI's
-# `up` and `db upgrade`, tests, benches): Alembic is megabytes a web worker never needs
-# (docs/PERFORMANCE.md, *Imports a worker never needs*).
-
-
-def backup(db: Database, backup_dir: Path, reason: str = "backup") -> Path:
-    """Copy the SQLite database with the online backup API (consistent even while in use)."""
-    source = sa.make_url(db.url).database
-    backup_dir.mkdir(parents=True, exist_ok=True)
-    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
-    dest = backup_dir / f"commonplace-{stamp}-{reason}.db"
-    with contextlib.closing(sqlite3.connect(source)) as src, contextlib.closing(
-        sqlite3.connect(dest)
-    ) as dst:
-        src.backup(dst)
-    return dest

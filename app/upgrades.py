@@ -2,11 +2,14 @@
 
 Only the processes that migrate import this (`commonplace up`, `db upgrade`, tests,
 benches); app/db.py reaches it on first use of `db.upgrade` and friends, so the web worker
-never loads Alembic.
+never loads Alembic. `backup` is the copy taken before a migration.
 """
 
 from __future__ import annotations
 
+import contextlib
+import datetime as dt
+import sqlite3
 from pathlib import Path
 
 import sqlalchemy as sa
@@ -15,7 +18,7 @@ from alembic.config import Config as AlembicConfig
 from alembic.runtime.migration import MigrationContext
 from alembic.script import ScriptDirectory
 
-from app.db import MIGRATIONS_DIR, Database, backup
+from app.db import MIGRATIONS_DIR, Database
 
 
 def alembic_config(url: str) -> AlembicConfig:
@@ -52,3 +55,14 @@ def upgrade(db: Database, backup_dir: Path) -> Path | None:
     return saved
 
 
+def backup(db: Database, backup_dir: Path, reason: str = "backup") -> Path:
+    """Copy the SQLite database with the online backup API (consistent even while in use)."""
+    source = sa.make_url(db.url).database
+    backup_dir.mkdir(parents=True, exist_ok=True)
+    stamp = dt.datetime.now(dt.UTC).strftime("%Y%m%dT%H%M%S%fZ")
+    dest = backup_dir / f"commonplace-{stamp}-{reason}.db"
+    with contextlib.closing(sqlite3.connect(source)) as src, contextlib.closing(
+        sqlite3.connect(dest)
+    ) as dst:
+        src.backup(dst)
+    return dest

@@ -6,7 +6,6 @@ from alembic import context
 
 from app.config import from_environment
 from app.models import Base
-from app.trend_models import Judgement  # noqa: F401 (its table, in Base.metadata)
 
 config = context.config
 target_metadata = Base.metadata

@@ -17,8 +17,7 @@ import pytest
 from app.config import from_environment
 from app.journal import alerts
 from app.journal.scheduler import Scheduler
-from app.models import utcnow
-from app.trend_models import Judgement
+from app.models import Judgement, utcnow
 from tests.helpers import ROOT, count, free_port, load, stop_process
 from tests.test_trends import SMALL, collectives_result, finished
 

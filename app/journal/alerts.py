@@ -5,7 +5,7 @@ topic takes (and any receiver that reads a body).
 The scheduler process does both halves, every ALERTS_S (app/journal/scheduler.py):
 
   judge     successful runs finished lately and not yet judged: each gets a judgement
-            row (app/trend_models.py); one with a regression (app/journal/trends.py),
+            row (app/models/journal.py); one with a regression (app/journal/trends.py),
             while a webhook is configured, gets its alert on the row, due now
   deliver   alerts that are due: POSTed, then marked sent; a failure (no answer, or not
             a 2xx) is recorded and retried after a backoff that doubles, up to
@@ -36,8 +36,7 @@ from sqlalchemy.orm import Session
 
 from app.journal import runs, trends
 from app.journal.views import card_trend, cards
-from app.models import Run, utcnow
-from app.trend_models import Judgement
+from app.models import Judgement, Run, utcnow
 
 log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 8

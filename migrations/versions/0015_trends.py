@@ -1,7 +1,7 @@
 """trends: a run's comparison key (the experiment and the parameters that say what is
 measured, app/journal/run_metrics.comparison_key), indexed, finds the runs it is compared
 with; `judgement` records each successful run whose regressions were looked for, with
-the alert to deliver to the owner's webhook and how its delivery went (app/trend_models.py).
+the alert to deliver to the owner's webhook and how its delivery went (app/models/journal.py).
 
 Runs finished before this revision get no judgement: the judge only looks at runs that
 finished lately (app/journal/alerts.py), so no old regression is sent.
