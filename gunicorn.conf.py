@@ -139,7 +139,7 @@ loglevel = os.environ.get("COMMONPLACE_LOG_LEVEL", "info")
 # The app is made once, in the master, and the workers are forked from it: the pages its
 # code fills (Flask, SQLAlchemy, the app's own modules) are then shared by the workers
 # instead of each holding its own copy (docs/PERFORMANCE.md, *At rest*). Making the app
-# opens no database connection and starts no thread (tests/test_process_imports.py), so
+# opens no database connection and starts no thread (tests/app/test_process_imports.py), so
 # nothing forks with one.
 preload_app = True
 proc_name = "commonplace-web"

@@ -5,9 +5,9 @@ The top of the layers: it builds the app and starts each process. Each command i
 what it uses: `commonplace runner` (which `up` starts too) loads click, the config and
 jobs/runner, and neither Flask, SQLAlchemy nor the notebook (a runner host does not need
 the server, and it starts in a fifth of the time); `commonplace web` never loads
-APScheduler (tests/test_deploy.py checks both); `commonplace scheduler` loads no Flask,
+APScheduler (tests/app/test_deploy.py checks both); `commonplace scheduler` loads no Flask,
 and `up` becomes app/supervisor.py, the standard library only, once the notebook is ready
-(tests/test_process_imports.py)."""
+(tests/app/test_process_imports.py)."""
 
 from __future__ import annotations
 

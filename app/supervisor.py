@@ -5,7 +5,7 @@ they run, and stop all of them at once when one ends or we are told to (Ctrl-C, 
 
 `up` prepares the notebook (migrations, this week's letter, the runner's token) and then
 becomes this (exec): a process that only starts and watches holds the interpreter and the
-standard library, not the app it loaded to prepare (tests/test_process_imports.py keeps
+standard library, not the app it loaded to prepare (tests/app/test_process_imports.py keeps
 it so). SERVER is the URL the runner reaches the web at; the ADDRESSes are the web's.
 """
 

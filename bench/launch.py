@@ -4,7 +4,7 @@ each rank as a new Python, in the same run.
 
     .venv/bin/python bench/launch.py [--experiment zero] [--world-size 4] [--rounds 3]
 
-Each round runs the same small experiment (tests/lab's sizes: one timed step, every
+Each round runs the same small experiment (tests/jobs/lab's sizes: one timed step, every
 strategy of the experiment, the correctness gate first) once each way, in alternating
 order, with the launcher's own environment (jobs/lab/launcher/launch.py), and times it end to end
 and by the CPU of every process it started (getrusage of the children: torchrun or the

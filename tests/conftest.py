@@ -43,7 +43,7 @@ def data_dir(tmp_path) -> Path:
 def migrated(tmp_path_factory) -> Path:
     """A database file the real migrations made, once per test process: each test's
     database starts as a copy of it (~1 ms) rather than running every migration again
-    (~60 ms, most of a plain test's setup). tests/test_db.py runs the migrations on
+    (~60 ms, most of a plain test's setup). tests/app/test_db.py runs the migrations on
     fresh and old files itself."""
     path = tmp_path_factory.mktemp("migrated") / "commonplace.db"
     database = dbmod.Database(f"sqlite:///{path}")

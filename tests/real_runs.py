@@ -7,7 +7,7 @@ store them: the result on the run, events.jsonl as an artifact.
     run_id = store_run(app, "pipeline", out)
 
 `launch_once` is the cache under it, for any parameters and environment: the lab's tests
-share runs through it too (tests/lab/lab_helpers.py's `shared`), with each other and with
+share runs through it too (tests/jobs/lab/lab_helpers.py's `shared`), with each other and with
 the runs here - every run costs each of its ranks seconds of CPU importing torch.
 """
 

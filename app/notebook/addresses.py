@@ -2,7 +2,7 @@
 hand rather than by url_for, so they work outside a request (the CLI, the scheduler, the
 mirror, a bulk import's worker processes) and cost an f-string where a page shows many.
 A notebook's every entry has its own; a cache of built URLs would only churn over them.
-tests/test_pages.py checks an entry's own pages' paths against the routes.
+tests/app/web/test_pages.py checks an entry's own pages' paths against the routes.
 """
 
 from __future__ import annotations

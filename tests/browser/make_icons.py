@@ -3,7 +3,7 @@ same Chromium the browser tests use, so the PNGs never drift from the SVG:
 
     .venv/bin/python -m tests.browser.make_icons
 
-The PNGs are committed (the web never rasterises anything); tests/test_install.py checks
+The PNGs are committed (the web never rasterises anything); tests/app/test_install.py checks
 that they are there, the right size, and named in the manifest. Full-bleed variants
 (square corners) are for launchers that cut their own shape: maskable and Apple's.
 """

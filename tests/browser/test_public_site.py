@@ -11,6 +11,7 @@ import pytest
 
 from app.publishing import preview
 from app.publishing.command import publish
+from tests.app.publishing.test_publish import BASE, notebook  # noqa: F401 (the notebook fixture)
 from tests.browser.harness import (
     BROWSER,
     DEVICES,
@@ -19,7 +20,6 @@ from tests.browser.harness import (
     chromium_page,
     hard_timeout,
 )
-from tests.test_publish import BASE, notebook  # noqa: F401 (the notebook fixture)
 
 pytestmark = BROWSER
 

@@ -8,7 +8,7 @@ The answer is nearly always no, and was a quarter of a render's block parsing.
 Here a processor is asked only when the block holds what its kind cannot do without: a
 quote a ">", a table a "|", a "#" heading a "#", a reference definition "]:", a list its
 marker first. Skipping a test that would have said no (and whose no leaves nothing
-behind) is the stock loop exactly; tests/test_render_fast.py parses a corpus both ways.
+behind) is the stock loop exactly; tests/app/notebook/test_render_fast.py parses a corpus both ways.
 Processors it does not know (another class) are always asked.
 """
 

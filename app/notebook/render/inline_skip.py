@@ -11,7 +11,7 @@ there: a character its match must contain is absent (no "`", no backtick pattern
 has no "](" to end in, or a reference link has no reference definition to point at (the
 stock processor matches, finds no definition and leaves the text as it was). A skipped
 try is exactly a try that returns "no match", so the HTML is the stock processor's
-(tests/test_render_fast.py renders a corpus both ways). Patterns it does not recognise
+(tests/app/notebook/test_render_fast.py renders a corpus both ways). Patterns it does not recognise
 - another class, another regex - are always tried.
 
 It also takes all of a known pattern's matches in one pass. The stock loop writes the text

@@ -4,7 +4,7 @@ around each wiki link (for "backlinks with context").
 Reading the *sanitized* output means the text is what the reader sees, raw HTML in
 the note included. That output is the sanitizer's serialisation (html5ever): tags with
 double-quoted attributes, "<" and ">" escaped in text, no comments, no scripts. So a
-regex walks it, to the same events html.parser would give (tests/test_render_fast.py
+regex walks it, to the same events html.parser would give (tests/app/notebook/test_render_fast.py
 checks both ways), at a third of the cost; anything unexpected ("<!", "<?") goes to
 html.parser.
 """

@@ -4,7 +4,7 @@ run small enough to finish in seconds on a CPU; and a path through them in an or
 builds understanding.
 
 The catalogue itself (names, parameters, bounds) is the lab's (jobs/lab/catalogue/registry.py);
-this is the page's way of teaching it. tests/test_learning.py checks that every
+this is the page's way of teaching it. tests/app/web/test_learning.py checks that every
 experiment in the catalogue has a guide, a diagram, and a first run the registry accepts.
 """
 

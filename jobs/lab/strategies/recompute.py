@@ -16,7 +16,7 @@ inputs' gradients. Two policies:
   so what selective saves here is only the kernel's log-sum-exp (recompute.py).
 
 The GPT model has no dropout, so no RNG state is kept (``has_dropout``); the mechanism is
-tested on a block with dropout (tests/lab/test_lab_recompute.py). With world_size > 1
+tested on a block with dropout (tests/jobs/lab/test_lab_recompute.py). With world_size > 1
 the strategies are data parallel: each rank runs 1/d of the batch and the gradients are
 all-reduced after backward, one tensor at a time (dp_naive's bytes).
 """

@@ -1,0 +1,48 @@
+"""A run card in the letter's file on disk: the mirror and an export hold its key numbers,
+its sentences and a link to the run after the ```run block, its chart as an SVG file
+beside the notes; the page still renders the live card, and reading the file back (an
+import) gives the block alone."""
+
+from __future__ import annotations
+
+import sqlalchemy as sa
+
+from app.journal import posting
+from app.models import Entry
+from app.notebook import transfer, vault
+from tests.app.journal.test_posting import finished_run
+
+
+def test_a_letters_file_holds_its_cards_numbers_and_imports_back_as_the_block(
+        client, db, data_dir, tmp_path, make_app):
+    run_id = finished_run(db)
+    assert posting.post_cards(db, "UTC") == [run_id]
+    mirrored = (data_dir / "notes" / "2024" / "2024-W13.md").read_text()
+    block = f"```run\nid: {run_id}\n```"
+    after = mirrored[mirrored.index(block) + len(block):]
+    shown = after[:after.index("<!-- commonplace:run end -->")]
+    assert f"**[Run {run_id} · " in shown and f"](/runs/{run_id})** SUCCEEDED" in shown
+    assert "| strategy | ok | step | meas/pred | tokens/s |" in shown
+    assert "| ddp | ✓ | 20 ms | 2.00× | 1 k |" in shown
+    assert "ddp took 20 ms against 10 ms predicted (2.00×)." in shown
+    assert f"![run-{run_id}.svg](../run-cards/run-{run_id}.svg)" in shown
+    chart = data_dir / "notes" / "run-cards" / f"run-{run_id}.svg"
+    assert "<svg" in chart.read_text()
+    # the page still shows the live card, not the markdown
+    letter = client.get("/api/v1/weeks/2024-W13").get_json()["letter"]
+    assert 'class="run-card run-succeeded"' in letter["html"]
+    assert "commonplace:run" not in letter["body"] and "| strategy |" not in letter["body"]
+    # the export holds the same, and an import of it keeps the block and no chart file
+    out = tmp_path / "out"
+    vault.export_vault(db, out)
+    exported = (out / "2024-W13.md").read_text()
+    assert "| strategy | ok |" in exported
+    assert (out / "run-cards" / f"run-{run_id}.svg").exists()
+    back = make_app(DATA_DIR=tmp_path / "back",
+                    DATABASE_URL=f"sqlite:///{tmp_path / 'back'}/commonplace.db")
+    report = transfer.import_folder(back.extensions["db"], out, workers=0)
+    assert report.errors == [] and report.attachments == {}
+    assert [s for s in report.skipped if f"run-{run_id}.svg: a run card's chart" in s]
+    with back.extensions["db"].read() as session:
+        body = session.scalar(sa.select(Entry.body_md).where(Entry.kind == "week"))
+    assert body == letter["body"]
