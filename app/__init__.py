@@ -52,7 +52,10 @@ def create_served_app() -> Flask:
     the garbage collector's way, as Python's documentation of gc.freeze advises before a
     fork: a worker's collections would otherwise write to every object they visit, and so
     copy every page it shares with the master (docs/PERFORMANCE.md, *A small host*)."""
+    from app.web.auth import warn_of_open_doors
+
     app = create_app()
+    warn_of_open_doors(app.config)
     gc.collect()  # what is garbage now is not kept for good
     gc.freeze()
     return app

@@ -119,6 +119,9 @@ class Api:
                         "serve); elsewhere (SSH, scripts, tagged devices) use a token.\n"
                         + make)
             return seen + "This token's role cannot do that; use an owner token.\n" + make
+        if status == 422 and "queue_anyway" in str(error.get("message", "")):
+            # the API's answer names its JSON field; here the way to say it is a flag
+            return "cpl run --anyway queues it all the same, to wait for a runner that can."
         return ""
 
 

@@ -188,25 +188,38 @@ def _table(*columns: str, names: list[str] | None = None) -> Table:
     return table
 
 
+# The strategy table's number columns at their natural width, the p10-p90 range included.
+NUMBERS_WIDTH = 82
+
+
 def _strategies(out: Out, result: dict) -> None:
     rows = [s for s in result["strategies"] if isinstance(s, dict)]
-    table = _table("strategy", "correct", "step time (p10–p90)", "predicted", "meas/pred",
-                   "dominant", "tokens/s", "MFU",
-                   names=[str(s.get("label") or s.get("strategy")) for s in rows])
+    labels = [str(s.get("label") or s.get("strategy")) for s in rows]
+    # Where the labels and the numbers do not fit side by side (an 80-column terminal, a
+    # pipe), each row is named by its strategy's id, the labels follow as a key, and the
+    # step time goes without its range: numbers folded over several lines do not read.
+    wide = out.console.width >= max(map(len, labels), default=0) + NUMBERS_WIDTH
+    names = labels if wide else [str(s.get("strategy") or label)
+                                 for s, label in zip(rows, labels, strict=True)]
+    table = _table("strategy", "correct", "step time (p10–p90)" if wide else "step time",
+                   "predicted", "meas/pred", "dominant", "tokens/s", "MFU", names=names)
     bars = []
-    for s in rows:
+    for s, name in zip(rows, names, strict=True):
         check, step = s.get("correctness") or {}, s.get("step_time_s") or {}
         pred = s.get("prediction") or {}
         ok = Text("✓", style="green") if check.get("passed") else Text(
             "✗ " + str(check.get("reason") or "failed"), style="red")
         ratio = (s.get("ratios") or {}).get("step_time")
-        label = str(s.get("label") or s.get("strategy"))
-        table.add_row(label, ok, f"{seconds(step.get('median'))} ({seconds(step.get('p10'))}–"
-                      f"{seconds(step.get('p90'))})", seconds(pred.get("step_time_s")),
+        spread = f" ({seconds(step.get('p10'))}–{seconds(step.get('p90'))})" if wide else ""
+        table.add_row(name, ok, seconds(step.get("median")) + spread,
+                      seconds(pred.get("step_time_s")),
                       "–" if ratio is None else f"{ratio:.2f}×", str(pred.get("dominant") or "–"),
                       si(s.get("tokens_per_s")), percent((s.get("mfu") or {}).get("value")))
-        bars.append((label, step.get("median"), pred.get("step_time_s")))
+        bars.append((name, step.get("median"), pred.get("step_time_s")))
     out.print(table)
+    for name, label in zip(names, labels, strict=True):
+        if name != label:
+            out.print(Text.assemble((f"{name:<16} ", "muted"), label))
     _bars(out, bars, "step time: measured █ vs predicted ░", seconds)
 
 

@@ -27,6 +27,7 @@ MAX_GRACE_S = 7 * 24 * 3600
 # by a cap on all of them together (fire_due's `per_minute`): past it, a fire is a skip.
 MIN_INTERVAL = dt.timedelta(minutes=10)
 FIRES_CHECKED = 48  # enough consecutive fires to see a cron's closest pair
+CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
 FIELDS = ("name", "experiment", "params", "cron", "timezone", "enabled", "misfire_grace_s")
 
 
@@ -45,10 +46,19 @@ def trigger(cron: str, timezone: str) -> CronTrigger:
     except (ZoneInfoNotFoundError, ValueError, TypeError):
         raise Invalid(f"unknown time zone {timezone!r}", "timezone") from None
     minute, hour, day, month, weekday = fields
+    given = {"minute": minute, "hour": hour, "day": day, "month": month,
+             "day_of_week": cron_phrases.weekday_names(weekday)}
     try:
-        return CronTrigger(minute=minute, hour=hour, day=day, month=month,
-                           day_of_week=cron_phrases.weekday_names(weekday), timezone=zone)
+        return CronTrigger(**given, timezone=zone)
     except (ValueError, TypeError) as exc:
+        # APScheduler quotes the bad value but not its field ("'61': the last value (61)
+        # is higher than the maximum value (59)"): name the field the user wrote.
+        for (arg, value), name, written in zip(given.items(), CRON_FIELDS, fields, strict=True):
+            try:
+                CronTrigger(**{arg: value}, timezone=zone)
+            except (ValueError, TypeError) as alone:
+                why = str(alone).removeprefix(f"Error validating expression {written!r}: ")
+                raise Invalid(f"cron's {name} field {written!r}: {why}", "cron") from None
         raise Invalid(f"cron: {exc}", "cron") from None
 
 

@@ -117,8 +117,16 @@ def _band(value: float, median, p10, p90, rate: bool) -> tuple[float | None, flo
 
 
 def _timed(s: dict) -> tuple:
+    """A timing's median, p10 and p90. Fewer than MIN_SERIES timed steps (`n`) measured no
+    spread (one step's p10 is its p90): the band is left out, so the number is judged
+    against the assumed noise rather than the 1% floor of a spread of nothing."""
     t = s.get("step_time_s")
-    return (t.get("median"), t.get("p10"), t.get("p90")) if isinstance(t, dict) else (None,) * 3
+    if not isinstance(t, dict):
+        return (None,) * 3
+    n = t.get("n")
+    if isinstance(n, int) and not isinstance(n, bool) and n < MIN_SERIES:
+        return t.get("median"), None, None
+    return t.get("median"), t.get("p10"), t.get("p90")
 
 
 def headlines(result) -> dict[str, Number]:

@@ -45,7 +45,7 @@ def _manifest(root: Path) -> dict[str, str]:
 
 
 def write(root: Path, files: dict[str, bytes]) -> Written:
-    root.mkdir(parents=True, exist_ok=True)
+    _folder(root)
     root = root.resolve()
     before = _manifest(root)
     done = Written()
@@ -79,7 +79,7 @@ def write(root: Path, files: dict[str, bytes]) -> Written:
 def _put(path: Path, data: bytes) -> None:
     """Replace the file whole (a reader never sees half of it), readable by the web server
     that serves the folder: a temporary file of mkstemp's would be the owner's alone."""
-    path.parent.mkdir(parents=True, exist_ok=True)
+    _folder(path.parent)
     tmp = path.with_name(f".{path.name}.{os.getpid()}.tmp")
     try:
         tmp.write_bytes(data)
@@ -88,6 +88,17 @@ def _put(path: Path, data: bytes) -> None:
     except BaseException:
         tmp.unlink(missing_ok=True)
         raise
+
+
+def _folder(path: Path) -> None:
+    """Make the folder and any missing above it 0755: the commonplace process keeps a
+    0077 umask (its notebook is private), which would leave the site's folders unreadable
+    to the web server that serves them. A folder that exists already is left as it is."""
+    if path.is_dir():
+        return
+    _folder(path.parent)
+    path.mkdir(exist_ok=True)
+    os.chmod(path, 0o755)
 
 
 def _prune(root: Path, folder: Path) -> None:

@@ -21,7 +21,7 @@ OUT=${1:-$(mktemp -d "${TMPDIR:-/tmp}/gpu_check.XXXXXX")}
 mkdir -p "$OUT"
 NGPU=${GPU_CHECK_GPUS:-$("$PY" -c 'import torch; print(torch.cuda.device_count())' 2>/dev/null || echo 0)}
 if [ "$NGPU" -lt 1 ]; then
-  echo "gpu_check: no CUDA device visible; nothing to check (the CPU path is tests/lab)" >&2
+  echo "gpu_check: no CUDA device visible; nothing to check (the CPU path is tests/jobs/lab)" >&2
   exit 1
 fi
 W=$(( NGPU > 8 ? 8 : NGPU ))          # every GPU, up to the lab's 8 ranks

@@ -30,6 +30,9 @@ from jobs.runner.installed import Experiments
 from jobs.runner.outcome import outcome, read_result
 
 log = logging.getLogger("commonplace.runner")
+# Registering retries after 1, 2, 4… s; an unreachable server is a warning only once the
+# waits before it add up past what a server starting beside the runner needs.
+QUIET_WAIT_S = 8.0
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHUNK = 60 * 1024  # below the server's 64 KiB cap
 STALE_GRACE_S = 2.0  # a stale job stops at once, but torchrun gets a moment to end its ranks
@@ -126,7 +129,13 @@ class Agent:
                 log.info("registered as %s (heartbeat %.1fs)", answer["runner"], self.heartbeat_s)
                 return
             except (Unreachable, Refused, Stale) as exc:
-                log.warning("register failed: %s; retrying in %.0fs", exc, delay)
+                # A server started beside us (`commonplace up`) takes a few seconds to
+                # listen: its first refusals to connect are expected, not worth a warning.
+                if isinstance(exc, Unreachable) and delay < QUIET_WAIT_S:
+                    log.info("waiting for the server at %s (%s); retrying in %.0fs",
+                             self.client.server, exc, delay)
+                else:
+                    log.warning("register failed: %s; retrying in %.0fs", exc, delay)
                 self.stopping.wait(delay)
                 delay = min(delay * 2, 30)
 

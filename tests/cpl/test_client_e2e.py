@@ -313,6 +313,7 @@ def test_errors_say_what_happened_with_their_exit_codes(cpl, server):
     assert cpl("run", "gemm_roofline", "-p", "iters=many").rc == 2
     refused = cpl("run", "gemm_roofline", "-p", "device=cuda")  # no GPU runner: refused
     assert refused.rc != 0 and "no runner can take this run" in refused.err
+    assert "cpl run --anyway queues it" in refused.err
     waiting = cpl("run", "gemm_roofline", "-p", "device=cuda", "--anyway")  # then it waits
     run_id = waiting.out.strip()
     assert waiting.rc == 0 and "waits" in waiting.err

@@ -160,3 +160,34 @@ def test_runs_show_keeps_strategy_names_whole_on_a_narrow_terminal():
                               "step_time_s": {"median": 0.01, "p10": 0.009, "p90": 0.012}}]}
     run_views._strategies(out, result)
     assert "data parallel, no overlap" in out.console.file.getvalue()
+
+
+def test_runs_show_fits_data_parallel_in_80_columns():
+    """Labels too long to sit beside the numbers: each row is named by its id, the labels
+    follow as a key, and every number stays whole on its row."""
+    import io
+
+    from rich.console import Console
+
+    from cpl import run_views
+    from cpl.terminal import Out
+
+    out = Out(color="never")
+    out.console = Console(file=io.StringIO(), width=80, color_system=None)
+    labels = {"single": "single device (reference)",
+              "dp_naive": "data parallel, naive (all-reduce after backward)"}
+    result = {"strategies": [
+        {"strategy": key, "label": label, "correctness": {"passed": True},
+         "step_time_s": {"median": median, "p10": median * 0.9, "p90": median * 1.1},
+         "prediction": {"step_time_s": 0.0365, "dominant": "op_overhead"},
+         "ratios": {"step_time": 4.55}, "tokens_per_s": 1540.0, "mfu": {"value": 0.03}}
+        for (key, label), median in zip(labels.items(), (0.0107, 0.166), strict=True)]}
+    run_views._strategies(out, result)
+    lines = out.console.file.getvalue().splitlines()
+    assert all(len(line) <= 80 for line in lines)
+    rows = {line.split()[0]: line.split() for line in lines[1:3]}
+    assert rows["dp_naive"][:8] == ["dp_naive", "✓", "166", "ms", "36.5", "ms", "4.55×",
+                                    "op_overhead"]
+    assert rows["single"][2:4] == ["10.7", "ms"]
+    for key, label in labels.items():
+        assert any(line.split(None, 1) == [key, label] for line in lines)

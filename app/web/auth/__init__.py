@@ -49,12 +49,18 @@ def init_app(app: Flask) -> None:
         # serve's forwarded headers are read on serve's socket only; on the TCP address
         # nothing forwarded is believed (a local client could name any host or peer).
         app.wsgi_app = ServeDoor(app, app.wsgi_app, str(app.config["SERVE_SOCKET"]))
-    if mode == "dev":
+    app.before_request(check_request)
+
+
+def warn_of_open_doors(config) -> None:
+    """Said once by the process that serves pages (gunicorn's master), not by each command
+    that opens the notebook to import, export or make a token: those serve nobody, and a
+    warning about who may come in reads there as if they did."""
+    if config["AUTH_MODE"] == "dev":
         log.warning(
             "COMMONPLACE_AUTH=dev: every loopback connection is the owner. Set "
             "COMMONPLACE_OWNERS (and serve through `tailscale serve`) for anything but a laptop."
         )
-    elif not app.config["OWNERS"]:
+    elif not config["OWNERS"]:
         log.warning("COMMONPLACE_AUTH=%s but COMMONPLACE_OWNERS is empty: no tailnet login "
-                    "can write (bearer tokens still work)", mode)
-    app.before_request(check_request)
+                    "can write (bearer tokens still work)", config["AUTH_MODE"])

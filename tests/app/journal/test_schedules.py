@@ -49,6 +49,20 @@ def test_bad_schedules_are_refused(client, db, body, field):
     assert client.get(f"/api/v1/schedules/{s['id']}").get_json()["cron"] == "0 2 * * *"
 
 
+@pytest.mark.parametrize("cron, message", [
+    ("61 * * * *", "cron's minute field '61': the last value (61) is higher than the maximum "
+                   "value (59)"),
+    ("0 25 * * *", "cron's hour field '25': "),
+    ("0 2 32 * *", "cron's day-of-month field '32': "),
+    ("0 2 * 13 *", "cron's month field '13': "),
+])
+def test_a_bad_cron_field_is_named(client, db, cron, message):
+    r = client.post("/api/v1/schedules",
+                    json={"experiment": "collectives", "cron": cron, "timezone": "UTC"})
+    assert r.status_code == 422 and r.get_json()["error"]["message"].startswith(message)
+    assert count(db, Schedule) == 0
+
+
 def test_schedule_shows_next_fires_in_its_zone(client):
     s = new_schedule(client, cron="0 2 * * sun", timezone="Europe/Berlin")
     assert len(s["next_fires"]) == 5

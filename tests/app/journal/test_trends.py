@@ -258,6 +258,26 @@ def test_a_training_run_is_judged_per_strategy_and_a_wrong_answer_is_left_out(db
     assert "ddp.step_time_s" not in {c.now.key for c in trend_of(db, wrong).changes}
 
 
+def test_a_single_timed_step_measured_no_spread(db):
+    """`steps=1` (the README's first run) times one step, whose p10 is its p90: that is no
+    spread measured, so a change is judged against the assumed noise, not the 1% floor."""
+    params = {"world_size": 2, "device": "cpu", "steps": 1}
+
+    def one_step(ddp_s: float) -> dict:
+        result = training_result(ddp_s, 1e6)
+        for s in result["strategies"]:
+            t = s["step_time_s"]
+            t.update(n=1, p10=t["median"], p90=t["median"])
+        return result
+
+    finished(db, "data_parallel", params, one_step(0.020))
+    found = trend_of(db, finished(db, "data_parallel", params, one_step(0.0206)))
+    c = change(found, "ddp.step_time_s")  # 3% slower: more than 1%, less than the assumed 5%
+    assert not c.measured and c.noise == trends.DEFAULT_NOISE
+    assert not c.beyond and not found.regressions
+    assert "within its ±5% noise (no measured spread: assumed)" in card_trend.line_text(c, 1, "Sun")
+
+
 @pytest.mark.parametrize("result", HOSTILE, ids=range(len(HOSTILE)))
 def test_trends_read_whatever_a_runner_sent(client, db, result):
     """Two runs holding the cards' hostile results (stored as they are, as the cards'

@@ -192,6 +192,21 @@ def test_the_feed_parses_with_absolute_links(notebook, tmp_path):
     assert {t.term for e in feed.entries for t in e.get("tags", [])} == {"parallelism", "gpu"}
 
 
+def test_the_site_is_readable_by_the_web_server_that_serves_it(notebook, tmp_path):
+    app, _ = notebook
+    folder = tmp_path / "new" / "site"
+    kept = os.umask(0o077)  # as the commonplace process runs: its notebook is private
+    try:
+        publish(app, folder, BASE, "Working Notes", serve=False)
+    finally:
+        os.umask(kept)
+    folders = [tmp_path / "new", folder, *(p for p in folder.rglob("*") if p.is_dir())]
+    assert folder / "tags" in folders
+    assert {str(p): oct(p.stat().st_mode & 0o777) for p in folders} == {
+        str(p): "0o755" for p in folders}
+    assert {oct(p.stat().st_mode & 0o777) for p in folder.rglob("*") if p.is_file()} == {"0o644"}
+
+
 def test_publishing_again_rewrites_only_what_changed(notebook, tmp_path, capsys):
     app, ids = notebook
     db = app.extensions["db"]

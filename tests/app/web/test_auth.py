@@ -10,6 +10,9 @@ test_hardening.py, whois mode in test_whois.py.
 
 from __future__ import annotations
 
+import subprocess
+import sys
+
 import pytest
 from hypothesis import given
 from hypothesis import strategies as st
@@ -18,7 +21,7 @@ from app.config import ascii_lower
 from app.errors import Denied
 from app.models import Entry
 from app.web.auth import identity, serve_headers
-from tests.helpers import AS_OWNER, AS_VIEWER, OWNER, TAILNET_PEER, VIEWER, count
+from tests.helpers import AS_OWNER, AS_VIEWER, OWNER, ROOT, TAILNET_PEER, VIEWER, count
 from tests.tailnet import notebook_state
 
 # -- serve mode: identity headers ---------------------------------------------------------
@@ -257,3 +260,21 @@ def test_dev_mode_owner_is_loopback_without_a_proxy(client, app, data_dir):
     r = client.post("/api/v1/entries", json={"title": "x"}, environ_base=TAILNET_PEER)
     assert r.status_code == 403
     assert notebook_state(app.extensions["db"], data_dir) == before
+
+
+DEV_WARNING = "COMMONPLACE_AUTH=dev: every loopback connection is the owner"
+
+
+def test_dev_mode_is_announced_by_the_web_not_by_commands_that_serve_nothing(data_dir):
+    env = {"PATH": "/usr/bin:/bin", "HOME": str(data_dir), "COMMONPLACE_DATA_DIR": str(data_dir),
+           "COMMONPLACE_AUTH": "dev", "COMMONPLACE_TIMEZONE": "UTC"}
+
+    def stderr(*argv: str) -> str:
+        done = subprocess.run([sys.executable, *argv], cwd=ROOT, env=env, capture_output=True,
+                              text=True, timeout=120)
+        assert done.returncode == 0, done.stderr
+        return done.stderr
+
+    assert DEV_WARNING not in stderr("-m", "app.cli", "export", str(data_dir.parent / "vault"))
+    # what gunicorn's master calls to make the app it serves
+    assert DEV_WARNING in stderr("-c", "import app; app.create_served_app()")
