@@ -116,6 +116,20 @@ def _band(value: float, median, p10, p90, rate: bool) -> tuple[float | None, flo
     return value * low, value * high
 
 
+def _with_peak(band: tuple, result: dict) -> tuple:
+    """MFU's band, widened by the spread of the peak it divides by. The peak is the run's
+    own probe wherever no spec sheet gives one (a CPU above all), and it moves between runs
+    far more than the step time does: without this, a probe's luck reads as a change."""
+    low, high = band
+    calibration = _dict(result.get("calibration"))
+    spread, kept = _dict(calibration.get("peak_spread")), finite(calibration.get("peak_flops"))
+    least, most = finite(spread.get("min")), finite(spread.get("max"))
+    if low is None or high is None or not (kept and least and most and least > 0):
+        return band
+    # MFU goes as 1/peak: any peak the probe saw would have given MFU * kept / that peak
+    return low * min(1.0, kept / most), high * max(1.0, kept / least)
+
+
 def _timed(s: dict) -> tuple:
     """A timing's median, p10 and p90. Fewer than MIN_SERIES timed steps (`n`) measured no
     spread (one step's p10 is its p90): the band is left out, so the number is judged
@@ -147,9 +161,12 @@ def headlines(result) -> dict[str, Number]:
         for metric in ("step_time_s", "mfu", "peak_memory_bytes"):
             if metric in metrics:
                 value = metrics[metric]
+                band = (None, None) if metric == "peak_memory_bytes" else \
+                    _band(value, *timed, rate=metric == "mfu")
+                if metric == "mfu":
+                    band = _with_peak(band, result)
                 found.append(Number(f"{name}.{metric}", f"{name} {LABELS[metric]}", metric,
-                                    value, *(_band(value, *timed, rate=metric == "mfu")
-                                             if metric != "peak_memory_bytes" else (None, None))))
+                                    value, *band))
     rows = result.get("table") if result.get("experiment") == "collectives" \
         or isinstance(result.get("fits"), dict) else None
     for row in (rows if isinstance(rows, list) else [])[:200]:
@@ -172,6 +189,8 @@ def headlines(result) -> dict[str, Number]:
             if value is not None and value > 0:
                 band = _band(value, *timed, rate=metric == "mfu") \
                     if metric in ("step_time_s", "mfu") else (None, None)
+                if metric == "mfu":
+                    band = _with_peak(band, result)
                 found.append(Number(metric, LABELS[metric], metric, value, *band))
     # every headline is a positive amount (a time, a rate, bytes, a fraction)
     kept = [n for n in found if n.value > 0][:MAX_NUMBERS]

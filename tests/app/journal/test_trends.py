@@ -258,6 +258,35 @@ def test_a_training_run_is_judged_per_strategy_and_a_wrong_answer_is_left_out(db
     assert "ddp.step_time_s" not in {c.now.key for c in trend_of(db, wrong).changes}
 
 
+def test_mfu_that_moved_with_its_peak_probe_is_noise_not_a_regression(db):
+    """MFU divides by the run's own peak probe (a CPU has no spec sheet). The same step time
+    with a luckier probe halves MFU; the probe's own spread says that is noise."""
+    params = {"world_size": 2, "device": "cpu"}
+
+    def probed(peak: float, samples: list[float]) -> dict:
+        result = training_result(0.020, 1e6)
+        for s in result["strategies"]:
+            s["mfu"]["value"] *= 1e9 / peak
+        result["calibration"] = {"peak_flops": peak, "peak_spread": {
+            "n": len(samples), "min": min(samples), "median": sorted(samples)[1],
+            "max": max(samples), "kept": "best"}}
+        return result
+
+    finished(db, "data_parallel", params, probed(1e9, [0.5e9, 0.8e9, 1e9]))
+    found = trend_of(db, finished(db, "data_parallel", params, probed(2e9, [0.9e9, 1.5e9, 2e9])))
+    c = change(found, "ddp.mfu")
+    assert c.now.value < c.before.value * 0.6  # MFU halved with the probe ...
+    assert not c.beyond and not found.regressions  # ... within the probe's spread
+    # without a probe's spread recorded, the same drop is a regression
+    other = {**params, "warmup": 2}
+    finished(db, "data_parallel", other, training_result(0.020, 1e6))
+    bare = training_result(0.020, 1e6)
+    for s in bare["strategies"]:
+        s["mfu"]["value"] /= 2
+    assert "ddp.mfu" in {x.now.key for x in trend_of(
+        db, finished(db, "data_parallel", other, bare)).regressions}
+
+
 def test_a_single_timed_step_measured_no_spread(db):
     """`steps=1` (the README's first run) times one step, whose p10 is its p90: that is no
     spread measured, so a change is judged against the assumed noise, not the 1% floor."""

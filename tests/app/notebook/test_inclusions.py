@@ -120,15 +120,21 @@ def test_a_renderer_change_rewrites_links_and_search_text_too(db):
     assert anchors(html_of(db, source), "wikilink")[0][0]["href"] == url + "#h-notes"
 
 
-def test_bulk_import_keeps_heading_fragments_and_leaves_embeds_to_the_importer():
+def test_bulk_import_keeps_heading_fragments_and_leaves_embeds_open_for_the_importer():
     nonce = "f" * 32
     tpl = bulk_render.template(("See [[Note#Part two]] and [[Note#^b1|that]].", nonce, ()))
     assert tpl is not None and tpl.targets == ["Note"]
     html, _ = bulk_render.place_links(bulk_render.placeholder_re(nonce), tpl,
                                       lambda target: Resolved("/entries/9/note", True))
     assert hrefs_of(html) == ["/entries/9/note#h-part-two", "/entries/9/note#b-b1"]
-    assert bulk_render.template(("![[image.png]]", nonce, ())) is None
-    assert bulk_render.template(("![[Note]]", nonce, ())) is None
+    # rendered in the worker, outside the write lock; what an embed names is filled in by
+    # the writer: an attachment from the import's files (none in this process), a note
+    # from the notebook
+    image = bulk_render.template(("![[image.png]]", nonce, ()))
+    assert image is not None and list(image.files) == ["image.png"]
+    note = bulk_render.template(("![[Note]]", nonce, ()))
+    assert note is not None and [n[0] for n in note.notes] == ["Note"]
+    assert "CPNOTE" in note.html  # the note's place, left open
 
 
 def hrefs_of(html):
