@@ -1,6 +1,6 @@
 """The scheduler process: the only place a scheduler runs (never inside gunicorn).
 
-    commonplace scheduler
+    python -m app.scheduler     (app/scheduler.py; `commonplace scheduler` and `up` start it)
 
 APScheduler 3 (BlockingScheduler, memory job store) is the clock; our tables are the
 truth. Its jobs only write rows:
@@ -35,7 +35,6 @@ from pathlib import Path
 import sqlalchemy as sa
 from apscheduler.schedulers.blocking import BlockingScheduler
 
-from app import backups
 from app.db import OPERATIONAL, locked
 from app.errors import Invalid
 from app.journal import alerts, gangs, liveness, posting, runs, schedules
@@ -198,6 +197,8 @@ class Scheduler:
     def backup(self) -> None:
         """The nightly archive (app/backups.py: database, attachments, run logs and
         artifacts, with a manifest), older nightly ones pruned."""
+        from app import backups  # tarfile and the manifest's code: once a night, not at rest
+
         if self.db.sqlite_path is None:
             return
         data_dir = Path(self.config["DATA_DIR"])
@@ -248,3 +249,4 @@ def main(app) -> None:
     except KeyboardInterrupt:
         pass
     log.info("scheduler stopped")
+
