@@ -17,11 +17,11 @@ import sqlalchemy as sa
 
 from app.journal import runs
 from app.models import Entry, Run
-from app.notebook import letters, mirror, saving
 from app.notebook.isoweeks import iso_week
 
-# The views and trends are imported where a card is made, not here: the scheduler asks
-# every few seconds whether a run waits (post_cards), and at rest none does.
+# The views, trends and the notebook's saving are imported where a card is made, not here:
+# the scheduler asks every few seconds whether a run waits (post_cards), and at rest none
+# does.
 log = logging.getLogger(__name__)
 AUTHOR = "scheduler"
 SECTION_RE = re.compile(r"^##\s+Experiments\s*$", re.M | re.I)
@@ -63,6 +63,7 @@ def post_card(db, run_id: int, timezone: str, attempts: int = 5) -> int | None:
     is rendered before the write lock is taken (app/notebook/saving.py)."""
     from app.journal import trends
     from app.journal.views import week_changes
+    from app.notebook import letters, mirror, saving
 
     for _ in range(attempts):
         with db.read() as reader:

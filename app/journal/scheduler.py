@@ -38,8 +38,8 @@ from apscheduler.schedulers.blocking import BlockingScheduler
 from app.db import OPERATIONAL, locked
 from app.errors import Invalid
 from app.journal import alerts, gangs, liveness, posting, runs, schedules
-from app.models import Run, RunNode, Schedule, utcnow
-from app.notebook import letters
+from app.models import Entry, Run, RunNode, Schedule, utcnow
+from app.notebook.isoweeks import iso_week, today
 
 log = logging.getLogger("commonplace.scheduler")
 SYNC_S = 3
@@ -190,8 +190,16 @@ class Scheduler:
                 log.info("run %s: its regression was delivered to the webhook", run_id)
 
     def letter(self) -> None:
-        week, created = letters.ensure_this_week(self.db, self.tz, posting.AUTHOR)
-        if created:
+        """This week's letter, made if missing. Asked first, without the notebook's saving
+        and renderer: `up` made it before starting us, so mostly nothing is loaded for it."""
+        week = iso_week(today(self.tz))
+        with self.db.read() as session:
+            if session.scalar(sa.select(Entry.id).where(Entry.kind == "week",
+                                                        Entry.iso_week == week)):
+                return
+        from app.notebook import letters
+
+        if letters.create_letter(self.db, week, posting.AUTHOR):
             log.info("created the letter for %s", week)
 
     def backup(self) -> None:
