@@ -81,7 +81,7 @@ def test_commonplace_scheduler_becomes_the_scheduler_entry(db, data_dir):
     the same process, which holds no click."""
     proc, _log = start_scheduler(db, data_dir, [sys.executable, "-m", "app.cli", "scheduler"])
     try:
-        argv = open(f"/proc/{proc.pid}/cmdline", "rb").read().split(b"\0")
+        argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
         assert argv[1:3] == [b"-m", b"app.scheduler"]
     finally:
         stop_process(proc)
