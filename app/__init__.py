@@ -13,8 +13,8 @@ docs/ARCHITECTURE.md walks a save and a run through these files.
 
 from __future__ import annotations
 
-import functools
 import gc
+import importlib
 import os
 import stat
 from pathlib import Path
@@ -43,6 +43,8 @@ def create_app(config: dict | None = None) -> Flask:
     db.init_app(app)
     init_web(app)
     register_embeds(app.config["TIMEZONE"])
+    for module in EMBED_VIEWS:  # the web renders them: loaded before gunicorn forks
+        importlib.import_module(f"app.journal.views.{module}")
     return app
 
 
@@ -82,20 +84,28 @@ def create_backend(config: dict | None = None) -> Backend:
     return backend
 
 
+EMBED_VIEWS = ("cards", "card_markdown", "week_changes")
+
+
 def register_embeds(timezone: str) -> None:
-    from app.journal.views import card_markdown, cards, week_changes
     from app.notebook import embeds
 
     # The notebook renders ```run blocks without importing the journal: the embed is
-    # registered from above (with the owner's clock for the card's time).
-    embeds.register("run", functools.partial(cards.run_card, timezone=timezone))
+    # registered from above (with the owner's clock for the card's time). Each view is
+    # imported at its first render: the scheduler makes this backend too, and renders only
+    # when a card reaches a letter (the web imports the views with its pages anyway).
+    def view(module: str, name: str):
+        def render(*args, **kwargs):
+            function = getattr(importlib.import_module(f"app.journal.views.{module}"), name)
+            return function(*args, timezone=timezone, **kwargs)
+        return render
+
+    embeds.register("run", view("cards", "run_card"))
     # and the card as markdown, for the letter's file on disk (the mirror, an export)
-    embeds.register_markdown("run", functools.partial(card_markdown.run_markdown,
-                                                      timezone=timezone))
+    embeds.register_markdown("run", view("card_markdown", "run_markdown"))
     # the week's changes that open a letter's Experiments section, both ways
-    embeds.register("changes", functools.partial(week_changes.changes_html, timezone=timezone))
-    embeds.register_markdown("changes", functools.partial(week_changes.changes_markdown,
-                                                          timezone=timezone))
+    embeds.register("changes", view("week_changes", "changes_html"))
+    embeds.register_markdown("changes", view("week_changes", "changes_markdown"))
 
 
 def keep_private(data_dir: Path, database_url: str) -> None:

@@ -5,14 +5,13 @@ The top of the layers: it builds the app and starts each process. Each command i
 what it uses: `commonplace runner` (which `up` starts too) loads click, the config and
 jobs/runner, and neither Flask, SQLAlchemy nor the notebook (a runner host does not need
 the server, and it starts in a fifth of the time); `commonplace web` never loads
-APScheduler (tests/app/test_deploy.py checks both); `commonplace scheduler` loads no Flask,
-and `up` becomes app/supervisor.py, the standard library only, once the notebook is ready
-(tests/app/test_process_imports.py)."""
+APScheduler (tests/app/test_deploy.py checks both); `commonplace scheduler` becomes
+`python -m app.scheduler` (no click, no Flask), and `up` becomes app/supervisor.py,
+the standard library only, once the notebook is ready (tests/app/test_process_imports.py)."""
 
 from __future__ import annotations
 
 import os
-import subprocess
 import sys
 import time
 from pathlib import Path
@@ -21,7 +20,7 @@ import click
 
 from app import supervisor
 from app.config import from_environment, listen_addresses
-from app.supervisor import gunicorn_argv
+from app.supervisor import SCHEDULER_COMMAND, gunicorn_argv
 
 
 def _app():
@@ -143,16 +142,10 @@ def web(allow_non_loopback: bool) -> None:
 @main.command()
 def scheduler() -> None:
     """The scheduler process alone: schedules, reaper, cards into letters, backups."""
-    from app import create_backend
-    from app.journal.scheduler import main as run_scheduler  # APScheduler: only this process
-
-    # It serves no page: the app without Flask, and migrated by a process of its own, so
-    # that Alembic (and the renderer a re-render loads) is not held here for good. Quietly:
-    # `up`, or the web's `db upgrade` (systemd, compose), has migrated already and said so.
-    if subprocess.run([sys.executable, "-m", "app.cli", "db", "upgrade"],
-                      stdout=subprocess.DEVNULL).returncode:
-        raise SystemExit(1)
-    run_scheduler(create_backend())
+    # It becomes the scheduler's own entry (app/scheduler.py), which serves no page and holds
+    # neither click nor Flask for the days it runs.
+    argv = SCHEDULER_COMMAND
+    os.execv(argv[0], argv)
 
 
 @main.command()

@@ -26,6 +26,9 @@ QUICK_STOP_S, RUNNER_STOP_S = 1.5, 15.0
 # The local runner's token: from `up` to the runner alone, in the environment (a command
 # line is readable by every user of the machine).
 RUNNER_TOKEN = "COMMONPLACE_RUNNER_TOKEN"
+# The scheduler by its own entry, not `commonplace scheduler`: a process that runs for days
+# need not hold click.
+SCHEDULER_COMMAND = [sys.executable, "-m", "app.scheduler"]
 USAGE = "usage: python -m app.supervisor SERVER ADDRESS [ADDRESS …]"
 
 
@@ -50,7 +53,7 @@ def start(server: str, addresses: list[str]) -> list[subprocess.Popen]:
     # reaches their workers too; the runner stays in ours and gets Ctrl-C as it is.
     return [
         subprocess.Popen(gunicorn_argv(addresses), env=quiet, start_new_session=True),
-        subprocess.Popen([*me, "scheduler"], env=quiet, start_new_session=True),
+        subprocess.Popen(SCHEDULER_COMMAND, env=quiet, start_new_session=True),
         subprocess.Popen([*me, "runner", "--server", server]),
     ]
 

@@ -10,7 +10,7 @@ and the targets (TARGETS) beside them; at the end it stops what it started, by P
 baselines in the same run: an idle `python -c "import time; time.sleep(…)"` — the floor
 any Python process pays — and two idle processes that have imported only what a process
 cannot do without: Flask, SQLAlchemy's ORM and gunicorn's worker (STACK_FLOOR) for a web
-worker, click, the ORM and APScheduler (SCHEDULER_FLOOR) for the scheduler.
+worker, the ORM and APScheduler (SCHEDULER_FLOOR) for the scheduler.
 
 With --entries N the data directory first holds a notebook of N entries (bench/corpus.py:
 bench/importing.py's markdown corpus loaded by the product's own `commonplace import`), and
@@ -56,9 +56,9 @@ from bench.serving import cpu_seconds, free_port  # noqa: E402
 # can hold less than this; the goal (60 MB) is read against it.
 STACK_FLOOR = ("import flask, sqlalchemy.orm, gunicorn.workers.gthread, time; "
                "time.sleep(3600)")
-# The same for the scheduler: the command line, the ORM and the clock its code is written on.
-SCHEDULER_FLOOR = ("import click, sqlalchemy.orm, apscheduler.schedulers.blocking, time; "
-                   "time.sleep(3600)")
+# The same for the scheduler: the ORM and the clock its code is written on (its own entry,
+# `python -m app.scheduler`, holds no command line library).
+SCHEDULER_FLOOR = "import sqlalchemy.orm, apscheduler.schedulers.blocking, time; time.sleep(3600)"
 
 
 def children(pid: int) -> list[int]:
@@ -146,7 +146,8 @@ STACK_TARGET_PSS = 180
 
 def role(line: str) -> str:
     """Which of `up`'s children a command line is."""
-    return ("scheduler" if " scheduler" in line else "runner" if " runner" in line
+    return ("scheduler" if "app.scheduler" in line
+            else "runner" if " runner" in line
             else "web (gunicorn master)" if "gunicorn" in line else line[:40])
 
 

@@ -30,14 +30,19 @@ import datetime as dt
 import logging
 import urllib.error
 import urllib.request
+from typing import TYPE_CHECKING
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
-from app.journal import runs, trends
-from app.journal.views import card_trend, cards
+from app.journal import runs
 from app.models import Judgement, Run, utcnow
 
+if TYPE_CHECKING:
+    from app.journal import trends
+
+# trends and the card's views are imported where a run is judged, not here: the scheduler
+# asks every few seconds whether a run waits (unjudged), and at rest none does.
 log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 8
 BACKOFF_S = 30.0  # before the second try; doubled each time after
@@ -49,6 +54,8 @@ BATCH = 20  # runs judged, or alerts delivered, per tick
 
 def message(trend: trends.Trend, timezone: str) -> tuple[str, str]:
     """The alert's title (ASCII: an HTTP header) and its plain-text body."""
+    from app.journal.views import card_trend, cards
+
     run = trend.run
     # http.client sends headers as Latin-1: keep the title ASCII whatever a name holds
     title = f"Regression in run {run.id} ({run.experiment})".encode("ascii", "replace").decode()
@@ -72,6 +79,8 @@ def unjudged(session: Session, now: dt.datetime | None = None) -> list[Run]:
 def judge(session: Session, *, webhook: bool, timezone: str = "UTC",
           now: dt.datetime | None = None) -> list[int]:
     """Judge the runs `unjudged` names; returns the ids of those whose alert is now due."""
+    from app.journal import trends
+
     now = now or utcnow()
     alerted = []
     for run in unjudged(session, now):

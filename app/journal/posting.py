@@ -15,12 +15,13 @@ from zoneinfo import ZoneInfo
 
 import sqlalchemy as sa
 
-from app.journal import runs, trends
-from app.journal.views import cards, week_changes
+from app.journal import runs
 from app.models import Entry, Run
-from app.notebook import letters, mirror, saving
 from app.notebook.isoweeks import iso_week
 
+# The views, trends and the notebook's saving are imported where a card is made, not here:
+# the scheduler asks every few seconds whether a run waits (post_cards), and at rest none
+# does.
 log = logging.getLogger(__name__)
 AUTHOR = "scheduler"
 SECTION_RE = re.compile(r"^##\s+Experiments\s*$", re.M | re.I)
@@ -37,6 +38,8 @@ POSTABLE = sa.and_(
 def with_card(body: str, run_id: int, changes_week: str | None = None) -> str:
     """`body` with the run's block at the end of its Experiments section (made if missing);
     with `changes_week`, the week's changes block opens the section (week_changes.py)."""
+    from app.journal.views import cards, week_changes
+
     card = cards.block(run_id)
     if run_id in cards.embedded_runs(body):
         return body  # already there (a retry after a crash between save and mark)
@@ -58,6 +61,10 @@ def with_card(body: str, run_id: int, changes_week: str | None = None) -> str:
 def post_card(db, run_id: int, timezone: str, attempts: int = 5) -> int | None:
     """Append one finished run's card to its letter; returns the letter's id. The letter
     is rendered before the write lock is taken (app/notebook/saving.py)."""
+    from app.journal import trends
+    from app.journal.views import week_changes
+    from app.notebook import letters, mirror, saving
+
     for _ in range(attempts):
         with db.read() as reader:
             run = reader.scalar(sa.select(Run).where(Run.id == run_id, POSTABLE))
@@ -99,6 +106,8 @@ def embedding(session, run_id: int, skip: int | None = None) -> list[Entry]:
     candidates = session.scalars(sa.select(Entry).where(
         Entry.body_md.contains("```run"), Entry.body_md.contains(str(run_id)),
         Entry.id != (skip or 0)))
+    from app.journal.views import cards
+
     return [entry for entry in candidates if run_id in cards.embedded_runs(entry.body_md)]
 
 

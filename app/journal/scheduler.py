@@ -1,6 +1,6 @@
 """The scheduler process: the only place a scheduler runs (never inside gunicorn).
 
-    commonplace scheduler
+    python -m app.scheduler     (app/scheduler.py; `commonplace scheduler` and `up` start it)
 
 APScheduler 3 (BlockingScheduler, memory job store) is the clock; our tables are the
 truth. Its jobs only write rows:
@@ -35,12 +35,11 @@ from pathlib import Path
 import sqlalchemy as sa
 from apscheduler.schedulers.blocking import BlockingScheduler
 
-from app import backups
 from app.db import OPERATIONAL, locked
 from app.errors import Invalid
 from app.journal import alerts, gangs, liveness, posting, runs, schedules
-from app.models import Run, RunNode, Schedule, utcnow
-from app.notebook import letters
+from app.models import Entry, Run, RunNode, Schedule, utcnow
+from app.notebook.isoweeks import iso_week, today
 
 log = logging.getLogger("commonplace.scheduler")
 SYNC_S = 3
@@ -191,13 +190,23 @@ class Scheduler:
                 log.info("run %s: its regression was delivered to the webhook", run_id)
 
     def letter(self) -> None:
-        week, created = letters.ensure_this_week(self.db, self.tz, posting.AUTHOR)
-        if created:
+        """This week's letter, made if missing. Asked first, without the notebook's saving
+        and renderer: `up` made it before starting us, so mostly nothing is loaded for it."""
+        week = iso_week(today(self.tz))
+        with self.db.read() as session:
+            if session.scalar(sa.select(Entry.id).where(Entry.kind == "week",
+                                                        Entry.iso_week == week)):
+                return
+        from app.notebook import letters
+
+        if letters.create_letter(self.db, week, posting.AUTHOR):
             log.info("created the letter for %s", week)
 
     def backup(self) -> None:
         """The nightly archive (app/backups.py: database, attachments, run logs and
         artifacts, with a manifest), older nightly ones pruned."""
+        from app import backups  # tarfile and the manifest's code: once a night, not at rest
+
         if self.db.sqlite_path is None:
             return
         data_dir = Path(self.config["DATA_DIR"])
@@ -248,3 +257,4 @@ def main(app) -> None:
     except KeyboardInterrupt:
         pass
     log.info("scheduler stopped")
+

@@ -1,7 +1,8 @@
 """What each of `commonplace up`'s processes loads: nothing it does not use.
 
 The supervisor only starts and watches (the standard library); the scheduler serves no page
-and renders only when a card reaches a letter (no Flask, no Alembic, no renderer at rest);
+and renders only when a card reaches a letter (no click, no Flask, no Alembic, no renderer,
+no card views and no backup code at rest);
 the web's master makes the app before it forks the workers, so making it must open no
 connection and start no thread. (The runner's own check is in tests/app/test_deploy.py.)
 """
@@ -14,6 +15,7 @@ import signal
 import subprocess
 import sys
 import time
+from pathlib import Path
 
 from app import supervisor
 from app.notebook import letters
@@ -48,33 +50,61 @@ def test_the_supervisor_imports_only_the_standard_library():
     assert not {m for m in held if m.split(".")[0] in (*SERVER, "sqlalchemy", "click")}
 
 
-def test_the_scheduler_at_rest_holds_neither_the_web_nor_the_renderer(db, data_dir):
-    """The real `commonplace scheduler`, as `up` starts it, with `-X importtime`, which
-    writes every module the process imports, at start or later, to stderr: started, its
-    jobs run once, then stopped."""
-    letters.ensure_this_week(db, "UTC")  # as `up` does before it starts the scheduler
+def start_scheduler(db, data_dir, argv: list[str]) -> tuple[subprocess.Popen, Path]:
+    """The real scheduler, as `up` starts it, in a notebook with this week's letter (as `up`
+    makes it before), once it says it started; its output goes to the returned path."""
+    letters.ensure_this_week(db, "UTC")
     db.engine.dispose()
     log = data_dir / "scheduler.log"
     env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir), "COMMONPLACE_AUTH": "dev",
            "COMMONPLACE_BIND": f"127.0.0.1:{free_port()}", "COMMONPLACE_TIMEZONE": "UTC"}
     env.pop("COMMONPLACE_DATABASE_URL", None)
     with open(log, "w") as out:
-        proc = subprocess.Popen([sys.executable, "-X", "importtime", "-m", "app.cli",
-                                 "scheduler"], cwd=ROOT, env=env, stdout=out, stderr=out)
+        proc = subprocess.Popen(argv, cwd=ROOT, env=env, stdout=out, stderr=out)
     try:
         deadline = time.monotonic() + 60
         while "scheduler started" not in log.read_text():
             assert proc.poll() is None and time.monotonic() < deadline, log.read_text()
             time.sleep(0.2)
-        time.sleep(4)  # every interval job (sync, cards) runs at least once
+    except BaseException:
+        stop_process(proc)
+        raise
+    return proc, log
+
+
+def test_up_starts_the_scheduler_by_its_own_entry():
+    assert supervisor.SCHEDULER_COMMAND == [sys.executable, "-m", "app.scheduler"]
+
+
+def test_commonplace_scheduler_becomes_the_scheduler_entry(db, data_dir):
+    """`commonplace scheduler` (systemd, compose, the tests) execs the entry `up` starts:
+    the same process, which holds no click."""
+    proc, _log = start_scheduler(db, data_dir, [sys.executable, "-m", "app.cli", "scheduler"])
+    try:
+        argv = Path(f"/proc/{proc.pid}/cmdline").read_bytes().split(b"\0")
+        assert argv[1:3] == [b"-m", b"app.scheduler"]
+    finally:
+        stop_process(proc)
+
+
+def test_the_scheduler_at_rest_holds_neither_the_web_nor_the_renderer(db, data_dir):
+    """The scheduler's entry with `-X importtime`, which writes every module the process
+    imports, at start or later, to stderr: started, its jobs run once, then stopped."""
+    proc, log = start_scheduler(db, data_dir, [sys.executable, "-X", "importtime", "-m",
+                                               "app.scheduler"])
+    try:
+        time.sleep(6)  # every interval job (sync, cards, alerts) runs at least once
         proc.send_signal(signal.SIGTERM)
         proc.wait(timeout=30)
     finally:
         stop_process(proc)
     held = set(re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", log.read_text(),
                           re.MULTILINE))
-    assert {"sqlalchemy.orm", "apscheduler.schedulers.blocking", "app.journal.scheduler"} <= held
-    bad = sorted(m for m in held if m.split(".")[0] in SERVER or m.startswith("app.web"))
+    assert {"sqlalchemy.orm", "apscheduler.schedulers.blocking", "app.journal.scheduler",
+            "app.journal.posting", "app.journal.alerts"} <= held
+    bad = sorted(m for m in held if m.split(".")[0] in (*SERVER, "click")
+                 or m.startswith(("app.web", "app.cli", "app.journal.views", "app.backups",
+                                  "app.journal.trends")))
     assert bad == []
 
 

@@ -11,7 +11,8 @@ import sqlalchemy as sa
 from app.config import from_environment
 from app.journal import schedules
 from app.journal.scheduler import Scheduler
-from app.models import Run, Schedule
+from app.models import Entry, Run, Schedule
+from app.notebook.isoweeks import iso_week, today
 from tests.helpers import count
 
 
@@ -212,3 +213,18 @@ def test_the_scheduler_process_keeps_the_configured_cap(make_app):
 def test_a_bad_cap_stops_the_process_with_its_name(value):
     with pytest.raises(SystemExit, match="COMMONPLACE_SCHEDULED_RUNS_PER_MINUTE"):
         from_environment({"COMMONPLACE_SCHEDULED_RUNS_PER_MINUTE": value})
+
+
+def test_the_scheduler_makes_this_weeks_letter_once(make_app):
+    """The weekly job (and start-up) asks whether the letter exists before it loads the
+    notebook's saving: made when missing, left alone when there."""
+    app = make_app()
+    week = iso_week(today(app.config["TIMEZONE"]))
+    letters = sa.select(sa.func.count()).select_from(Entry).where(Entry.kind == "week",
+                                                                  Entry.iso_week == week)
+    with app.extensions["db"].read() as session:
+        assert session.scalar(letters) == 0
+    Scheduler(app).letter()
+    Scheduler(app).letter()
+    with app.extensions["db"].read() as session:
+        assert session.scalar(letters) == 1
