@@ -38,7 +38,7 @@ def service_worker():
 
 @bp.get("/offline")
 def offline_page():
-    """Shown by the worker for a page it has not kept; offline.js lists what it has."""
+    """Shown by the worker for a page it has not kept; offline-page.js lists what it has."""
     return render_template("notes/offline.html")
 
 

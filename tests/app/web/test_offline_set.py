@@ -30,7 +30,7 @@ def test_the_worker_is_served_from_the_root_and_always_revalidated(served):
 
 def test_every_page_loads_the_offline_script_and_says_whose_it_is(served):
     html = served.client.get("/", headers=AS_VIEWER).get_data(as_text=True)
-    assert "/static/offline.js?v=" in html
+    assert "/static/offline-page.js?v=" in html
     assert 'data-login="viewer@example.com"' in html
 
 
