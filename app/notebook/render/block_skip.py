@@ -7,9 +7,10 @@ The answer is nearly always no, and was a quarter of a render's block parsing.
 
 Here a processor is asked only when the block holds what its kind cannot do without: a
 quote a ">", a table a "|", a "#" heading a "#", a reference definition "]:", a list its
-marker first. Skipping a test that would have said no (and whose no leaves nothing
-behind) is the stock loop exactly; tests/app/notebook/test_render_fast.py parses a corpus both ways.
-Processors it does not know (another class) are always asked.
+marker first, an admonition "!!!" or an indent. Skipping a test that would have said no
+(and whose no leaves nothing behind) is the stock loop exactly;
+tests/app/notebook/test_render_fast.py parses a corpus both ways. Processors it does not
+know (another class) are always asked.
 """
 
 from __future__ import annotations
@@ -17,11 +18,13 @@ from __future__ import annotations
 from collections.abc import Callable
 
 from markdown import Markdown, blockprocessors
+from markdown.extensions.admonition import AdmonitionProcessor
 from markdown.extensions.footnotes import FootnoteBlockProcessor
 from markdown.extensions.sane_lists import SaneOListProcessor, SaneUListProcessor
 from markdown.extensions.tables import TableProcessor
 
 from .bounded import SplitQuote
+from .callouts import CalloutQuoteProcessor
 from .syntax import SpacedHashHeaderProcessor
 
 Rule = Callable[[str], bool]
@@ -45,7 +48,8 @@ _NEEDS: dict[str, tuple[tuple[type, ...], Rule]] = {
            lambda block: "-" in block or "*" in block or "_" in block),
     "olist": ((SaneOListProcessor, blockprocessors.OListProcessor), _starts_ordered),
     "ulist": ((SaneUListProcessor, blockprocessors.UListProcessor), _starts_unordered),
-    "quote": ((SplitQuote, blockprocessors.BlockQuoteProcessor), lambda block: ">" in block),
+    "quote": ((CalloutQuoteProcessor, SplitQuote, blockprocessors.BlockQuoteProcessor),
+              lambda block: ">" in block),
     # these two test True and look in run, which puts back a block without a definition
     "footnote": ((FootnoteBlockProcessor,), lambda block: "[^" in block and "]:" in block),
     "reference": ((blockprocessors.ReferenceProcessor,), lambda block: "]:" in block),
@@ -85,7 +89,17 @@ class SkippingBlockLoop:
                         break
 
 
+def _admonition(processor: AdmonitionProcessor) -> Rule:
+    """An admonition's test: a "!!!" line, or (parse_content) a block indented under the
+    admonition just before, or one it is in the middle of (current_sibling)."""
+    indent = " " * processor.tab_length
+    return lambda block: ("!!!" in block or block.startswith(indent)
+                          or processor.current_sibling is not None)
+
+
 def _rule(name: str, processor: object) -> Rule | None:
+    if name == "admonition" and type(processor) is AdmonitionProcessor:
+        return _admonition(processor)
     if name in _NEEDS:
         classes, rule = _NEEDS[name]
         if type(processor) in classes:

@@ -127,6 +127,9 @@ class EmbedPreprocessor(_ReadsState, Preprocessor):
         if not self.state.embeds:
             return lines
         text = "\n".join(lines)
+        if ("```" not in text and "~~~" not in text
+                or not any(name in text for name in self.state.embeds)):
+            return lines  # no fence, or none whose info string can name an embed
         out: list[str] = []
         index = 0
         # Same fence grammar as fenced_code, so a block is an embed exactly when
