@@ -66,8 +66,9 @@ SITE_ENDPOINTS = {  # what every page's header and footer link to (templates/bas
     "experiments": "experiments.catalogue", "runs": "experiments.run_list",
     "schedules": "experiments.schedule_list", "calculator": "experiments.calculator",
 }
-SITE_ASSETS = {"css": "app.css", "js": "app.js", "offline_js": "offline-page.js", "icon": "icon.svg",
-               "icon_png": "icon-32.png", "touch_icon": "apple-touch-icon.png"}
+SITE_ASSETS = {"css": "app.css", "js": "app.js", "offline_js": "offline-page.js",
+               "icon": "icon.svg", "icon_png": "icon-32.png",
+               "touch_icon": "apple-touch-icon.png"}
 
 
 def site_links(app: Flask, script_root: str, week: str) -> dict[str, str]:
