@@ -45,7 +45,7 @@ def test_the_numbers_follow_the_inputs(live_server, device):
         slider.focus()
         for _ in range(3):  # TP 1 -> 8, one notch at a time, as a thumb would
             page.keyboard.press("ArrowRight")
-        page.wait_for_function("document.querySelector('#c-tp').value === '8'")
+        page.wait_for_function("() => document.querySelector('#c-tp').value === '8'")
         changes(page, "[data-out=step]", step)
         page.locator('[data-term-row="TP all_reduce"]').wait_for()  # its term appears
         assert page.locator('[data-comm-row="TP all_reduce"]').is_visible()

@@ -177,7 +177,9 @@ def test_an_offline_edit_over_a_newer_save_reaches_the_merge_view(server):
         assert phone in offered and laptop in offered
         page.click("form.editor button.primary[type=submit]")  # saved as offered
         page.wait_for_selector("article.letter")
-        page.wait_for_function("document.getElementById('offline-copy') && "
+        # a function, not an expression: Playwright polls an expression through eval, which
+        # the page's CSP refuses
+        page.wait_for_function("() => document.getElementById('offline-copy') && "
                                "!document.querySelector('.pending-list li')")
         assert problems == []
     saved = this_weeks_letter(server)["body"]

@@ -50,7 +50,7 @@ def test_the_site_reads_and_searches_on_a_phone(site):
         assert_fits(page)
         assert page.evaluate("document.querySelector('.card-image img').naturalWidth") > 0
         page.goto(site + "search.html?q=zanzibar")
-        page.wait_for_function("document.getElementById('search-status').textContent"
+        page.wait_for_function("() => document.getElementById('search-status').textContent"
                                " === '0 entries'")
         assert problems == []
 
