@@ -5,10 +5,7 @@ otherwise; `served` is serve mode. Plain helpers are in tests/helpers.py."""
 from __future__ import annotations
 
 import compileall
-import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 
 import pytest
@@ -16,7 +13,7 @@ import sqlalchemy as sa
 
 from app import create_app, upgrades
 from app import db as dbmod
-from tests.helpers import OWNER, ROOT, VIEWER, Served, free_port, stop_process, wait_for_http
+from tests.helpers import OWNER, ROOT, VIEWER, Served, commonplace_up
 
 
 def pytest_configure(config):
@@ -96,20 +93,5 @@ def served(make_app) -> Served:
 @pytest.fixture
 def live_server(data_dir):
     """The real thing: `commonplace up` (migrate + gunicorn) on a free loopback port."""
-    port = free_port()
-    env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir),
-           "COMMONPLACE_BIND": f"127.0.0.1:{port}", "COMMONPLACE_AUTH": "dev",
-           "COMMONPLACE_TIMEZONE": "UTC",
-           # the local runner's long poll bounds how long `up` takes to stop: 2 s, not 10
-           "COMMONPLACE_RUNNER_POLL_WAIT": "2"}
-    env.pop("COMMONPLACE_DATABASE_URL", None)
-    log = open(data_dir / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "up"], cwd=ROOT, env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_http(base + "/healthz", proc=proc)
+    with commonplace_up(data_dir) as base:
         yield base
-    finally:
-        stop_process(proc)
-        log.close()

@@ -8,13 +8,16 @@ repository root, as the README says.
 
 from __future__ import annotations
 
+import contextlib
 import html as html_lib
+import os
 import re
 import socket
 import subprocess
+import sys
 import time
 import urllib.request
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
 from dataclasses import dataclass
 from html.parser import HTMLParser
 from pathlib import Path
@@ -313,3 +316,26 @@ def stop_process(proc: subprocess.Popen) -> None:
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(timeout=5)
+
+
+@contextlib.contextmanager
+def commonplace_up(data_dir: Path) -> Iterator[str]:
+    """The real thing: `commonplace up` (migrate + gunicorn + scheduler + runner) on a free
+    loopback port, dev auth; yields its base URL and stops it, even on failure."""
+    port = free_port()
+    env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir),
+           "COMMONPLACE_BIND": f"127.0.0.1:{port}", "COMMONPLACE_AUTH": "dev",
+           "COMMONPLACE_TIMEZONE": "UTC",
+           # the local runner's long poll bounds how long `up` takes to stop: 2 s, not 10
+           "COMMONPLACE_RUNNER_POLL_WAIT": "2"}
+    env.pop("COMMONPLACE_DATABASE_URL", None)
+    log = open(data_dir / "server.log", "w")
+    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "up"], cwd=ROOT, env=env,
+                            stdout=log, stderr=subprocess.STDOUT)
+    base = f"http://127.0.0.1:{port}"
+    try:
+        wait_for_http(base + "/healthz", proc=proc)
+        yield base
+    finally:
+        stop_process(proc)
+        log.close()

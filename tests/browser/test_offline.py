@@ -8,9 +8,6 @@ from __future__ import annotations
 
 import datetime as dt
 import json
-import os
-import subprocess
-import sys
 import time
 import urllib.request
 
@@ -24,7 +21,7 @@ from tests.browser.harness import (
     hard_timeout,
     screenshot,
 )
-from tests.helpers import ROOT, free_port, stop_process, wait_for_http
+from tests.helpers import commonplace_up
 
 pytestmark = BROWSER
 TEST_SECONDS = 150
@@ -34,22 +31,8 @@ WAIT_MS = 30_000
 @pytest.fixture(scope="module")
 def server(tmp_path_factory):
     """One `commonplace up` for the module: the tests share it, each in a fresh browser."""
-    data_dir = tmp_path_factory.mktemp("offline")
-    port = free_port()
-    env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir),
-           "COMMONPLACE_BIND": f"127.0.0.1:{port}", "COMMONPLACE_AUTH": "dev",
-           "COMMONPLACE_TIMEZONE": "UTC", "COMMONPLACE_RUNNER_POLL_WAIT": "2"}
-    env.pop("COMMONPLACE_DATABASE_URL", None)
-    log = open(data_dir / "server.log", "w")
-    proc = subprocess.Popen([sys.executable, "-m", "app.cli", "up"], cwd=ROOT, env=env,
-                            stdout=log, stderr=subprocess.STDOUT)
-    base = f"http://127.0.0.1:{port}"
-    try:
-        wait_for_http(base + "/healthz", proc=proc)
+    with commonplace_up(tmp_path_factory.mktemp("offline")) as base:
         yield base
-    finally:
-        stop_process(proc)
-        log.close()
 
 
 def this_weeks_letter(base: str) -> dict:
