@@ -19,12 +19,14 @@ import sys
 
 import pytest
 
-from app.journal import alerts, catalogue, run_metrics, runs, trends
+from app.journal import alerts, catalogue, run_metrics, trends
 from app.journal.scheduler import Scheduler
 from app.journal.views import card_trend, cards
 from app.models import Run, utcnow
 from jobs.lab.catalogue import own
+from tests.app.journal import test_trends
 from tests.app.journal.test_alerts import Receiver
+from tests.app.journal.test_trends import change
 from tests.helpers import ROOT, add_token, bearer
 from tests.real_runs import launch_once, store_run
 
@@ -59,25 +61,11 @@ def own_result(step_s: float, spread: float = 0.02, first_loss: float = 4.0,
 
 
 def finished(app, result: dict, params: dict = QUICK) -> int:
-    with app.extensions["db"].write() as session:
-        run = runs.create(session, "tiny_lm", params, actor="test")
-        session.flush()
-        runs.transition(session, run, runs.LEASED, actor="runner:test")
-        runs.transition(session, run, runs.RUNNING, actor="runner:test")
-        runs.store_result(session, run, result)
-        runs.transition(session, run, runs.SUCCEEDED, actor="runner:test")
-        return run.id
+    return test_trends.finished(app.extensions["db"], "tiny_lm", params, result)
 
 
 def trend_of(app, run_id: int) -> trends.Trend:
-    with app.extensions["db"].read() as session:
-        found = trends.trend(session, session.get(Run, run_id))
-        assert found is not None
-        return found
-
-
-def change(found: trends.Trend, key: str) -> trends.Change:
-    return next(c for c in found.changes if c.now.key == key)
+    return test_trends.trend_of(app.extensions["db"], run_id)
 
 
 def test_own_scalars_are_headlines_with_their_direction_and_their_series_spread():
