@@ -6,6 +6,7 @@ it shows for a page it has not kept; and the list of pages it keeps for reading 
 from __future__ import annotations
 
 import datetime as dt
+import functools
 import json
 from pathlib import Path
 
@@ -31,9 +32,16 @@ WRITES = '"/static/offline-writes.js"'
 def service_worker():
     """A worker controls the pages under the path it is served from: at /sw.js, all of
     them. no-cache, so the browser's update check always reaches the server."""
-    source = (Path(current_app.static_folder or "") / "sw.js").read_text(encoding="utf-8")
-    body = source.replace(WRITES, json.dumps(asset_url("offline-writes.js")))
+    body = worker_source(current_app.static_folder or "", asset_url("offline-writes.js"))
     return Response(body, mimetype="text/javascript", headers={"Cache-Control": "no-cache"})
+
+
+@functools.cache
+def worker_source(static_folder: str, writes_url: str) -> str:
+    """sw.js with its second half's hashed URL, read once: browsers ask for /sw.js on
+    their navigations, and the static files do not change while the process runs."""
+    source = (Path(static_folder) / "sw.js").read_text(encoding="utf-8")
+    return source.replace(WRITES, json.dumps(writes_url))
 
 
 @bp.get("/offline")
