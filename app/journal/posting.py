@@ -61,7 +61,6 @@ def with_card(body: str, run_id: int, changes_week: str | None = None) -> str:
 def post_card(db, run_id: int, timezone: str, attempts: int = 5) -> int | None:
     """Append one finished run's card to its letter; returns the letter's id. The letter
     is rendered before the write lock is taken (app/notebook/saving.py)."""
-    from app.journal import trends
     from app.journal.views import week_changes
     from app.notebook import letters, mirror, saving
 
@@ -73,7 +72,7 @@ def post_card(db, run_id: int, timezone: str, attempts: int = 5) -> int | None:
             finished = (run.finished_at or run.created_at).replace(tzinfo=dt.UTC)
             week = iso_week(finished.astimezone(ZoneInfo(timezone)).date())
             letter = letters.find_letter(reader, week)
-            moved = week_changes.mattering(trends.trend(reader, run), timezone)
+            moved = week_changes.moves_the_week(reader, run, timezone)
             if letter is not None:
                 prepared = saving.prepare_update(
                     reader, letter.id,

@@ -15,7 +15,7 @@ from html import escape
 
 from app.journal import trends
 from app.journal.trends import Change, Trend
-from app.notebook.isoweeks import local
+from app.notebook.isoweeks import iso_week, local
 
 
 def trend_url(trend: Trend) -> str:
@@ -32,6 +32,10 @@ def shown_changes(trend: Trend) -> list[Change]:
             largest[op] = c
     keep = {id(c) for c in largest.values()}
     return [c for c in trend.changes if "@" not in c.now.key or id(c) in keep or c.regression]
+
+
+def week_of(run, timezone: str) -> str:
+    return iso_week(local(trends.when(run), timezone).date())
 
 
 def day(run, timezone: str) -> str:
@@ -89,7 +93,13 @@ def html(trend: Trend | None, timezone: str = "UTC") -> str:
         + _linked(escape(text), previous.id) + "</li>"
         for text, bad in lines(trend, timezone))
     parts += [flag, f'<p class="card-trend-head">Since <a href="/runs/{previous.id}">run '
-                    f"{previous.id}</a> ({link}):</p>", f"<ul>{items}</ul>", "</section>"]
+                    f"{previous.id}</a> ({link}):</p>", f"<ul>{items}</ul>"]
+    week = week_of(trend.run, timezone)
+    if week_of(previous, timezone) == week:  # a repeat: the week is summed up elsewhere
+        parts.append(f'<p class="card-trend-note">Run again within {week}: <a href="/weeks/'
+                     f"{week}\">its letter</a> sums up the week's runs against the weeks "
+                     "before.</p>")
+    parts.append("</section>")
     return "\n".join(p for p in parts if p)
 
 

@@ -16,7 +16,7 @@ from flask import abort, current_app, render_template, request
 
 from app.db import get_session
 from app.journal import schedules, trends
-from app.journal.views import cards, trend_chart
+from app.journal.views import card_trend, cards, trend_chart, week_changes
 from app.web.pages.blueprints import experiments as bp
 
 DEFAULT_RUNS, MAX_RUNS = 52, 200  # a year of a weekly schedule
@@ -37,9 +37,14 @@ def page(runs: list, heading: str, context: str, **links):
     drawn = [(s, c) for s in trend_chart.collect(runs)
              if (c := trend_chart.chart(s, by_run, timezone))]
     latest = trend_chart.latest_lines(runs, get_session(), timezone)
+    # the latest run's week, as the letter's changes block sums it up
+    group = week_changes.group_of(get_session(), runs[-1], timezone) if runs else None
+    week = card_trend.week_of(runs[-1], timezone) if runs else ""
     return render_template("experiments/trend.html", runs=runs, heading=heading,
                            context=context, charts=drawn, marks=marks, latest=latest,
-                           **links)
+                           week=week, week_group=group,
+                           week_html=week_changes.groups_html([group], timezone)
+                           if group and group.mattering else "", **links)
 
 
 @bp.get("/schedules/<int:schedule_id>/trend")

@@ -42,9 +42,11 @@ def mfu_result(step_s: float, spread: float, memory: float | None = None) -> dic
     return result
 
 
-def finished(db, experiment: str, params: dict, result: dict, schedule_id=None) -> int:
+def finished(db, experiment: str, params: dict, result: dict, schedule_id=None,
+             at: dt.datetime | None = None) -> int:
     """A SUCCEEDED run holding `result`, stored as a runner's report is (a fire of the
-    schedule, if one is named, as schedules.fire_due makes it)."""
+    schedule, if one is named, as schedules.fire_due makes it); `at`, when it finished
+    (UTC), for a run of a week gone by."""
     with db.write() as session:
         fired = {"schedule_id": schedule_id, "trigger": "schedule",
                  "scheduled_for": dt.datetime(2026, 1, 1) + dt.timedelta(
@@ -55,6 +57,8 @@ def finished(db, experiment: str, params: dict, result: dict, schedule_id=None) 
         runs.transition(session, run, runs.RUNNING, actor="runner:test")
         runs.store_result(session, run, result)
         runs.transition(session, run, runs.SUCCEEDED, actor="runner:test")
+        if at is not None:
+            run.finished_at = at
         return run.id
 
 
