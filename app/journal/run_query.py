@@ -181,3 +181,41 @@ def listing(args, timezone: str = "UTC") -> Listing:
     else:
         stmt = stmt.order_by(RunMetric.value.desc(), RunMetric.run_id.desc())
     return Listing(stmt, sort=sort, order=order)
+
+
+# -- one experiment's page ----------------------------------------------------------------
+
+# The results a run's line on its experiment's page shows: the bare keys of run_metrics,
+# each the best correct strategy's, so one line serves every experiment.
+HEADLINE_KEYS = ("step_time_s", "tokens_per_s", "mfu", "peak_memory_bytes", "busbw_Bps",
+                 "peak_flops", "copy_bandwidth_Bps")
+
+
+def recent(session: Session, experiment: str, limit: int) -> list[tuple[sa.Row, dict]]:
+    """The experiment's latest runs, newest first, each with its headline results by key
+    (from run_metric rows: no result JSON is read)."""
+    rows = list(session.execute(
+        sa.select(Run.id, Run.status, Run.reason, Run.trigger, Run.created_at,
+                  Run.finished_at, Run.param_key)
+        .where(Run.experiment == experiment).order_by(Run.id.desc()).limit(limit)))
+    found: dict[int, dict[str, float]] = {}
+    for run_id_, key, value in session.execute(
+            sa.select(RunMetric.run_id, RunMetric.key, RunMetric.value)
+            .where(RunMetric.run_id.in_([r.id for r in rows]),
+                   RunMetric.key.in_(HEADLINE_KEYS))):
+        found.setdefault(run_id_, {})[key] = value
+    return [(r, {k: found[r.id][k] for k in HEADLINE_KEYS if k in found.get(r.id, {})})
+            for r in rows]
+
+
+def compared_sets(session: Session, experiment: str, limit: int) -> list[sa.Row]:
+    """The parameter sets (comparison keys) the experiment's successful runs measured,
+    the latest first: key, runs, and the latest run's id and parameters (its trend page)."""
+    grouped = (sa.select(Run.param_key.label("key"), sa.func.count().label("runs"),
+                         sa.func.max(Run.id).label("latest"))
+               .where(Run.experiment == experiment, Run.status == statuses.SUCCEEDED,
+                      Run.param_key.is_not(None), Run.finished_at.is_not(None))
+               .group_by(Run.param_key).order_by(sa.desc("latest")).limit(limit)).subquery()
+    return list(session.execute(
+        sa.select(grouped.c.key, grouped.c.runs, grouped.c.latest, Run.params)
+        .join(Run, Run.id == grouped.c.latest).order_by(grouped.c.latest.desc())))

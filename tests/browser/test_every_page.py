@@ -50,6 +50,7 @@ def fill(base: str) -> dict[str, str]:
         "edit": f"/entries/{ring['id']}/edit", "history": f"/entries/{ring['id']}/history",
         "diff": f"/entries/{ring['id']}/diff?a=1&b=3", "delete": f"/entries/{ring['id']}/delete",
         "settings": "/settings/template", "catalogue": "/experiments",
+        "experiment": "/experiments/pipeline",
         "new run": "/experiments/pipeline/run", "first run": "/experiments/zero/run?first=1",
         "runs": "/runs", "run": f"/runs/{runs[0]['id']}",
         "compare": f"/runs/compare?ids={runs[0]['id']},{runs[1]['id']}",

@@ -11,6 +11,7 @@
     served.py          /feed.atom, /attachments/…, /healthz
     offline.py         /sw.js (the service worker), /offline, the offline set's list
     runs.py            experiment catalogue, new-run form, run list, run page, compare
+    experiment.py      one experiment's page: what it teaches, parameters, recent runs
     learning.py        what each experiment shows, its diagram, a first run, the path through
     schedules.py       schedules: list and create, one schedule, delete
     trends.py          a schedule's (or one parameter set's) numbers over its runs
@@ -28,6 +29,7 @@ from app.web.pages import (  # noqa: F401
     calculator,
     cards,
     editing,
+    experiment,
     offline,
     reading,
     runs,

@@ -95,7 +95,8 @@ def nav_section(app: Flask, req: Request, week: str) -> str:
     view = app.view_functions.get(endpoint)
     if getattr(view, "__module__", "") == "app.web.pages.schedules":
         return "schedules"
-    if endpoint in ("experiments.catalogue", "experiments.new_run", "experiments.create_run"):
+    if endpoint in ("experiments.catalogue", "experiments.experiment_page",
+                    "experiments.new_run", "experiments.create_run"):
         return "experiments"
     if endpoint == "experiments.calculator":
         return "calculator"

@@ -1,7 +1,8 @@
-"""What each kind of page weighs on the wire, compressed, against its budget: home and the
-letter at most 30 KB, a run page 60 KB, no page over 100 KB. With realistic content: a
-week of notes, real finished runs (tests/real_runs.py: a ZeRO run comparing its
-strategies, a pipeline and a data-parallel run) whose cards the letter holds.
+"""What each kind of page weighs on the wire, compressed, against its budget: home, the
+letter and an experiment's page at most 30 KB, a run page 60 KB, no page over 100 KB. With
+realistic content: a week of notes, real finished runs (tests/real_runs.py: a ZeRO run
+comparing its strategies, a pipeline and a data-parallel run) whose cards the letter
+holds.
 
 Run with -s to see the table (docs/PERFORMANCE.md, *Over the wire*)."""
 
@@ -18,7 +19,7 @@ from tests.helpers import create_entry
 from tests.real_runs import lab_output, store_run
 
 KB = 1000
-BUDGETS = {"home": 30 * KB, "letter": 30 * KB, "run": 60 * KB}
+BUDGETS = {"home": 30 * KB, "letter": 30 * KB, "experiment": 30 * KB, "run": 60 * KB}
 ANY_PAGE = 100 * KB
 NOTE = "\n\n".join([
     "## What I tried\n\nThe 1F1B schedule against GPipe with **8 micro-batches**: the bubble "
@@ -43,7 +44,8 @@ def notebook(app, client, tmp_path_factory):
     pages = {"home": "/", "letter": f"/weeks/{week}", "run": f"/runs/{runs['zero']}",
              "entry": f"/entries/{entry}", "calculator": "/calculator",
              "search": "/search?q=pipeline", "sitemap": "/sitemap", "runs": "/runs",
-             "experiments": "/experiments", "tag": "/tags/parallelism",
+             "experiments": "/experiments", "experiment": "/experiments/zero",
+             "tag": "/tags/parallelism",
              "pipeline run": f"/runs/{runs['pipeline']}"}
     return client, pages
 
