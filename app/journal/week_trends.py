@@ -112,9 +112,10 @@ def _group(session: Session, key: str, runs: list[Run], start: dt.datetime
         sa.select(Run).where(Run.param_key == key, Run.status == statuses.SUCCEEDED,
                              Run.finished_at < start)
         .order_by(Run.finished_at.desc(), Run.id.desc()).limit(trends.BASELINE_RUNS)))
-    earlier = [numbers for r in before if (numbers := trends.headlines(r.result))]
+    earlier = [(r, numbers) for r in before if (numbers := trends.headlines(r.result))]
+    before = [r for r, _ in earlier]  # the runs the median is of, as the block counts them
     if earlier:
-        reference, judged = _median(earlier), table
+        reference, judged = _median([numbers for _, numbers in earlier]), table
     elif len(table) > 1:
         reference, judged, before = table[0][1], table[1:], []
     else:

@@ -77,8 +77,8 @@ def shown_runs(group: WeekGroup) -> list[Run | None]:
 
 
 def head_parts(group: WeekGroup, timezone: str) -> tuple[str, str]:
-    """How many runs, and what they are measured against ("runs" part names the runs by
-    "#N", which the HTML makes links)."""
+    """The group's runs, and what they are measured against (runs named "#N", which the
+    HTML and the markdown make links)."""
     count = len(group.runs)
     named = ", ".join("…" if r is None else f"#{r.id}" for r in shown_runs(group))
     runs = f"run #{group.latest.id}" if count == 1 else f"{count} runs this week ({named})"
