@@ -29,10 +29,11 @@ def test_the_page_teaches_the_experiment_and_lists_its_parameters(client):
         assert heading in headings
     guide = learning.guide("zero")
     assert guide.see in page and guide.learn in page and 'class="diagram"' in page
-    table = page[page.index('class="params-table"'):page.index("</table>")]
-    rows = [text for _, text in Elements(table).all("th") if text not in (
-        "Name", "Default", "Allowed", "What it sets")]
-    assert rows == list(spec["params"])
+    listed = page[page.index('class="params-list"'):page.index("</dl>")]
+    assert [text for _, text in Elements(listed).all("dt")] == list(spec["params"])
+    assert "default 2 · 1 to 8" in listed  # world_size, as the form's help says it
+    assert "default auto · one of auto, cpu, cuda" in listed
+    assert "default ddp, zero1, zero2, zero3, fsdp2 · any of single, ddp," in listed
     first = dict(learning.first_run("zero"))
     shown = page[page.index('class="first-run"'):]
     assert f"<code>hidden</code> = {first['hidden']}" in shown
