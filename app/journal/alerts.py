@@ -36,6 +36,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from app.journal import runs
+from app.journal.waiting import JUDGE_WINDOW
 from app.models import Judgement, Run, utcnow
 
 if TYPE_CHECKING:
@@ -48,7 +49,6 @@ MAX_ATTEMPTS = 8
 BACKOFF_S = 30.0  # before the second try; doubled each time after
 MAX_BACKOFF_S = 3600.0
 TIMEOUT_S = 10.0
-JUDGE_WINDOW = dt.timedelta(days=1)
 BATCH = 20  # runs judged, or alerts delivered, per tick
 
 
