@@ -12,11 +12,14 @@ takes what it loaded along when it ends (tests/app/test_process_imports.py keeps
 from __future__ import annotations
 
 import logging
+import signal
 import subprocess
 import sys
 
 from app.config import from_environment
 from app.journal import clock
+
+PR_SET_PDEATHSIG = 1  # prctl(2)
 
 
 def run(argv: list[str]) -> None:
@@ -31,6 +34,7 @@ def run(argv: list[str]) -> None:
 
 
 def work(argv: list[str]) -> None:
+    end_with_the_clock()
     # Here, not above: the clock's own process never loads the ORM.
     from app import create_backend
     from app.journal import scheduler
@@ -39,6 +43,17 @@ def work(argv: list[str]) -> None:
     if argv[0] not in scheduler.JOBS:
         raise SystemExit(scheduler.USAGE)
     raise SystemExit(scheduler.run(create_backend(), argv[0], argv[1:]))
+
+
+def end_with_the_clock() -> None:
+    """On Linux, a SIGTERM to this child when the clock that started it ends, however it
+    ends (a SIGKILL too), as the work ended when it ran inside the clock: a job of a dead
+    clock never overlaps the same job of its successor. (PR_SET_PDEATHSIG watches the
+    thread that started us: the clock's job thread, which waits for us.)"""
+    if sys.platform == "linux":
+        import ctypes
+
+        ctypes.CDLL(None).prctl(PR_SET_PDEATHSIG, signal.SIGTERM)
 
 
 if __name__ == "__main__":

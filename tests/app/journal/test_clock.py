@@ -4,9 +4,13 @@ jobs and edits take effect without a restart; a fire, a reap after an outage and
 through the real child process (`python -m app.scheduler JOB`)."""
 
 import datetime as dt
+import os
 import sqlite3
+import subprocess
+import sys
 import threading
 import time
+from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
@@ -16,7 +20,7 @@ from app.journal import alerts, posting, reaping, runs, schedules
 from app.journal.clock import Clock
 from app.journal.waiting import JUDGE_WINDOW, Waiting
 from app.models import Judgement, Run, Schedule, utcnow
-from tests.helpers import SMALL, load
+from tests.helpers import ROOT, SMALL, load, stop_process
 
 NOW = utcnow()
 MAX_AGE_S = 24 * 3600.0
@@ -222,3 +226,65 @@ def test_a_stop_ends_the_child_a_job_waits_for(clock):
         other.close()
     assert statuses == [None] and child.returncode != reaping.LOCKED and child.returncode < 0
     assert clock.work("cards") is None  # no new child once stopping
+
+
+CLOCK_WAITING = """
+from app.config import from_environment
+from app.journal.clock import Clock
+from app.journal.waiting import Waiting
+config = from_environment()
+Clock(config, Waiting.at(config["DATABASE_URL"])).work("reap")
+"""
+
+
+def test_a_child_ends_with_a_clock_that_was_killed(db, data_dir):
+    """A clock SIGKILLed while its reap child waits for a held write lock: the child goes
+    too, as the work did when it ran inside the scheduler. Had it lived, it would have
+    taken the lock once released and reaped the run."""
+    run_id = add_run(db, status="RUNNING", lease_expires_at=utcnow() - dt.timedelta(seconds=1))
+    other = held_lock(db)
+    env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir), "COMMONPLACE_AUTH": "dev",
+           "COMMONPLACE_BIND": "unix:/nowhere", "COMMONPLACE_TIMEZONE": "UTC"}
+    env.pop("COMMONPLACE_DATABASE_URL", None)
+    proc = subprocess.Popen([sys.executable, "-c", CLOCK_WAITING], cwd=ROOT, env=env)
+    try:
+        deadline = time.monotonic() + 60
+        while not (waiting := [pid for pid in children_of(proc.pid) if b"sqlite" in maps(pid)]):
+            assert proc.poll() is None and time.monotonic() < deadline  # its imports done
+            time.sleep(0.1)
+        proc.kill()
+        proc.wait(timeout=30)
+    finally:
+        other.execute("ROLLBACK")
+        other.close()
+        stop_process(proc)
+    deadline = time.monotonic() + 30
+    while Path(f"/proc/{waiting[0]}").exists() and not zombie(waiting[0]):
+        assert time.monotonic() < deadline, "the child outlived its clock"
+        time.sleep(0.1)
+    assert load(db, Run, run_id).status == "RUNNING"
+
+
+def maps(pid: int) -> bytes:
+    try:
+        return Path(f"/proc/{pid}/maps").read_bytes()
+    except OSError:
+        return b""
+
+
+def children_of(pid: int) -> list[int]:
+    found = []
+    for stat in Path("/proc").glob("[0-9]*/stat"):
+        try:
+            if int(stat.read_text().rsplit(")", 1)[1].split()[1]) == pid:
+                found.append(int(stat.parent.name))
+        except (OSError, ValueError):
+            pass
+    return found
+
+
+def zombie(pid: int) -> bool:
+    try:
+        return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
+    except OSError:
+        return False
