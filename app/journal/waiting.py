@@ -11,7 +11,7 @@ from __future__ import annotations
 
 import datetime as dt
 import sqlite3
-from contextlib import closing
+import threading
 from pathlib import Path
 from typing import NamedTuple
 
@@ -20,6 +20,9 @@ from base.statuses import ACTIVE, CANCELLED, QUEUED, SKIPPED, SUCCEEDED, TERMINA
 # Only runs that finished this recently are judged (alerts.py: old news is not sent).
 JUDGE_WINDOW = dt.timedelta(days=1)
 BUSY_TIMEOUT_S = 10.0
+# SQLite's page cache for the clock's one connection, in KiB (its default is 2,000): the
+# operating system keeps the file's pages for every process, so this only saves a copy.
+CACHE_KIB = 256
 
 
 class ScheduleRow(NamedTuple):
@@ -37,6 +40,8 @@ def _listed(statuses: tuple[str, ...]) -> str:
 class Waiting:
     def __init__(self, path: Path):
         self.path = path.resolve()
+        self.lock = threading.Lock()
+        self.conn: sqlite3.Connection | None = None
 
     @classmethod
     def at(cls, database_url: str) -> Waiting:
@@ -50,11 +55,21 @@ class Waiting:
         return cls(Path(path))
 
     def _ask(self, sql: str, **params) -> list[tuple]:
-        # A connection for each question: nothing is kept open between them (a restore may
-        # put another file in its place), and mode=rw never makes a database that is gone.
-        with closing(sqlite3.connect(f"{self.path.as_uri()}?mode=rw", uri=True,
-                                     timeout=BUSY_TIMEOUT_S)) as conn:
-            return conn.execute(sql, params).fetchall()
+        with self.lock:  # the clock's jobs ask from threads of their own
+            if self.conn is None:
+                self.conn = self._connect()
+            return self.conn.execute(sql, params).fetchall()
+
+    def _connect(self) -> sqlite3.Connection:
+        # One connection, kept: the last connection to a WAL database to close checkpoints
+        # and deletes its -wal file, and a web at rest has closed its own, so a connection
+        # for each question would write both files anew every few seconds (an SD card's
+        # wear). mode=rw never makes a database that is gone; query_only: we only ask.
+        conn = sqlite3.connect(f"{self.path.as_uri()}?mode=rw", uri=True, isolation_level=None,
+                               timeout=BUSY_TIMEOUT_S, check_same_thread=False)
+        conn.execute(f"PRAGMA cache_size = -{CACHE_KIB}")
+        conn.execute("PRAGMA query_only = 1")
+        return conn
 
     def schedules(self) -> list[ScheduleRow]:
         """The enabled schedules (the clock's sync)."""
