@@ -40,7 +40,7 @@ def work(argv: list[str]) -> None:
     from app.journal import scheduler
 
     logging.basicConfig(level=logging.INFO, format="%(asctime)s scheduler %(message)s")
-    if argv[0] not in scheduler.JOBS:
+    if not scheduler.valid(argv):  # before the backend, which makes the data folder
         raise SystemExit(scheduler.USAGE)
     raise SystemExit(scheduler.run(create_backend(), argv[0], argv[1:]))
 

@@ -42,6 +42,9 @@ USAGE = f"usage: python -m app.scheduler [{{{'|'.join(JOBS)}}} [SCHEDULE_ID | --
 
 
 class Scheduler:
+    """The jobs' work on an app or a backend (their settings and database): one job in each
+    child of the clock (`run`), and any of them in a test."""
+
     def __init__(self, app):
         self.config = app.config
         self.db = app.extensions["db"]
@@ -141,22 +144,30 @@ class Scheduler:
             session.execute(sa.update(RunNode).where(RunNode.status.in_(gangs.HOLDING))
                             .values(lease_expires_at=until))  # each node of a gang run
 
-
     def start(self) -> None:
         self.amnesty()
         self.letter()
         self.fire()  # catch up on fires missed while we were down (coalesced, within grace)
 
 
+def valid(argv: list[str]) -> bool:
+    """Whether `argv` names a job as the clock does: `fire ID`, `reap [--amnesty]`, or
+    another of JOBS alone."""
+    job, *args = argv or [""]
+    if job == "fire":
+        return len(args) == 1 and args[0].isdecimal()
+    if job == "reap":
+        return args in ([], ["--amnesty"])
+    return job in JOBS and not args
+
+
 def run(app, job: str, args: list[str]) -> int:
-    """Do one job (as the clock names it: JOBS); the process's exit status."""
+    """Do one job (`valid` arguments); the exit status of the child that does it."""
     scheduler = Scheduler(app)
-    if job == "fire" and len(args) == 1 and args[0].isdecimal():
+    if job == "fire":
         scheduler.fire(int(args[0]))
-    elif job == "reap" and args in ([], ["--amnesty"]):
+    elif job == "reap":
         return 0 if scheduler.leases(amnesty=bool(args)) else LOCKED
-    elif job in JOBS and job not in ("fire", "reap") and not args:
-        getattr(scheduler, job)()
     else:
-        raise SystemExit(USAGE)
+        getattr(scheduler, job)()
     return 0

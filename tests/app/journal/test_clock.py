@@ -288,3 +288,14 @@ def zombie(pid: int) -> bool:
         return Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()[0] == "Z"
     except OSError:
         return False
+
+
+@pytest.mark.parametrize("argv", [["nope"], ["fire"], ["fire", "x"], ["fire", "1", "2"],
+                                  ["reap", "--now"], ["cards", "1"]])
+def test_a_child_asked_for_no_job_it_knows_says_how_and_makes_nothing(tmp_path, argv):
+    env = {**os.environ, "COMMONPLACE_DATA_DIR": str(tmp_path / "data")}
+    env.pop("COMMONPLACE_DATABASE_URL", None)
+    out = subprocess.run([sys.executable, "-m", "app.scheduler", *argv], cwd=ROOT, env=env,
+                         capture_output=True, text=True, timeout=120)
+    assert out.returncode == 1 and "usage: python -m app.scheduler" in out.stderr
+    assert not (tmp_path / "data").exists()
