@@ -163,8 +163,15 @@ class Clock:
 def main(config: dict) -> None:
     logging.basicConfig(level=logging.INFO, format="%(asctime)s scheduler %(message)s")
     logging.getLogger("apscheduler").setLevel(logging.WARNING)
+    logging.getLogger("apscheduler.scheduler").addFilter(quiet_skips)
     clock = Clock(config, Waiting.at(config["DATABASE_URL"]))
     signal.signal(signal.SIGTERM, clock.stop)
     signal.signal(signal.SIGINT, clock.stop)
     clock.start()
     log.info("scheduler stopped")
+
+
+def quiet_skips(record: logging.LogRecord) -> bool:
+    """A job waits for its child, which may take longer than the job's interval: the ticks
+    skipped meanwhile (max_instances=1) are the design, not news for the log."""
+    return "maximum number of running instances" not in str(record.msg)
