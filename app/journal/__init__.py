@@ -8,7 +8,9 @@ results reach the weekly letter. Built on the notebook; knows nothing of HTTP.
     schedules.py   cron validation, next fires, firing due schedules (idempotent)
     cards.py       the ```run embed: a run's result card (HTML + inline SVG)
     posting.py     a finished run's card into its week's letter
-    scheduler.py   the scheduler process (APScheduler as the clock; rows are the truth)
+    clock.py       the scheduler process: APScheduler's clock, asking through sqlite3
+                   (waiting.py) whether work waits; rows are the truth
+    scheduler.py   the scheduler's work, done with the ORM in a child of the clock
 
 The experiment catalogue comes from the lab (jobs.lab.catalogue.registry, torch-free),
 and the owner's own experiments from what runners report they have installed

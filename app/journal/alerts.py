@@ -2,7 +2,8 @@
 text body, one line per regression, and a Title header, which is what a self-hosted ntfy
 topic takes (and any receiver that reads a body).
 
-The scheduler process does both halves, every ALERTS_S (app/journal/scheduler.py):
+The scheduler does both halves: its clock asks every ALERTS_S whether either has work
+(app/journal/clock.py), and a child does it (app/journal/scheduler.py):
 
   judge     successful runs finished lately and not yet judged: each gets a judgement
             row (app/models/journal.py); one with a regression (app/journal/trends.py),
@@ -13,12 +14,12 @@ The scheduler process does both halves, every ALERTS_S (app/journal/scheduler.py
 
 Why the scheduler and not the web: the run's completion is a runner's request to the web,
 which only stores the result; nothing there waits on the owner's webhook. The scheduler
-is one process (the web has several workers, each of which could pick the same alert),
-and its jobs never overlap themselves (max_instances=1), so an alert is never POSTed
-twice at once. The rows are the truth: a restart delivers what was due and repeats
-nothing marked sent. The one window left is a crash after the receiver answered and
-before the mark was written: that alert is sent again, as any webhook without an
-idempotency key would.
+is one clock (the web has several workers, each of which could pick the same alert),
+and its jobs never overlap themselves (max_instances=1; each waits for its child, which
+ends with it), so an alert is never POSTed twice at once. The rows are the truth: a
+restart delivers what was due and repeats nothing marked sent. The one window left is a
+crash after the receiver answered and before the mark was written: that alert is sent
+again, as any webhook without an idempotency key would.
 
 Only runs that finished within JUDGE_WINDOW are judged (a scheduler down for days, runs
 from before trends existed): old news is not sent.
@@ -36,19 +37,19 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from app.journal import runs
+from app.journal.waiting import JUDGE_WINDOW
 from app.models import Judgement, Run, utcnow
 
 if TYPE_CHECKING:
     from app.journal import trends
 
-# trends and the card's views are imported where a run is judged, not here: the scheduler
-# asks every few seconds whether a run waits (unjudged), and at rest none does.
+# trends and the card's views are imported where a run is judged, not here: a scheduler
+# child that only delivers alerts already judged starts without them.
 log = logging.getLogger(__name__)
 MAX_ATTEMPTS = 8
 BACKOFF_S = 30.0  # before the second try; doubled each time after
 MAX_BACKOFF_S = 3600.0
 TIMEOUT_S = 10.0
-JUDGE_WINDOW = dt.timedelta(days=1)
 BATCH = 20  # runs judged, or alerts delivered, per tick
 
 

@@ -1,5 +1,7 @@
 """Schedules in words: "every Sunday 02:00", "weekdays at 9", "every 6 hours" become the
-five-field crontab line the scheduler stores; a crontab line is kept as it is.
+five-field crontab line the scheduler stores; a crontab line is kept as it is. And a
+crontab line becomes APScheduler's CronTrigger (`trigger`), here, where the scheduler's
+clock can ask without loading the ORM (app/journal/clock.py).
 
     every day at 7:30 · daily · hourly · every 15 minutes · every 6 hours
     every Sunday 02:00 · sundays at 2am · on mon, wed and fri at 18:00
@@ -12,6 +14,9 @@ time is worse than a question.
 from __future__ import annotations
 
 import re
+from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
+
+from apscheduler.triggers.cron import CronTrigger
 
 from app.errors import Invalid
 
@@ -22,6 +27,7 @@ EVERY_RE = re.compile(r"every\s+(?:(?P<n>\d{1,3})\s+)?(?P<unit>minute|hour|day)s
 HELP = ("say e.g. 'every Sunday 02:00', 'weekdays at 9', 'every day at 7:30', "
         "'every 6 hours', 'every 15 minutes', 'every month on the 1st at 03:00', "
         "or cron's five fields: minute hour day-of-month month day-of-week")
+CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
 
 
 def to_cron(text: str) -> str:
@@ -143,3 +149,37 @@ def _day_number(text: str) -> int:
     if text[:3] in DAYS:
         return DAYS.index(text[:3])
     raise Invalid(f"day-of-week: {text!r} is not a day (0-7 or sun-sat)", "cron")
+
+
+# -- a crontab line as APScheduler's trigger ------------------------------------------------
+
+
+def trigger(cron: str, timezone: str) -> CronTrigger:
+    """A CronTrigger from a five-field crontab line (with crontab's meaning of day-of-week
+    numbers), or Invalid naming what is wrong. The one place a schedule becomes a trigger:
+    the pages, the API and the scheduler process all ask here."""
+    if not isinstance(cron, str) or not cron.strip():
+        raise Invalid("cron is required, e.g. '0 2 * * sun' (Sundays at 02:00)", "cron")
+    fields = cron.split()
+    if len(fields) != 5:
+        raise Invalid("cron has five fields: minute hour day-of-month month day-of-week",
+                      "cron")
+    try:
+        zone = ZoneInfo(timezone)
+    except (ZoneInfoNotFoundError, ValueError, TypeError):
+        raise Invalid(f"unknown time zone {timezone!r}", "timezone") from None
+    minute, hour, day, month, weekday = fields
+    given = {"minute": minute, "hour": hour, "day": day, "month": month,
+             "day_of_week": weekday_names(weekday)}
+    try:
+        return CronTrigger(**given, timezone=zone)
+    except (ValueError, TypeError) as exc:
+        # APScheduler quotes the bad value but not its field ("'61': the last value (61)
+        # is higher than the maximum value (59)"): name the field the user wrote.
+        for (arg, value), name, written in zip(given.items(), CRON_FIELDS, fields, strict=True):
+            try:
+                CronTrigger(**{arg: value}, timezone=zone)
+            except (ValueError, TypeError) as alone:
+                why = str(alone).removeprefix(f"Error validating expression {written!r}: ")
+                raise Invalid(f"cron's {name} field {written!r}: {why}", "cron") from None
+        raise Invalid(f"cron: {exc}", "cron") from None

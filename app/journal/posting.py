@@ -20,8 +20,7 @@ from app.models import Entry, Run
 from app.notebook.isoweeks import iso_week
 
 # The views, trends and the notebook's saving are imported where a card is made, not here:
-# the scheduler asks every few seconds whether a run waits (post_cards), and at rest none
-# does.
+# a scheduler child that finds no card waiting (another posted it first) starts without them.
 log = logging.getLogger(__name__)
 AUTHOR = "scheduler"
 SECTION_RE = re.compile(r"^##\s+Experiments\s*$", re.M | re.I)

@@ -1,130 +1,58 @@
-"""The scheduler process: the only place a scheduler runs (never inside gunicorn).
+"""The scheduler's work: what its jobs do when the clock (clock.py) finds something to do.
 
-    python -m app.scheduler     (app/scheduler.py; `commonplace scheduler` and `up` start it)
+    python -m app.scheduler JOB [ARG]   (app/scheduler.py: the clock's child, which does JOB, exits)
 
-APScheduler 3 (BlockingScheduler, memory job store) is the clock; our tables are the
-truth. Its jobs only write rows:
+The long-lived scheduler process holds no ORM: when one of its jobs finds work, this runs
+in a child, with the ORM, for that job alone, and what it loaded goes when it exits. Its
+jobs only write rows:
 
-  sync      every few seconds: one cron job per enabled schedule row, re-made when the
-            row changes (the web edits rows, never this process's memory)
-  fire      a schedule's cron time came: schedules.fire_due inserts the QUEUED run (or a
+  start     once, as the clock starts: leases get one TTL of amnesty (no runner could
+            renew them while we were down), this week's letter, then the fires missed
+            while we were down, within each schedule's grace, once each (coalesced)
+  fire ID   a schedule's cron time came: schedules.fire_due inserts the QUEUED run (or a
             SKIPPED one) under the unique (schedule, fire time) key
-  reap      leases that ran out → LOST; runs queued too long → EXPIRED (not while the web
-            is down or the database cannot be written: runners renew leases through them,
-            so an outage is no runner's fault; nor for a runner the web heard but could
-            not store, app/journal/liveness.py)
+  reap      leases that ran out → LOST; runs queued too long → EXPIRED (the clock asks
+            only while the web answers, reaping.py; `--amnesty` after an outage; exit
+            LOCKED when another writer held the database; not for a runner the web heard
+            but could not store, app/journal/liveness.py)
   cards     finished runs → a card in the Experiments section of their week's letter
   alerts    finished runs judged for regressions; those found POSTed to the owner's
             webhook, once each, retried with backoff (app/journal/alerts.py)
   letter    Monday 00:00 (our time zone): this week's letter
   backup    nightly: an archive of everything (app/backups.py), older ones pruned
-
-On start it catches up: a fire missed while it was down, within the schedule's grace,
-runs once (coalesced); and leases get one TTL of amnesty, since no runner could renew
-them while the server was down.
 """
 
 from __future__ import annotations
 
 import datetime as dt
 import logging
-import signal
-import urllib.request
 from pathlib import Path
 
 import sqlalchemy as sa
-from apscheduler.schedulers.blocking import BlockingScheduler
 
 from app.db import OPERATIONAL, locked
-from app.errors import Invalid
 from app.journal import alerts, gangs, liveness, posting, runs, schedules
+from app.journal.reaping import LOCKED, WebWatch
 from app.models import Entry, Run, RunNode, Schedule, utcnow
 from app.notebook.isoweeks import iso_week, today
 
 log = logging.getLogger("commonplace.scheduler")
-SYNC_S = 3
-CARDS_S = 2
-ALERTS_S = 5
-
-
-class WebWatch:
-    """Is the web up? Runners renew their leases through it, so while it is down a lease
-    running out says nothing about the runner: the reaper waits, and when the web answers
-    again every active lease gets one TTL from then (a runner that kept its job going
-    through the outage reports it; one that died is LOST one TTL later).
-
-    The scheduler asks the web's /healthz at COMMONPLACE_BIND. A web it never reached
-    (another host, a unix socket) is "unknown" and leases are reaped as they run out."""
-
-    def __init__(self, bind: str, timeout_s: float = 3.0):
-        self.url = health_url(bind)
-        self.timeout_s = timeout_s
-        self.seen_up = False
-        self.down_since: dt.datetime | None = None
-
-    def state(self) -> str:
-        """"up", "down" (it answered before and does not now) or "unknown"."""
-        if self.url is None:
-            return "unknown"
-        try:
-            with urllib.request.urlopen(self.url, timeout=self.timeout_s) as response:
-                up = response.status == 200
-        except (OSError, ValueError):
-            up = False
-        if up:
-            self.seen_up = True
-            return "up"
-        return "down" if self.seen_up else "unknown"
-
-
-def health_url(bind: str) -> str | None:
-    if not bind or bind.startswith("unix:") or ":" not in bind:
-        return None
-    host, _, port = bind.rpartition(":")
-    host = host.strip("[]")
-    if host in ("", "0.0.0.0"):
-        host = "127.0.0.1"
-    elif host == "::":
-        host = "::1"
-    return f"http://{f'[{host}]' if ':' in host else host}:{port}/healthz"
+JOBS = ("start", "fire", "reap", "cards", "alerts", "letter", "backup")
+USAGE = f"usage: python -m app.scheduler [{{{'|'.join(JOBS)}}} [SCHEDULE_ID | --amnesty]]"
 
 
 class Scheduler:
+    """The jobs' work on an app or a backend (their settings and database): one job in each
+    child of the clock (`run`), and any of them in a test."""
+
     def __init__(self, app):
         self.config = app.config
         self.db = app.extensions["db"]
         self.tz = app.config["TIMEZONE"]
-        self.clock = BlockingScheduler(timezone=self.tz, job_defaults={
-            # A weekly job missed by seconds during a restart must still run: the grace is
-            # hours (APScheduler's default of 1 s would drop it), and fires coalesce.
-            "misfire_grace_time": 6 * 3600, "coalesce": True, "max_instances": 1})
-        self.known: dict[int, str] = {}  # schedule id → the version its cron job was made from
         self.web = WebWatch(app.config["BIND"])
         self.data_dir = Path(app.config["DATA_DIR"])
 
     # -- jobs -----------------------------------------------------------------------------
-
-    def sync(self) -> None:
-        with self.db.read() as session:
-            rows = list(session.scalars(sa.select(Schedule).where(Schedule.enabled)))
-        wanted = {row.id: f"{row.cron}|{row.timezone}|{row.updated_at.isoformat()}"
-                  for row in rows}
-        for schedule_id in set(self.known) - set(wanted):
-            self.clock.remove_job(f"schedule-{schedule_id}")
-            del self.known[schedule_id]
-        for row in rows:
-            if self.known.get(row.id) == wanted[row.id]:
-                continue
-            try:
-                trig = schedules.trigger(row.cron, row.timezone)
-            except Invalid as exc:
-                log.error("schedule %s has a bad cron %r: %s", row.id, row.cron, exc)
-                continue
-            self.clock.add_job(self.fire, trig, args=[row.id], id=f"schedule-{row.id}",
-                               replace_existing=True,
-                               misfire_grace_time=max(1, row.misfire_grace_s))
-            self.known[row.id] = wanted[row.id]
-            log.info("schedule %s: %s (%s)", row.id, row.cron, row.timezone)
 
     def fire(self, schedule_id: int | None = None) -> None:
         with self.db.write() as session:
@@ -138,14 +66,15 @@ class Scheduler:
                     log.info("schedule %s fired: run %s %s", schedule.id, run.id, run.status)
 
     def reap(self) -> None:
-        """The web is up when it answers and the database takes a write: while either
-        fails no runner can renew its lease, so none is reaped, and when both work again
-        every active lease gets one TTL from then."""
-        if self.web.state() == "down":
-            self._outage(f"the web ({self.web.url}) does not answer")
-            return
+        """Reap, unless the web is down or the database cannot be written (reaping.py)."""
+        self.web.reap(self.leases)
+
+    def leases(self, amnesty: bool = False) -> bool:
+        """Leases that ran out → LOST, runs queued too long → EXPIRED; with `amnesty`, every
+        active lease gets one TTL from now first. False when another writer held the
+        database's lock (nothing reaped)."""
         try:
-            if self.web.down_since is not None:
+            if amnesty:
                 self.amnesty()
             with self.db.write() as session:
                 lost = runs.reap(session, ttl_s=self.config["LEASE_TTL_S"],
@@ -154,22 +83,12 @@ class Scheduler:
         except OPERATIONAL as exc:
             if not locked(exc):
                 raise
-            self._outage("the database is locked by another writer")
-            return
-        if self.web.down_since is not None:
-            outage = (utcnow() - self.web.down_since).total_seconds()
-            self.web.down_since = None
-            log.warning("the web can renew leases again after %.0fs: every active lease got "
-                        "one TTL from then", outage)
+            return False
         for run_id in lost:
             log.warning("run %s is LOST: its lease expired", run_id)
         for run_id in expired:
             log.warning("run %s EXPIRED in the queue", run_id)
-
-    def _outage(self, why: str) -> None:
-        if self.web.down_since is None:
-            self.web.down_since = utcnow()
-            log.warning("%s: leases are not reaped until it works again", why)
+        return True
 
     def cards(self) -> None:
         for run_id in posting.post_cards(self.db, self.tz):
@@ -225,36 +144,30 @@ class Scheduler:
             session.execute(sa.update(RunNode).where(RunNode.status.in_(gangs.HOLDING))
                             .values(lease_expires_at=until))  # each node of a gang run
 
-    # -- running --------------------------------------------------------------------------
-
     def start(self) -> None:
-        log.info("the web at %s is %s", self.web.url or "(not reachable from here)",
-                 self.web.state())
         self.amnesty()
         self.letter()
         self.fire()  # catch up on fires missed while we were down (coalesced, within grace)
-        self.sync()
-        self.clock.add_job(self.sync, "interval", seconds=SYNC_S, id="sync")
-        self.clock.add_job(self.reap, "interval", seconds=self.config["REAPER_INTERVAL_S"],
-                           id="reap")
-        self.clock.add_job(self.cards, "interval", seconds=CARDS_S, id="cards")
-        # its own job: a webhook that is slow to answer holds up no card and no reaping
-        self.clock.add_job(self.alerts, "interval", seconds=ALERTS_S, id="alerts")
-        self.clock.add_job(self.letter, "cron", day_of_week="mon", hour=0, minute=0,
-                           id="letter")
-        self.clock.add_job(self.backup, "cron", hour=3, minute=30, id="backup")
-        log.info("scheduler started (%s schedules, time zone %s)", len(self.known), self.tz)
-        self.clock.start()
 
 
-def main(app) -> None:
-    logging.basicConfig(level=logging.INFO, format="%(asctime)s scheduler %(message)s")
-    logging.getLogger("apscheduler").setLevel(logging.WARNING)
+def valid(argv: list[str]) -> bool:
+    """Whether `argv` names a job as the clock does: `fire ID`, `reap [--amnesty]`, or
+    another of JOBS alone."""
+    job, *args = argv or [""]
+    if job == "fire":
+        return len(args) == 1 and args[0].isdecimal()
+    if job == "reap":
+        return args in ([], ["--amnesty"])
+    return job in JOBS and not args
+
+
+def run(app, job: str, args: list[str]) -> int:
+    """Do one job (`valid` arguments); the exit status of the child that does it."""
     scheduler = Scheduler(app)
-    signal.signal(signal.SIGTERM, lambda _sig, _frame: scheduler.clock.shutdown(wait=False))
-    try:
-        scheduler.start()
-    except KeyboardInterrupt:
-        pass
-    log.info("scheduler stopped")
-
+    if job == "fire":
+        scheduler.fire(int(args[0]))
+    elif job == "reap":
+        return 0 if scheduler.leases(amnesty=bool(args)) else LOCKED
+    else:
+        getattr(scheduler, job)()
+    return 0

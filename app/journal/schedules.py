@@ -9,10 +9,8 @@ scheduler can neither lose nor double a fire.
 from __future__ import annotations
 
 import datetime as dt
-from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 import sqlalchemy as sa
-from apscheduler.triggers.cron import CronTrigger
 from sqlalchemy.orm import Session
 
 from app.config import DEFAULT_SCHEDULED_RUNS_PER_MINUTE
@@ -27,44 +25,12 @@ MAX_GRACE_S = 7 * 24 * 3600
 # by a cap on all of them together (fire_due's `per_minute`): past it, a fire is a skip.
 MIN_INTERVAL = dt.timedelta(minutes=10)
 FIRES_CHECKED = 48  # enough consecutive fires to see a cron's closest pair
-CRON_FIELDS = ("minute", "hour", "day-of-month", "month", "day-of-week")
 FIELDS = ("name", "experiment", "params", "cron", "timezone", "enabled", "misfire_grace_s")
-
-
-def trigger(cron: str, timezone: str) -> CronTrigger:
-    """A CronTrigger from a five-field crontab line (with crontab's meaning of day-of-week
-    numbers), or Invalid naming what is wrong. The one place a schedule becomes a trigger:
-    the pages, the API and the scheduler process all ask here."""
-    if not isinstance(cron, str) or not cron.strip():
-        raise Invalid("cron is required, e.g. '0 2 * * sun' (Sundays at 02:00)", "cron")
-    fields = cron.split()
-    if len(fields) != 5:
-        raise Invalid("cron has five fields: minute hour day-of-month month day-of-week",
-                      "cron")
-    try:
-        zone = ZoneInfo(timezone)
-    except (ZoneInfoNotFoundError, ValueError, TypeError):
-        raise Invalid(f"unknown time zone {timezone!r}", "timezone") from None
-    minute, hour, day, month, weekday = fields
-    given = {"minute": minute, "hour": hour, "day": day, "month": month,
-             "day_of_week": cron_phrases.weekday_names(weekday)}
-    try:
-        return CronTrigger(**given, timezone=zone)
-    except (ValueError, TypeError) as exc:
-        # APScheduler quotes the bad value but not its field ("'61': the last value (61)
-        # is higher than the maximum value (59)"): name the field the user wrote.
-        for (arg, value), name, written in zip(given.items(), CRON_FIELDS, fields, strict=True):
-            try:
-                CronTrigger(**{arg: value}, timezone=zone)
-            except (ValueError, TypeError) as alone:
-                why = str(alone).removeprefix(f"Error validating expression {written!r}: ")
-                raise Invalid(f"cron's {name} field {written!r}: {why}", "cron") from None
-        raise Invalid(f"cron: {exc}", "cron") from None
 
 
 def next_fires(cron: str, timezone: str, count: int = 5,
                after: dt.datetime | None = None) -> list[dt.datetime]:
-    trig = trigger(cron, timezone)
+    trig = cron_phrases.trigger(cron, timezone)
     now = after or dt.datetime.now(dt.UTC)
     fires, previous = [], None
     for _ in range(count):
@@ -82,7 +48,7 @@ def latest_fire(cron: str, timezone: str, now: dt.datetime,
                 since: dt.datetime) -> dt.datetime | None:
     """The last fire time in (since, now], or None. Times are aware; callers bound the
     window by the misfire grace (at most a week: ~10k steps for a minutely cron)."""
-    trig = trigger(cron, timezone)
+    trig = cron_phrases.trigger(cron, timezone)
     latest, cursor = None, since
     while True:
         nxt = trig.get_next_fire_time(None, cursor + dt.timedelta(seconds=1))
