@@ -304,33 +304,67 @@ def subgroups(ctx: Context, n: int) -> tuple[Any, list[int]]:
     return mine
 
 
+SEGMENT_EDGE, SEGMENT_CALLS = 160, 3  # the compute before each call of the after-compute probe
+
+
 def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
                burst: int = 4, group: tuple[Any, list[int]] | None = None
-               ) -> calibration.LinkFit:
+               ) -> tuple[calibration.LinkFit, calibration.LinkFit | None]:
     """alpha and W of `op`, fitted to the time per call of bursts of `burst` calls in a
-    row on as many different buffers - as a step issues them: one after another, not each
-    after a barrier, and each on its own tensor (gloo costs about twice as much per call
-    on a fresh buffer as on the one it just reduced) - at every size, sizes visited
-    round-robin `repeats` times, in turn up and down the sizes, so that the machine's
-    drift and whatever a burst leaves behind hit them alike; with the fit's error
-    against the expected times (``expected``)."""
+    row on as many different buffers - as a step issues them back to back: one after
+    another, not each after a barrier, and each on its own tensor (gloo costs about twice
+    as much per call on a fresh buffer as on the one it just reduced) - at every size,
+    sizes visited round-robin `repeats` times, in turn up and down the sizes, so that the
+    machine's drift and whatever a burst leaves behind hit them alike; with the fit's
+    error against the expected times (``expected``).
+
+    On CPU also the link as a call that comes after compute sees it (the second fit; None
+    on CUDA): each call preceded on every rank by a few GEMMs (SEGMENT_*), less those GEMMs
+    timed alone in the same sweep. Such a call does not find its peers already in the
+    collective: each arrives from computing of its own, and on shared cores its gloo
+    threads wake from sleep - in a tensor-parallel step a 64 KiB all-reduce between
+    blocks cost several times its price in a burst. Never below the burst's price."""
     fns = {S: [collective(ctx, op, S, group=group) for _ in range(burst)] for S in sizes}
     times: dict[int, list[float]] = {S: [] for S in sizes}
+    after: dict[int, list[float]] = {S: [] for S in sizes}
+    seg: list[float] = []
+    probe_after = not ctx.is_cuda
+    a = torch.randn(SEGMENT_EDGE, SEGMENT_EDGE, device=ctx.device)
 
-    def run(S: int) -> Callable[[], None]:
+    def segment() -> None:
+        for _ in range(SEGMENT_CALLS):
+            torch.mm(a, a)
+
+    def run(S: int, computed: bool = False) -> Callable[[], None]:
         def calls() -> None:
             for fn in fns[S]:
+                if computed:
+                    segment()
                 fn()
         return calls
+
+    def segments() -> None:
+        for _ in range(burst):
+            segment()
 
     for r in range(repeats):
         for S in (sizes if r % 2 == 0 else sizes[::-1]):
             times[S] += [t / burst for t in time_fn(ctx, run(S), 2, warmup=1)]
-    means = ctx.gather([expected(times[S]) for S in sizes])
+            if probe_after:
+                after[S] += [t / burst for t in time_fn(ctx, run(S, True), 2, warmup=0)]
+                seg += [t / burst for t in time_fn(ctx, segments, 2, warmup=0)]
+    own = expected(seg) if seg else 0.0
+    means = ctx.gather([(expected(times[S]), expected(after[S]) - own if probe_after else 0.0)
+                        for S in sizes])
     n = len(group[1]) if group else ctx.world
-    samples = [(message_bytes(op, S, n), max(m[i] for m in means))
-               for i, S in enumerate(sizes)]
-    return calibration.fit_link(op, n, samples)
+    moved = [message_bytes(op, S, n) for S in sizes]
+    samples = [(moved[i], max(m[i][0] for m in means)) for i in range(len(sizes))]
+    fit = calibration.fit_link(op, n, samples)
+    if not probe_after:
+        return fit, None
+    later = [(moved[i], max(samples[i][1], max(m[i][1] for m in means)))
+             for i in range(len(sizes))]
+    return fit, calibration.fit_link(op, n, later)
 
 
 def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
@@ -347,8 +381,10 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
         for key, largest in sorted(needs["links"].items()):  # op, or op@n for n ranks
             op, _, n = key.partition("@")
             group = subgroups(ctx, int(n)) if n else None
-            links[key] = sweep_link(ctx, op, link_sizes(largest, int(n or ctx.world)),
-                                    group=group)
+            links[key], later = sweep_link(ctx, op, link_sizes(largest, int(n or ctx.world)),
+                                           group=group)
+            if later is not None:
+                links[key + calibration.AFTER_COMPUTE] = later
     tiny, tiny_phase = tiny_step(ctx, needs["kind"], precision)
     gemms = sorted(set(needs["gemm"]) | set(tiny_phase["gemm"]))
     attns = sorted({(k[1], k[2]) for k in set(needs["attention"]) | set(tiny_phase["attention"])})

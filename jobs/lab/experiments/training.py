@@ -216,7 +216,15 @@ def timed_report(ctx: Context, state: dict, cal, params: dict) -> None:
         "timing_stopped": state.get("stopped"),
         "timeline": {k: v for k, v in tl.summary(strategy=name).items()},
     }
-    state["prediction"] = strat.predict(cal, compute) if ctx.rank == 0 else None
+    if ctx.rank == 0:  # its collectives priced by how it issues them: after compute or not
+        priced = cal.for_census(state["census"]["collectives"])
+        state["prediction"] = {**strat.predict(priced, compute),
+                               "after_compute_share": priced.after_compute}
+        # and as if every call came back to back (the price before calls after compute
+        # had a link of their own): what that distinction moves
+        state["prediction"]["back_to_back_s"] = strat.predict(cal, compute)["step_time_s"]
+    else:
+        state["prediction"] = None
 
 
 def release(ctx: Context) -> None:

@@ -211,3 +211,57 @@ def test_the_pipeline_formula_for_equal_stages_is_m_plus_p_minus_1_slots():
     assert pred["step_time_s"] == pytest.approx((4 + 4 - 1) * (0.1 + 0.02))
     assert sum(pred["terms_s"].values()) == pytest.approx(pred["step_time_s"])
     assert pred["bubble_fraction"] == pytest.approx(3 / 7)
+
+
+def test_calls_after_compute_are_priced_with_the_link_probed_after_compute():
+    # 4 all-reduces on 2-rank groups of an 8-rank world, 3 of them right after a matmul:
+    # those 3 at the link probed after compute, the fourth at the burst's
+    burst = calibration.LinkFit(alpha=0.3e-3, bandwidth=1e9)
+    after = calibration.LinkFit(alpha=1.8e-3, bandwidth=1e9)
+    world = calibration.LinkFit(alpha=5e-3, bandwidth=1e8)
+    cal = calibration.Calibration(flops=1, peak_flops=1, n=8, links={
+        "all_reduce": world, "all_reduce@2": burst,
+        "all_reduce@2" + calibration.AFTER_COMPUTE: after})
+    census = {"all_reduce": {"bytes": 4 << 16, "count": 6, "count_by_size": {2: 4, 8: 2},
+                             "after_compute_by_size": {2: 3, 8: 0}},
+              "send": {"bytes": 1, "count": 1, "count_by_size": {2: 1},
+                       "after_compute_by_size": {2: 1}},
+              "recv": {"bytes": 1, "count": 1, "count_by_size": {2: 1},
+                       "after_compute_by_size": {2: 0}}}
+    priced = cal.for_census(census)
+    assert priced.after_compute == {"all_reduce@2": 0.75, "all_reduce": 0.0, "send_recv": 0.5}
+    assert cal.after_compute == {}  # the run's calibration is not changed
+    S = 1 << 16
+    one_burst, one_after = burst.time("all_reduce", S, 2), after.time("all_reduce", S, 2)
+    assert priced.coll("all_reduce", 4 * S, 4, n=2) == pytest.approx(one_burst + 3 * one_after)
+    assert cal.coll("all_reduce", 4 * S, 4, n=2) == pytest.approx(4 * one_burst)
+    # the world's all-reduces came back to back: priced as before, with the world's link
+    assert priced.coll("all_reduce", 2 * S, 2) == pytest.approx(
+        2 * world.time("all_reduce", S, 8))
+    del cal.links["all_reduce@2" + calibration.AFTER_COMPUTE]  # none probed (CUDA): the burst's
+    assert cal.for_census(census).coll("all_reduce", 4 * S, 4, n=2) == \
+        pytest.approx(4 * one_burst)
+
+
+def test_the_census_counts_the_collectives_that_come_after_compute(tmp_path):
+    # a real one-rank gloo group: matmul, all-reduce (after compute), an elementwise op
+    # and another all-reduce (back to back: no matmul between), matmul, all-reduce
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group already exists in this process")
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1),
+                            rank=0, world_size=1)
+    try:
+        a, b = torch.randn(4, 4), torch.randn(4)
+        census = OpCensus()
+        with census:
+            dist.all_reduce(a @ a)
+            b.mul_(2)
+            dist.all_reduce(b)
+            dist.all_reduce(a @ a)
+        c = census.profile()["collectives"]["all_reduce"]
+    finally:
+        dist.destroy_process_group()
+    assert c["count"] == 3 and c["count_by_size"] == {1: 3}
+    assert c["after_compute_by_size"] == {1: 2}
