@@ -159,10 +159,12 @@ class Calibration:
             total += self.coll(op, c["bytes"], c["count"] or 1, n)
         return total
 
-    def compute(self, phases: dict, only: tuple[str, ...] | None = None) -> dict[str, float]:
+    def compute(self, phases: dict, only: tuple[str, ...] | None = None,
+                share: float = 1.0) -> dict[str, float]:
         """Seconds per compute term of a census's phases (all, or those named); with
         host_overlaps, op_overhead is the host's time beyond the device's, so the terms
-        add up to max(host, device)."""
+        add up to max(host, device). On CPU the probes count CPU time: a rank whose thread
+        got `share` of a core while it wanted one takes 1/share as long."""
         out = dict.fromkeys(COMPUTE_TERMS, 0.0)
         for name, ph in phases.items():
             if only is not None and name not in only:
@@ -176,6 +178,8 @@ class Calibration:
         if self.host_overlaps:  # only the host's time beyond the device's shows
             device = out["gemm"] + out["attention"] + out["memory_traffic"]
             out["op_overhead"] = max(0.0, out["op_overhead"] - device)
+        elif share < 1.0:
+            out = {k: v / max(share, 1e-3) for k, v in out.items()}
         return out
 
     def as_dict(self) -> dict:
