@@ -104,7 +104,7 @@ def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
     error against the expected times (``expected``).
 
     On CPU also the link as a call that comes after compute sees it (the second fit; None
-    on CUDA): each call preceded on every rank by a few GEMMs (SEGMENT_*), less those GEMMs
+    on CUDA, and for point-to-point, calibration.after_compute_shares says why): each call preceded on every rank by a few GEMMs (SEGMENT_*), less those GEMMs
     timed alone in the same sweep. Such a call does not find its peers already in the
     collective: each arrives from computing of its own, and on shared cores its gloo
     threads wake from sleep - in a tensor-parallel step a 64 KiB all-reduce between
@@ -113,7 +113,7 @@ def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
     times: dict[int, list[float]] = {S: [] for S in sizes}
     after: dict[int, list[float]] = {S: [] for S in sizes}
     seg: list[float] = []
-    probe_after = not ctx.is_cuda
+    probe_after = not ctx.is_cuda and op != "send_recv"  # a pipeline's wait is its schedule's
     a = torch.randn(SEGMENT_EDGE, SEGMENT_EDGE, device=ctx.device)
 
     def segment() -> None:

@@ -56,10 +56,14 @@ AFTER_COMPUTE = "+after_compute"  # a link's key + this: its calls probed after 
 def after_compute_shares(collectives: dict, world: int) -> dict[str, float]:
     """{link key: the share of its calls that come after compute} from a census's
     collectives (census.py counts, per group size, the calls with a matrix multiply or
-    attention since the collective before)."""
+    attention since the collective before). Point-to-point is left out: a pipeline's
+    receive waits for its neighbour's compute, and the schedule's formula (its slots and
+    bubble) prices that wait; the message itself is priced as a transfer."""
     calls: dict[str, list[int]] = {}
     for kind, c in collectives.items():
-        op = "send_recv" if kind in ("send", "recv") else kind
+        if kind in ("send", "recv"):
+            continue
+        op = kind
         after = c.get("after_compute_by_size", {})
         for n, count in c.get("count_by_size", {}).items():
             row = calls.setdefault(link_key(op, n, world), [0, 0])

@@ -8,6 +8,7 @@ import torch
 from jobs.lab.components.census import OpCensus
 from jobs.lab.components.instrument import SavedActivations
 from jobs.lab.components.model import ModelConfig, build_model, make_batch
+from jobs.lab.experiments import timers
 from jobs.lab.predict import calibration, cost, memory
 from jobs.lab.strategies.pipeline_parallel import Stage
 from jobs.lab.strategies.tensor_parallel import ColumnParallelLinear
@@ -229,7 +230,8 @@ def test_calls_after_compute_are_priced_with_the_link_probed_after_compute():
               "recv": {"bytes": 1, "count": 1, "count_by_size": {2: 1},
                        "after_compute_by_size": {2: 0}}}
     priced = cal.for_census(census)
-    assert priced.after_compute == {"all_reduce@2": 0.75, "all_reduce": 0.0, "send_recv": 0.5}
+    # a pipeline's sends and receives: its schedule prices the wait for the neighbour
+    assert priced.after_compute == {"all_reduce@2": 0.75, "all_reduce": 0.0}
     assert cal.after_compute == {}  # the run's calibration is not changed
     S = 1 << 16
     one_burst, one_after = burst.time("all_reduce", S, 2), after.time("all_reduce", S, 2)
@@ -265,3 +267,31 @@ def test_the_census_counts_the_collectives_that_come_after_compute(tmp_path):
         dist.destroy_process_group()
     assert c["count"] == 3 and c["count_by_size"] == {1: 3}
     assert c["after_compute_by_size"] == {1: 2}
+
+
+def test_a_cpu_rank_with_a_quarter_of_a_core_computes_four_times_as_long():
+    # the probes count CPU time; eight ranks on two cores each get a quarter of one
+    phase = {"gemm": {"g": 2}, "attention": {}, "ops": 100, "views": 10, "dtensor_ops": 0,
+             "bytes": 4000}
+    kw = {"flops": 1, "peak_flops": 1, "op_s": 1e-6, "gemm_s": {"g": 1e-3}, "bandwidth": 1e6}
+    cpu = calibration.Calibration(**kw)
+    whole, quarter = cpu.compute({"step": phase}), cpu.compute({"step": phase}, share=0.25)
+    assert whole == pytest.approx({"gemm": 2e-3, "attention": 0.0, "op_overhead": 110e-6,
+                                   "memory_traffic": 4e-3})
+    assert quarter == pytest.approx({k: 4 * v for k, v in whole.items()})
+    # on a GPU the device's work is not the host thread's: its share stretches nothing
+    gpu = calibration.Calibration(**kw, host_overlaps=True)
+    assert gpu.compute({"step": phase}, share=0.25) == gpu.compute({"step": phase})
+    assert timers.cpu_share(0.25, 0.75) == 0.25  # on a CPU 1/4 of the time it wanted one
+    assert timers.cpu_share(0.0, 0.0) == 1.0  # never wanted one: nothing to stretch
+
+
+def test_the_kernel_counts_this_threads_time_on_a_cpu():
+    before = timers.sched()
+    if before is None:
+        pytest.skip("this kernel keeps no schedstat")
+    a = torch.randn(128, 128)
+    for _ in range(200):
+        a = torch.tanh(a @ a)
+    after = timers.sched()
+    assert after[0] > before[0] and after[1] >= before[1]
