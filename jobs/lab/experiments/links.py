@@ -104,11 +104,12 @@ def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
     error against the expected times (``expected``).
 
     On CPU also the link as a call that comes after compute sees it (the second fit; None
-    on CUDA, and for point-to-point, calibration.after_compute_shares says why): each call preceded on every rank by a few GEMMs (SEGMENT_*), less those GEMMs
-    timed alone in the same sweep. Such a call does not find its peers already in the
-    collective: each arrives from computing of its own, and on shared cores its gloo
-    threads wake from sleep - in a tensor-parallel step a 64 KiB all-reduce between
-    blocks cost several times its price in a burst. Never below the burst's price."""
+    on CUDA and for point-to-point, whose wait a pipeline's schedule prices): each call
+    preceded on every rank by a few GEMMs (SEGMENT_*), less those GEMMs timed alone in the
+    same sweep. Such a call does not find its peers already in the collective: each
+    arrives from computing of its own, and on shared cores its gloo threads wake from
+    sleep (docs/EXPERIMENTS.md, *The cost model*, has what that costs here). Never below
+    the burst's price."""
     fns = {S: [collective(ctx, op, S, group=group) for _ in range(burst)] for S in sizes}
     times: dict[int, list[float]] = {S: [] for S in sizes}
     after: dict[int, list[float]] = {S: [] for S in sizes}
