@@ -129,7 +129,11 @@ def summarise(entry: dict, reports: list[dict], prediction: dict, spec: TrainSpe
     flops_step = spec.flops()
     mem = [_memory(r) for r in act]
     residual = step - prediction["step_time_s"]
-    unmodelled = list(cls.unmodelled) + ([] if is_cuda or not prediction["terms_s"].get("comm")
+    # gloo's threads taking cores from compute are priced where the kernel counted each
+    # rank's share of a core (cpu_share_per_rank); elsewhere they are not
+    shared = is_cuda or not prediction["terms_s"].get("comm") \
+        or bool(prediction.get("cpu_share_per_rank"))
+    unmodelled = list(cls.unmodelled) + ([] if shared
                                          else ["gloo's threads taking cores from compute"])
     steps = per_step(reports)
     spread = timing.spread([st["time_s"] for st in steps])
