@@ -228,6 +228,7 @@ def timed_report(ctx: Context, state: dict, cal, params: dict) -> None:
         "idle_fraction": _idle_fraction(ctx, name, range(len(times))) if active else None,
         "timing_stopped": state.get("stopped"),
         "timeline": {k: v for k, v in tl.summary(strategy=name).items()},
+        "phases_per_step": phase_times(tl, name, len(times)),
     }
     if ctx.rank == 0:  # its collectives priced by how it issues them: after compute or not
         priced = cal.for_census(state["census"]["collectives"])
@@ -239,6 +240,18 @@ def timed_report(ctx: Context, state: dict, cal, params: dict) -> None:
         state["prediction"]["back_to_back_s"] = strat.predict(cal, compute)["step_time_s"]
     else:
         state["prediction"] = None
+
+
+def phase_times(tl, name: str, steps: int) -> dict[str, float]:
+    """Seconds per timed step of each kind of span of a strategy (forward, backward,
+    optimizer ...: all of a step's micro-batches summed), the median over its timed
+    steps; the gate's, the census's and the warm-up's steps left out."""
+    per: dict[str, list[float]] = {}
+    for ev in tl.events:
+        k = ev.get("step")
+        if ev.get("strategy") == name and isinstance(k, int) and 0 <= k < steps:
+            per.setdefault(ev["kind"], [0.0] * steps)[k] += ev["t1"] - ev["t0"]
+    return {kind: statistics.median(v) for kind, v in per.items()}
 
 
 def release(ctx: Context) -> None:
