@@ -4,6 +4,7 @@ after compute (jobs/lab/experiments/probes.py's ``calibrate`` asks for them)."""
 
 from __future__ import annotations
 
+import statistics
 from collections.abc import Callable
 from typing import Any
 
@@ -105,15 +106,14 @@ def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
 
     On CPU also the link as a call that comes after compute sees it (the second fit; None
     on CUDA and for point-to-point, whose wait a pipeline's schedule prices): each call
-    preceded on every rank by a few GEMMs (SEGMENT_*), less those GEMMs timed alone in the
-    same sweep. Such a call does not find its peers already in the collective: each
-    arrives from computing of its own, and on shared cores its gloo threads wake from
-    sleep (docs/EXPERIMENTS.md, *The cost model*, has what that costs here). Never below
-    the burst's price."""
+    preceded on every rank by a few GEMMs (SEGMENT_*), less those GEMMs timed alone right
+    after (the median of such differences). Such a call does not find its peers already
+    in the collective: each arrives from computing of its own, and on shared cores its
+    gloo threads wake from sleep (docs/EXPERIMENTS.md, *The cost model*, has what that
+    costs here). Never below the burst's price."""
     fns = {S: [collective(ctx, op, S, group=group) for _ in range(burst)] for S in sizes}
     times: dict[int, list[float]] = {S: [] for S in sizes}
-    after: dict[int, list[float]] = {S: [] for S in sizes}
-    seg: list[float] = []
+    after: dict[int, list[float]] = {S: [] for S in sizes}  # per call, less its GEMMs
     probe_after = not ctx.is_cuda and op != "send_recv"  # a pipeline's wait is its schedule's
     a = torch.randn(SEGMENT_EDGE, SEGMENT_EDGE, device=ctx.device)
 
@@ -136,12 +136,14 @@ def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
     for r in range(repeats):
         for S in (sizes if r % 2 == 0 else sizes[::-1]):
             times[S] += [t / burst for t in time_fn(ctx, run(S), 2, warmup=1)]
-            if probe_after:
-                after[S] += [t / burst for t in time_fn(ctx, run(S, True), 2, warmup=0)]
-                seg += [t / burst for t in time_fn(ctx, segments, 2, warmup=0)]
-    own = expected(seg) if seg else 0.0
-    means = ctx.gather([(expected(times[S]), expected(after[S]) - own if probe_after else 0.0)
-                        for S in sizes])
+            if probe_after:  # each burst after compute less its GEMMs timed next to it
+                mixed = time_fn(ctx, run(S, True), 2, warmup=0)
+                alone = time_fn(ctx, segments, 2, warmup=0)
+                after[S] += [(m - g) / burst for m, g in zip(mixed, alone, strict=True)]
+    # after compute: the median difference, as a difference of two times on a shared
+    # host is thrown by a preemption of either, which a mean would take for the cost
+    means = ctx.gather([(expected(times[S]), statistics.median(after[S]) if probe_after
+                         else 0.0) for S in sizes])
     n = len(group[1]) if group else ctx.world
     moved = [message_bytes(op, S, n) for S in sizes]
     samples = [(moved[i], max(m[i][0] for m in means)) for i in range(len(sizes))]
