@@ -123,7 +123,10 @@ def off_term(step: float, prediction: dict, comm: dict,
 def _phases(report: dict) -> dict[str, tuple[float, float]]:
     """{phase: (measured seconds per timed step, priced compute)} of one rank, for the
     phases both the timeline and the census know (forward, backward, optimizer ...)."""
-    measured = report.get("phases_per_step") or {}
+    measured = dict(report.get("phases_per_step") or {})
+    if "schedule" in measured:  # torch's schedules: the stage's spans run inside its own
+        measured["schedule"] = max(0.0, measured["schedule"] - measured.get("forward", 0.0)
+                                   - measured.get("backward", 0.0))
     return {ph: (measured[ph], sum(terms.values()))
             for ph, terms in report["compute"].items() if ph in measured and ph != "step"}
 
