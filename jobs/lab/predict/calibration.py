@@ -63,10 +63,9 @@ def after_compute_shares(collectives: dict, world: int) -> dict[str, float]:
     for kind, c in collectives.items():
         if kind in ("send", "recv"):
             continue
-        op = kind
         after = c.get("after_compute_by_size", {})
         for n, count in c.get("count_by_size", {}).items():
-            row = calls.setdefault(link_key(op, n, world), [0, 0])
+            row = calls.setdefault(link_key(kind, n, world), [0, 0])
             row[0] += after.get(n, 0)
             row[1] += count
     return {key: a / total for key, (a, total) in calls.items() if total}
