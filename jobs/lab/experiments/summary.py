@@ -106,14 +106,21 @@ def off_term(step: float, prediction: dict, comm: dict,
                        "communication cannot be told apart"}
     meas_comm = max((sum(v.get("time_s", 0.0) for v in r["per_step"].values())
                      for r in comm["per_rank"]), default=0.0)
-    if "bubble" in terms or meas_comm >= step:
-        # a pipeline's receives wait out its neighbour (the bubble) and its sends run
-        # beside compute; an async collective's time runs from launch to wait
-        return {"term": None, "measured_s": step, "predicted_s": pred,
-                "why": "its timed collectives overlap compute and waits, so compute and "
-                       "communication cannot be told apart"}
     sides = {"communication": (meas_comm, pred_comm),
              "compute": (step - meas_comm, pred - pred_comm)}
+    if "bubble" in terms or meas_comm >= step:
+        # a pipeline's receives wait out its neighbour (the bubble) and its sends run
+        # beside compute; an async collective's time runs from launch to wait: the
+        # compute spans (forward, backward, optimizer) against their priced compute, the
+        # rest of the step against the rest of the prediction
+        if not phases:
+            return {"term": None, "measured_s": step, "predicted_s": pred,
+                    "why": "its timed collectives overlap compute and waits, so compute "
+                           "and communication cannot be told apart"}
+        spans = sum(m for m, _ in phases.values())
+        priced = sum(p for _, p in phases.values())
+        rest = "communication and bubble" if "bubble" in terms else "communication"
+        sides = {"compute": (spans, priced), rest: (step - spans, pred - priced)}
     term, (measured, predicted) = max(sides.items(), key=lambda kv: abs(kv[1][0] - kv[1][1]))
     return {"term": term, "measured_s": measured, "predicted_s": predicted,
             "why": f"{term}: {measured * 1e3:.3g} ms measured against {predicted * 1e3:.3g} "

@@ -78,6 +78,12 @@ def test_outside_one_and_a_half_the_result_names_the_term_that_was_off():
     assert summary.off_term(0.0712, pred, counted)["term"] is None
     piped = {**pred, "terms_s": {**pred["terms_s"], "bubble": 0.004}}
     assert "cannot be told apart" in summary.off_term(0.0712, piped, timed)["why"]
+    # with its compute spans: a pipeline's compute against the rest (sends, waits, bubble)
+    spans = {"forward": (0.004, 0.003), "backward": (0.006, 0.005), "optimizer": (0.001, 0.001)}
+    off = summary.off_term(0.0712, piped, timed, spans)
+    assert off["term"] == "communication and bubble"
+    assert off["measured_s"] == pytest.approx(0.0712 - 0.011)
+    assert off["predicted_s"] == pytest.approx(0.0167 - 0.009)
 
 
 def test_pytorchs_own_strategy_off_names_the_phase_that_missed_by_the_most():
