@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import argparse
 import json
+import statistics
 import subprocess
 import sys
 import tempfile
@@ -100,19 +101,27 @@ def repeat_table(repeats: list[dict[str, dict]]) -> None:
           "(goal: >= 90% within 1.5x, none beyond 3x)")
     keys = [(exp, s["strategy"]) for exp, r in repeats[0].items() for s in r["strategies"]
             if "ratios" in s]
-    inside = beyond = 0
+    inside = beyond = inside_b2b = 0
     for exp, name in keys:
-        ratios = sorted(next(s for s in rep[exp]["strategies"] if s["strategy"] == name)
-                        ["ratios"]["step_time"] for rep in repeats)
-        med = ratios[len(ratios) // 2] if len(ratios) % 2 else \
-            (ratios[len(ratios) // 2 - 1] + ratios[len(ratios) // 2]) / 2
+        runs = [next(s for s in rep[exp]["strategies"] if s["strategy"] == name)
+                for rep in repeats]
+        ratios = sorted(s["ratios"]["step_time"] for s in runs)
+        med = statistics.median(ratios)
         ok = 1 / 1.5 <= med <= 1.5
         inside += ok
         beyond += not 1 / 3 <= med <= 3
+        # the same runs priced as if every collective came back to back (no link of
+        # its own for calls after compute)
+        b2b = [s["step_time_s"]["median"] / s["prediction"]["back_to_back_s"]
+               for s in runs if s["prediction"].get("back_to_back_s")]
+        before = ""
+        if b2b:
+            inside_b2b += 1 / 1.5 <= statistics.median(b2b) <= 1.5
+            before = f"  back to back: median {statistics.median(b2b):6.2f}"
         print(f"{name:<{W}} {exp:<16} median {med:6.2f}  range {ratios[0]:.2f}-"
-              f"{ratios[-1]:.2f}  {'ok' if ok else 'OFF'}")
+              f"{ratios[-1]:.2f}  {'ok' if ok else 'OFF'}{before}")
     print(f"within 1.5x: {inside} of {len(keys)} ({inside / max(1, len(keys)):.0%}); "
-          f"beyond 3x: {beyond}")
+          f"beyond 3x: {beyond}; priced back to back: {inside_b2b} within 1.5x")
 
 
 def pairs_table(by_name: dict[str, dict]) -> None:

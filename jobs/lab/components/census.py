@@ -14,7 +14,10 @@ innermost open timeline span: forward, backward, optimizer, schedule):
   into; each DTensor-level call is counted, since it costs Python of its own,
 - collectives, whoever issued them - the counting wrapper, DDP's reducer, FSDP2,
   DTensor, torch.distributed.pipelining - with nccl-tests sizes S (all_gather: the
-  gathered output; reduce_scatter: the unscattered input; the others: the tensor).
+  gathered output; reduce_scatter: the unscattered input; the others: the tensor), per
+  group size, and how many of them come after compute (a matrix multiply or attention
+  since the collective before): such a call finds its peers arriving from computing of
+  their own, not from the call before it, and is priced with the link probed that way.
 
 Fake tensors (DTensor's sharding propagation) run without being counted. The census is
 plain data (``profile()``): the cost model prices it with the calibration's probes.
@@ -130,6 +133,7 @@ class OpCensus(_Mode):
         self.phase_of = phase_of
         self.phases: dict[str, dict[str, Any]] = defaultdict(_phase)
         self.collectives: dict[str, dict[str, int]] = {}
+        self._computed = True  # a step opens with compute (the previous step's, at least)
 
     def __torch_dispatch__(self, func, types, args=(), kwargs=None):
         kwargs = kwargs or {}
@@ -161,6 +165,11 @@ class OpCensus(_Mode):
             ranks = group_size(args)
             by_size = c.setdefault("largest_by_size", {})
             by_size[ranks] = max(by_size.get(ranks, 0), size)
+            calls = c.setdefault("count_by_size", {})
+            calls[ranks] = calls.get(ranks, 0) + 1
+            after = c.setdefault("after_compute_by_size", {})
+            after[ranks] = after.get(ranks, 0) + int(self._computed)
+            self._computed = False
             return
         if func.namespace in ("c10d", "_c10d_functional"):
             return  # waits, barriers, autograd wrappers: no data of their own
@@ -169,8 +178,10 @@ class OpCensus(_Mode):
             a, b = (args[1], args[2]) if func in (aten.addmm.default,
                                                   aten.baddbmm.default) else args[:2]
             phase["gemm"][gemm_key(GEMMS[func], a, b)] += 1
+            self._computed = True
         elif "scaled_dot_product" in name:
             phase["attention"][attention_key(name, args[0])] += 1
+            self._computed = True
         elif func.is_view:
             phase["views"] += 1
         else:

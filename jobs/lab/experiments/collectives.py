@@ -10,7 +10,8 @@ from typing import Any
 
 from jobs.lab.components.context import Context
 from jobs.lab.components.instrument import Comm, Timeline
-from jobs.lab.experiments.probes import collective, message_bytes, slowest_median, time_fn
+from jobs.lab.experiments.links import collective, message_bytes
+from jobs.lab.experiments.timers import slowest_median, time_fn
 from jobs.lab.predict import calibration, cost
 
 

@@ -1,7 +1,10 @@
-"""Timed probes shared by the benchmarks and by every experiment's calibration: a
-collective of S bytes, a GEMM of a given shape and layout, an attention kernel, a copy,
-and the per-operator overhead of a small step. Medians over iterations, each iteration
-ended by a device synchronize (collectives: also fenced by a barrier). The collectives
+"""Timed probes shared by the benchmarks and by every experiment's calibration: a GEMM of
+a given shape and layout, an attention kernel, a copy, and the per-operator overhead of a
+small step (a collective of S bytes and the link sweeps: links.py; the timers:
+timers.py). Medians over iterations, each iteration ended by a device synchronize
+(collectives: also fenced by a barrier). On CPU a compute probe counts the thread's own
+CPU time (timers.compute_clock): its work; the share of a core the steps got is taken
+apart, where they ran. The collectives
 run on the device's group (ctx.group); fences and timings travel as bookkeeping
 (ctx.barrier, ctx.gather: CPU, gloo). Every rank probes at once, as every rank computes
 at once in a step (on CPU they share the cores), and the slowest rank's figure is kept.
@@ -12,124 +15,21 @@ exactly the shapes and message sizes the run's strategies use (their census)."""
 from __future__ import annotations
 
 import statistics
-import time
 from collections.abc import Callable
-from typing import Any
 
 import torch
-import torch.distributed as dist
 import torch.nn.functional as F
 
 from jobs.lab.components.census import OpCensus
-from jobs.lab.components.context import NATIVE, Context, devices_served
-from jobs.lab.components.instrument import Comm, all_gather_single, reduce_scatter_single
+from jobs.lab.components.context import Context
 from jobs.lab.components.model import ModelConfig, build_model, loss_fn, make_batch
 from jobs.lab.components.optim import make_optimizer
+from jobs.lab.experiments.links import link_sizes, subgroups, sweep_link
+from jobs.lab.experiments.timers import compute_clock, device_times, expected, time_fn
 from jobs.lab.predict import calibration
 from jobs.lab.predict.memory import RECIPES
 
 DENSE_BF16_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
-OPS = ("all_reduce", "all_gather", "reduce_scatter", "broadcast", "send_recv", "all_to_all")
-
-
-def collective(ctx: Context, op: str, nbytes: int, comm: Comm | None = None,
-               group: tuple[Any, list[int]] | None = None) -> Callable[[], None]:
-    """A closure running `op` once on an S=nbytes buffer (nccl-tests sizing), either
-    through raw torch.distributed or through the counting wrapper `comm`; over the whole
-    world, or `group`: (a subgroup, its ranks)."""
-    g, members = group or (ctx.group, list(range(ctx.world)))
-    w, dev = len(members), ctx.device
-    i = members.index(ctx.rank)
-    n = max(w, nbytes // 4 // w * w)  # fp32 elements, divisible by the group's size
-    full = torch.ones(n, device=dev)
-    part = torch.ones(n // w, device=dev)
-    out = torch.empty_like(full)
-    nxt, prv = members[(i + 1) % w], members[(i - 1) % w]
-    if op == "all_reduce":
-        return (lambda: comm.all_reduce(full)) if comm else \
-            (lambda: dist.all_reduce(full, group=g))
-    if op == "all_gather":
-        return (lambda: comm.all_gather(out, part)) if comm else \
-            (lambda: all_gather_single(out, part, group=g))
-    if op == "reduce_scatter":
-        return (lambda: comm.reduce_scatter(part, full)) if comm else \
-            (lambda: reduce_scatter_single(part, full, group=g))
-    if op == "broadcast":
-        return (lambda: comm.broadcast(full, 0)) if comm else \
-            (lambda: dist.broadcast(full, 0, group=g))
-    if op == "all_to_all":
-        return (lambda: comm.all_to_all(out, full)) if comm else \
-            (lambda: dist.all_to_all_single(out, full, group=g))
-    if op == "send_recv":  # a ring: every rank sends to the next, receives from the previous
-        def raw() -> None:  # one batch, as the pipelines post it (see Comm.p2p)
-            for wk in dist.batch_isend_irecv([dist.P2POp(dist.isend, full, nxt, g),
-                                              dist.P2POp(dist.irecv, out, prv, g)]):
-                wk.wait()
-        return (lambda: comm.p2p(sends=[(full, nxt)], recvs=[(out, prv)]).wait()) if comm \
-            else raw
-    raise ValueError(op)
-
-
-def message_bytes(op: str, nbytes: int, world: int) -> int:
-    """The S actually moved for a requested size (rounded to whole fp32 per rank)."""
-    return max(world, nbytes // 4 // world * world) * 4
-
-
-def time_fn(ctx: Context, fn: Callable[[], None], iters: int, warmup: int,
-            fence: bool = True) -> list[float]:
-    for _ in range(warmup):
-        fn()
-    ctx.sync()
-    times = []
-    for _ in range(iters):
-        if fence:
-            ctx.barrier()
-        ctx.sync()
-        t0 = time.perf_counter()
-        fn()
-        ctx.sync()
-        times.append(time.perf_counter() - t0)
-    return times
-
-
-def device_times(ctx: Context, fn: Callable[[], None], iters: int, warmup: int) -> list[float]:
-    """Seconds of each call as the device runs it, for what a step prices by shape (GEMMs,
-    attention, copies). On CPU the host runs it: time_fn. On CUDA a synchronize after
-    every call would add the host's launch and wait to a kernel that, in a step, runs
-    while the host launches the next; the host's part is priced once, as the per-operator
-    overhead, and composed with the device's by max (calibration.Calibration.compute). So the
-    calls are queued behind a sleeping kernel and timed by events between them: the
-    device runs them back to back, whatever the host's pace."""
-    if not ctx.is_cuda:
-        return time_fn(ctx, fn, iters, warmup, fence=False)
-    for _ in range(warmup):
-        fn()
-    ctx.sync()
-    marks = [torch.cuda.Event(enable_timing=True) for _ in range(iters + 1)]
-    torch.cuda._sleep(SLEEP_CYCLES)
-    marks[0].record()
-    for mark in marks[1:]:
-        fn()
-        mark.record()
-    ctx.sync()
-    return [a.elapsed_time(b) / 1e3 for a, b in zip(marks, marks[1:], strict=False)]
-
-
-SLEEP_CYCLES = 20_000_000  # GPU clock cycles: long enough to queue every call behind it
-
-
-def expected(times: list[float]) -> float:
-    """What one call costs in a step that makes many: their mean - a step adds up every
-    call, its stalls included (a collective's median per call can be half its mean on a
-    shared machine) - less the single slowest sample, so that one preemption of a short
-    probe does not stand for many."""
-    kept = sorted(times)[:-1] if len(times) >= 4 else times
-    return statistics.fmean(kept)
-
-
-def slowest_median(ctx: Context, times: list[float]) -> float:
-    """The collective finishes when its slowest rank does."""
-    return max(ctx.gather(statistics.median(times)))
 
 
 def gemm_flops(ctx: Context, M: int, N: int, K: int, dtype: torch.dtype = torch.float32,
@@ -239,7 +139,8 @@ class OverheadProbe:
         self.step, self.priced_s, self.ops = step, priced_s, max(1, ops)
 
     def sample(self, ctx: Context, iters: int = 5) -> float:
-        t = expected(time_fn(ctx, self.step, iters, warmup=1, fence=False))
+        t = expected(time_fn(ctx, self.step, iters, warmup=1, fence=False,
+                             clock=compute_clock(ctx)))
         return max(t - self.priced_s, 0.0) / self.ops
 
 
@@ -272,65 +173,12 @@ def dtensor_overhead(ctx: Context, iters: int = 50) -> float:
     local = torch.ones(8, device=ctx.device)
     dt = distribute_tensor(local.clone(), ctx.mesh(), [Replicate()])
     dt.mul_(1.0)  # sharding propagation cached, as in every step but the first
-    t_d = expected(time_fn(ctx, lambda: dt.mul_(1.0), iters, warmup=3, fence=False))
-    t_l = expected(time_fn(ctx, lambda: local.mul_(1.0), iters, warmup=3, fence=False))
+    clock = compute_clock(ctx)
+    t_d = expected(time_fn(ctx, lambda: dt.mul_(1.0), iters, warmup=3, fence=False,
+                           clock=clock))
+    t_l = expected(time_fn(ctx, lambda: local.mul_(1.0), iters, warmup=3, fence=False,
+                           clock=clock))
     return max(t_d - t_l, 0.0)
-
-
-def link_sizes(largest: int, world: int) -> list[int]:
-    """Message sizes for a fit: from 1 KiB by fours to the largest needed, and at least
-    to 256 KiB - far enough from alpha for the slope to be W, not noise."""
-    top = max(largest, 256 << 10)
-    sizes, size = [], max(1024, 4 * world)
-    while size < top:
-        sizes.append(size)
-        size *= 4
-    return sizes + [top]
-
-
-def subgroups(ctx: Context, n: int) -> tuple[Any, list[int]]:
-    """This rank's group of n consecutive ranks (every rank creates every group, in one
-    order), and its ranks: every group probes at once, as a mesh dimension's groups all
-    run at once in a step. On one host where in the world a group sits changes nothing;
-    across hosts a group's placement would matter, and is not probed."""
-    backend = None if ctx.device.type in devices_served(ctx.backend) \
-        else NATIVE[ctx.device.type]
-    mine = None
-    for start in range(0, ctx.world - n + 1, n):
-        ranks = list(range(start, start + n))
-        g = dist.new_group(ranks, backend=backend)
-        if ctx.rank in ranks:
-            mine = (g, ranks)
-    return mine
-
-
-def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
-               burst: int = 4, group: tuple[Any, list[int]] | None = None
-               ) -> calibration.LinkFit:
-    """alpha and W of `op`, fitted to the time per call of bursts of `burst` calls in a
-    row on as many different buffers - as a step issues them: one after another, not each
-    after a barrier, and each on its own tensor (gloo costs about twice as much per call
-    on a fresh buffer as on the one it just reduced) - at every size, sizes visited
-    round-robin `repeats` times, in turn up and down the sizes, so that the machine's
-    drift and whatever a burst leaves behind hit them alike; with the fit's error
-    against the expected times (``expected``)."""
-    fns = {S: [collective(ctx, op, S, group=group) for _ in range(burst)] for S in sizes}
-    times: dict[int, list[float]] = {S: [] for S in sizes}
-
-    def run(S: int) -> Callable[[], None]:
-        def calls() -> None:
-            for fn in fns[S]:
-                fn()
-        return calls
-
-    for r in range(repeats):
-        for S in (sizes if r % 2 == 0 else sizes[::-1]):
-            times[S] += [t / burst for t in time_fn(ctx, run(S), 2, warmup=1)]
-    means = ctx.gather([expected(times[S]) for S in sizes])
-    n = len(group[1]) if group else ctx.world
-    samples = [(message_bytes(op, S, n), max(m[i] for m in means))
-               for i, S in enumerate(sizes)]
-    return calibration.fit_link(op, n, samples)
 
 
 def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
@@ -347,8 +195,10 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
         for key, largest in sorted(needs["links"].items()):  # op, or op@n for n ranks
             op, _, n = key.partition("@")
             group = subgroups(ctx, int(n)) if n else None
-            links[key] = sweep_link(ctx, op, link_sizes(largest, int(n or ctx.world)),
-                                    group=group)
+            links[key], later = sweep_link(ctx, op, link_sizes(largest, int(n or ctx.world)),
+                                           group=group)
+            if later is not None:
+                links[key + calibration.AFTER_COMPUTE] = later
     tiny, tiny_phase = tiny_step(ctx, needs["kind"], precision)
     gemms = sorted(set(needs["gemm"]) | set(tiny_phase["gemm"]))
     attns = sorted({(k[1], k[2]) for k in set(needs["attention"]) | set(tiny_phase["attention"])})
@@ -356,7 +206,8 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
     mine = {"gemm": [gemm_time(ctx, k) for k in gemms],
             "attention": [attention_times(ctx, shape, dt) for shape, dt in attns],
             "bandwidth": copy_bandwidth(ctx, max(4096, int(needs["op_bytes"]) // 2), iters=9),
-            "tiny": expected(time_fn(ctx, tiny, 15, warmup=3, fence=False)),
+            "tiny": expected(time_fn(ctx, tiny, 15, warmup=3, fence=False,
+                                     clock=compute_clock(ctx))),
             "dtensor": dtensor_overhead(ctx) if needs["dtensor"] else 0.0}
     everyone = ctx.gather(mine)  # the slowest rank paces a synchronous step
     gemm_s = {k: max(r["gemm"][i] for r in everyone) for i, k in enumerate(gemms)}

@@ -79,34 +79,63 @@ def _memory(r: dict) -> dict[str, Any]:
 COMPUTE = ("gemm", "attention", "op_overhead", "memory_traffic")
 
 
-def off_term(step: float, prediction: dict, comm: dict) -> dict[str, Any] | None:
+def off_term(step: float, prediction: dict, comm: dict,
+             phases: dict[str, tuple[float, float]] | None = None) -> dict[str, Any] | None:
     """Outside 1.5x: which side of the prediction was off - the communication (what the
     counting wrapper timed on the slowest rank, against the priced collectives) or the
     rest of the step (compute, and a pipeline's bubble). PyTorch's own collectives are
-    counted, not timed: then the two cannot be told apart, and the result says so."""
+    counted, not timed: then compute and communication cannot be told apart, and the
+    result names instead the phase of the step (forward, backward, optimizer, schedule:
+    `phases`, the slowest rank's measured seconds per timed step against its priced
+    compute) that missed by the most."""
     pred = prediction["step_time_s"]
     if not pred or 1 / 1.5 <= step / pred <= 1.5:
         return None
     terms = prediction["terms_s"]
     pred_comm = sum(v for k, v in terms.items() if k == "comm" or k.endswith("_comm"))
     if not comm["instrumented"]:
+        if phases:
+            phase, (measured, predicted) = max(phases.items(),
+                                               key=lambda kv: abs(kv[1][0] - kv[1][1]))
+            return {"term": phase, "measured_s": measured, "predicted_s": predicted,
+                    "why": f"{phase}: {measured * 1e3:.3g} ms measured against "
+                           f"{predicted * 1e3:.3g} ms of priced compute (PyTorch's own "
+                           "collectives run inside it, counted, not timed)"}
         return {"term": None, "measured_s": step, "predicted_s": pred,
                 "why": "PyTorch's own collectives are counted, not timed: compute and "
                        "communication cannot be told apart"}
     meas_comm = max((sum(v.get("time_s", 0.0) for v in r["per_step"].values())
                      for r in comm["per_rank"]), default=0.0)
-    if "bubble" in terms or meas_comm >= step:
-        # a pipeline's receives wait out its neighbour (the bubble) and its sends run
-        # beside compute; an async collective's time runs from launch to wait
-        return {"term": None, "measured_s": step, "predicted_s": pred,
-                "why": "its timed collectives overlap compute and waits, so compute and "
-                       "communication cannot be told apart"}
     sides = {"communication": (meas_comm, pred_comm),
              "compute": (step - meas_comm, pred - pred_comm)}
+    if "bubble" in terms or meas_comm >= step:
+        # a pipeline's receives wait out its neighbour (the bubble) and its sends run
+        # beside compute; an async collective's time runs from launch to wait: the
+        # compute spans (forward, backward, optimizer) against their priced compute, the
+        # rest of the step against the rest of the prediction
+        if not phases:
+            return {"term": None, "measured_s": step, "predicted_s": pred,
+                    "why": "its timed collectives overlap compute and waits, so compute "
+                           "and communication cannot be told apart"}
+        spans = sum(m for m, _ in phases.values())
+        priced = sum(p for _, p in phases.values())
+        rest = "communication and bubble" if "bubble" in terms else "communication"
+        sides = {"compute": (spans, priced), rest: (step - spans, pred - priced)}
     term, (measured, predicted) = max(sides.items(), key=lambda kv: abs(kv[1][0] - kv[1][1]))
     return {"term": term, "measured_s": measured, "predicted_s": predicted,
             "why": f"{term}: {measured * 1e3:.3g} ms measured against {predicted * 1e3:.3g} "
                    "ms predicted"}
+
+
+def _phases(report: dict) -> dict[str, tuple[float, float]]:
+    """{phase: (measured seconds per timed step, priced compute)} of one rank, for the
+    phases both the timeline and the census know (forward, backward, optimizer ...)."""
+    measured = dict(report.get("phases_per_step") or {})
+    if "schedule" in measured:  # torch's schedules: the stage's spans run inside its own
+        measured["schedule"] = max(0.0, measured["schedule"] - measured.get("forward", 0.0)
+                                   - measured.get("backward", 0.0))
+    return {ph: (measured[ph], sum(terms.values()))
+            for ph, terms in report["compute"].items() if ph in measured and ph != "step"}
 
 
 def per_step(reports: list[dict]) -> list[dict[str, Any]]:
@@ -129,7 +158,11 @@ def summarise(entry: dict, reports: list[dict], prediction: dict, spec: TrainSpe
     flops_step = spec.flops()
     mem = [_memory(r) for r in act]
     residual = step - prediction["step_time_s"]
-    unmodelled = list(cls.unmodelled) + ([] if is_cuda or not prediction["terms_s"].get("comm")
+    # gloo's threads taking cores from compute are priced where the kernel counted each
+    # rank's share of a core (cpu_share_per_rank); elsewhere they are not
+    shared = is_cuda or not prediction["terms_s"].get("comm") \
+        or bool(prediction.get("cpu_share_per_rank"))
+    unmodelled = list(cls.unmodelled) + ([] if shared
                                          else ["gloo's threads taking cores from compute"])
     steps = per_step(reports)
     spread = timing.spread([st["time_s"] for st in steps])
@@ -163,7 +196,8 @@ def summarise(entry: dict, reports: list[dict], prediction: dict, spec: TrainSpe
         "extra": [{"rank": r["rank"], **r["extra"]} for r in act if r["extra"]],
         "prediction": {**prediction, "residual_s": residual,
                        "residual_fraction": residual / step if step else None,
-                       "unmodelled": unmodelled, "off": off_term(step, prediction, comm)},
+                       "unmodelled": unmodelled,
+                       "off": off_term(step, prediction, comm, _phases(slowest))},
         "ratios": {"step_time": step / prediction["step_time_s"],
                    "memory": max((m["ratio"] for m in mem if m["ratio"]), default=None),
                    "memory_peak": max((m["peak"]["ratio"] for m in mem if m["peak"]["ratio"]),

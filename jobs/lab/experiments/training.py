@@ -32,6 +32,7 @@ from jobs.lab.experiments import timing
 from jobs.lab.experiments.probes import calibrate, concurrency, peak_sample
 from jobs.lab.experiments.recompute_versus import add_versus_single
 from jobs.lab.experiments.summary import counted_kinds, summarise
+from jobs.lab.experiments.timers import cpu_share, sched
 from jobs.lab.predict.calibration import link_key
 from jobs.lab.predict.memory import RECIPES
 from jobs.lab.strategies.base import Strategy, TrainSpec
@@ -135,12 +136,17 @@ def time_step(ctx: Context, state: dict, i: int, warmup: int, spec: TrainSpec, b
     ctx.sync()
     t0 = tl.now()
     tl.anchor()  # the device is idle: its clock meets the host's here
+    before = sched()
     out = state["strategy"].train_step(batch) if state["active"] else None
     ctx.sync()
+    after = sched()
     t1 = tl.now()
     tl.add("step", t0, t1)
     counted = ctx.comm.reset()  # also reads the step's CUDA events
     if i >= warmup:
+        if before and after and not ctx.is_cuda:  # on CPU: the share of a core it got
+            run, wait = state.setdefault("sched", [0.0, 0.0])
+            state["sched"] = [run + after[0] - before[0], wait + after[1] - before[1]]
         state["times"].append(t1 - t0)
         state["comm_steps"].append(counted)
         # this rank's weighted share of the step's loss (read after the sync: no wait)
@@ -194,8 +200,14 @@ def timed_report(ctx: Context, state: dict, cal, params: dict) -> None:
     the instance still exists): every rank prices its own census, rank 0 composes."""
     tl, name, strat = ctx.timeline, state["name"], state["strategy"]
     times, comm_steps, active = state["times"], state["comm_steps"], state["active"]
-    mine = {ph: cal.compute({ph: v}) for ph, v in state["census"]["phases"].items()}
+    # on CPU the census's compute is CPU time; it took 1/share as long where this rank's
+    # thread got `share` of a core while it wanted one (the kernel's count, over the
+    # timed steps: eight ranks on two cores get about a quarter each)
+    share = cpu_share(*state["sched"]) if state.get("sched") else 1.0
+    mine = {ph: cal.compute({ph: v}, share=share)
+            for ph, v in state["census"]["phases"].items()}
     compute = [c for c in ctx.gather(mine if active else None) if c is not None]
+    shares = [x for x in ctx.gather(share if active else None) if x is not None]
     state["report"] = {
         "rank": ctx.rank,
         "active": active,
@@ -211,12 +223,35 @@ def timed_report(ctx: Context, state: dict, cal, params: dict) -> None:
         "census": state["census"],
         "census_wrapper": state["census_wrapper"],
         "compute": mine,
+        "cpu_share": share,
         "predicted_comm": strat.predicted_comm() if active else None,
         "idle_fraction": _idle_fraction(ctx, name, range(len(times))) if active else None,
         "timing_stopped": state.get("stopped"),
         "timeline": {k: v for k, v in tl.summary(strategy=name).items()},
+        "phases_per_step": phase_times(tl, name, len(times)),
     }
-    state["prediction"] = strat.predict(cal, compute) if ctx.rank == 0 else None
+    if ctx.rank == 0:  # its collectives priced by how it issues them: after compute or not
+        priced = cal.for_census(state["census"]["collectives"])
+        state["prediction"] = {**strat.predict(priced, compute),
+                               "after_compute_share": priced.after_compute,
+                               "cpu_share_per_rank": shares}
+        # and as if every call came back to back (the price before calls after compute
+        # had a link of their own): what that distinction moves
+        state["prediction"]["back_to_back_s"] = strat.predict(cal, compute)["step_time_s"]
+    else:
+        state["prediction"] = None
+
+
+def phase_times(tl, name: str, steps: int) -> dict[str, float]:
+    """Seconds per timed step of each kind of span of a strategy (forward, backward,
+    optimizer ...: all of a step's micro-batches summed), the median over its timed
+    steps; the gate's, the census's and the warm-up's steps left out."""
+    per: dict[str, list[float]] = {}
+    for ev in tl.events:
+        k = ev.get("step")
+        if ev.get("strategy") == name and isinstance(k, int) and 0 <= k < steps:
+            per.setdefault(ev["kind"], [0.0] * steps)[k] += ev["t1"] - ev["t0"]
+    return {kind: statistics.median(v) for kind, v in per.items()}
 
 
 def release(ctx: Context) -> None:

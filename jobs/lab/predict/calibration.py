@@ -5,6 +5,7 @@ the formulas these prices are put into)."""
 
 from __future__ import annotations
 
+import dataclasses
 import math
 import statistics
 from dataclasses import dataclass, field
@@ -47,6 +48,27 @@ def link_key(op: str, n: int, world: int) -> str:
     whole world (and for point-to-point, whose pairs the world's ring probes), op@n for
     a subgroup."""
     return op if n in (0, world) or op == "send_recv" else f"{op}@{n}"
+
+
+AFTER_COMPUTE = "+after_compute"  # a link's key + this: its calls probed after compute
+
+
+def after_compute_shares(collectives: dict, world: int) -> dict[str, float]:
+    """{link key: the share of its calls that come after compute} from a census's
+    collectives (census.py counts, per group size, the calls with a matrix multiply or
+    attention since the collective before). Point-to-point is left out: a pipeline's
+    receive waits for its neighbour's compute, and the schedule's formula (its slots and
+    bubble) prices that wait; the message itself is priced as a transfer."""
+    calls: dict[str, list[int]] = {}
+    for kind, c in collectives.items():
+        if kind in ("send", "recv"):
+            continue
+        after = c.get("after_compute_by_size", {})
+        for n, count in c.get("count_by_size", {}).items():
+            row = calls.setdefault(link_key(kind, n, world), [0, 0])
+            row[0] += after.get(n, 0)
+            row[1] += count
+    return {key: a / total for key, (a, total) in calls.items() if total}
 
 
 def fit_link(op: str, n: int, samples: list[tuple[float, float]]) -> LinkFit:
@@ -95,6 +117,16 @@ class Calibration:
     # how much a prediction can be trusted (pricing with their median did not bring the
     # predictions closer: docs/EXPERIMENTS.md, *Repeated runs*)
     op_samples: list[float] = field(default_factory=list)
+    # {link key: share of a strategy's calls that come after compute}: set per strategy
+    # from its census (for_census); none (every call priced as in a burst) until then
+    after_compute: dict[str, float] = field(default_factory=dict)
+
+    def for_census(self, collectives: dict) -> Calibration:
+        """This calibration for the strategy whose census counted these collectives: each
+        link's calls priced by how the strategy issues them, after compute or back to
+        back."""
+        return dataclasses.replace(self, after_compute=after_compute_shares(collectives,
+                                                                            self.n))
 
     def add_peak_samples(self, samples: list[float]) -> None:
         """More tries at the measured peak: the best of them all is the peak (a try on a
@@ -108,12 +140,18 @@ class Calibration:
     def coll(self, op: str, S: float, count: int = 1, n: int | None = None) -> float:
         """count calls moving S bytes in all (each S/count), over a group of n ranks (the
         world's when None): priced with that group size's own link when one was
-        calibrated (a 2-rank all-reduce is not an 8-rank one), else the world's."""
+        calibrated (a 2-rank all-reduce is not an 8-rank one), else the world's; the
+        share of them that comes after compute (``after_compute``) with that link as
+        probed after compute, the rest as probed back to back."""
         n = self.n if n is None else n
         if S <= 0 or count == 0 or self.n == 1 or n == 1:
             return 0.0  # one rank moves nothing (and no link was calibrated)
-        link = self.links.get(link_key(op, n, self.n)) or self.links[op]
-        return count * link.per_call(op, S / count, n)
+        key = link_key(op, n, self.n)
+        burst = self.links.get(key) or self.links[op]
+        after = self.links.get(key + AFTER_COMPUTE) or burst
+        share = self.after_compute.get(key, 0.0)
+        return count * ((1 - share) * burst.per_call(op, S / count, n)
+                        + share * after.per_call(op, S / count, n))
 
     def comm(self, comm: dict, n: int | None = None) -> float:
         """Seconds of a {kind: {bytes, count}} table (send and recv ride one link), over a
@@ -124,10 +162,12 @@ class Calibration:
             total += self.coll(op, c["bytes"], c["count"] or 1, n)
         return total
 
-    def compute(self, phases: dict, only: tuple[str, ...] | None = None) -> dict[str, float]:
+    def compute(self, phases: dict, only: tuple[str, ...] | None = None,
+                share: float = 1.0) -> dict[str, float]:
         """Seconds per compute term of a census's phases (all, or those named); with
         host_overlaps, op_overhead is the host's time beyond the device's, so the terms
-        add up to max(host, device)."""
+        add up to max(host, device). On CPU the probes count CPU time: a rank whose thread
+        got `share` of a core while it wanted one takes 1/share as long."""
         out = dict.fromkeys(COMPUTE_TERMS, 0.0)
         for name, ph in phases.items():
             if only is not None and name not in only:
@@ -141,6 +181,8 @@ class Calibration:
         if self.host_overlaps:  # only the host's time beyond the device's shows
             device = out["gemm"] + out["attention"] + out["memory_traffic"]
             out["op_overhead"] = max(0.0, out["op_overhead"] - device)
+        elif share < 1.0:
+            out = {k: v / max(share, 1e-3) for k, v in out.items()}
         return out
 
     def as_dict(self) -> dict:

@@ -8,6 +8,7 @@ import torch
 from jobs.lab.components.census import OpCensus
 from jobs.lab.components.instrument import SavedActivations
 from jobs.lab.components.model import ModelConfig, build_model, make_batch
+from jobs.lab.experiments import timers
 from jobs.lab.predict import calibration, cost, memory
 from jobs.lab.strategies.pipeline_parallel import Stage
 from jobs.lab.strategies.tensor_parallel import ColumnParallelLinear
@@ -211,3 +212,86 @@ def test_the_pipeline_formula_for_equal_stages_is_m_plus_p_minus_1_slots():
     assert pred["step_time_s"] == pytest.approx((4 + 4 - 1) * (0.1 + 0.02))
     assert sum(pred["terms_s"].values()) == pytest.approx(pred["step_time_s"])
     assert pred["bubble_fraction"] == pytest.approx(3 / 7)
+
+
+def test_calls_after_compute_are_priced_with_the_link_probed_after_compute():
+    # 4 all-reduces on 2-rank groups of an 8-rank world, 3 of them right after a matmul:
+    # those 3 at the link probed after compute, the fourth at the burst's
+    burst = calibration.LinkFit(alpha=0.3e-3, bandwidth=1e9)
+    after = calibration.LinkFit(alpha=1.8e-3, bandwidth=1e9)
+    world = calibration.LinkFit(alpha=5e-3, bandwidth=1e8)
+    cal = calibration.Calibration(flops=1, peak_flops=1, n=8, links={
+        "all_reduce": world, "all_reduce@2": burst,
+        "all_reduce@2" + calibration.AFTER_COMPUTE: after})
+    census = {"all_reduce": {"bytes": 4 << 16, "count": 6, "count_by_size": {2: 4, 8: 2},
+                             "after_compute_by_size": {2: 3, 8: 0}},
+              "send": {"bytes": 1, "count": 1, "count_by_size": {2: 1},
+                       "after_compute_by_size": {2: 1}},
+              "recv": {"bytes": 1, "count": 1, "count_by_size": {2: 1},
+                       "after_compute_by_size": {2: 0}}}
+    priced = cal.for_census(census)
+    # a pipeline's sends and receives: its schedule prices the wait for the neighbour
+    assert priced.after_compute == {"all_reduce@2": 0.75, "all_reduce": 0.0}
+    assert cal.after_compute == {}  # the run's calibration is not changed
+    S = 1 << 16
+    one_burst, one_after = burst.time("all_reduce", S, 2), after.time("all_reduce", S, 2)
+    assert priced.coll("all_reduce", 4 * S, 4, n=2) == pytest.approx(one_burst + 3 * one_after)
+    assert cal.coll("all_reduce", 4 * S, 4, n=2) == pytest.approx(4 * one_burst)
+    # the world's all-reduces came back to back: priced as before, with the world's link
+    assert priced.coll("all_reduce", 2 * S, 2) == pytest.approx(
+        2 * world.time("all_reduce", S, 8))
+    del cal.links["all_reduce@2" + calibration.AFTER_COMPUTE]  # none probed (CUDA): the burst's
+    assert cal.for_census(census).coll("all_reduce", 4 * S, 4, n=2) == \
+        pytest.approx(4 * one_burst)
+
+
+def test_the_census_counts_the_collectives_that_come_after_compute(tmp_path):
+    # a real one-rank gloo group: matmul, all-reduce (after compute), an elementwise op
+    # and another all-reduce (back to back: no matmul between), matmul, all-reduce
+    import torch.distributed as dist
+
+    if dist.is_initialized():
+        pytest.skip("a process group already exists in this process")
+    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1),
+                            rank=0, world_size=1)
+    try:
+        a, b = torch.randn(4, 4), torch.randn(4)
+        census = OpCensus()
+        with census:
+            dist.all_reduce(a @ a)
+            b.mul_(2)
+            dist.all_reduce(b)
+            dist.all_reduce(a @ a)
+        c = census.profile()["collectives"]["all_reduce"]
+    finally:
+        dist.destroy_process_group()
+    assert c["count"] == 3 and c["count_by_size"] == {1: 3}
+    assert c["after_compute_by_size"] == {1: 2}
+
+
+def test_a_cpu_rank_with_a_quarter_of_a_core_computes_four_times_as_long():
+    # the probes count CPU time; eight ranks on two cores each get a quarter of one
+    phase = {"gemm": {"g": 2}, "attention": {}, "ops": 100, "views": 10, "dtensor_ops": 0,
+             "bytes": 4000}
+    kw = {"flops": 1, "peak_flops": 1, "op_s": 1e-6, "gemm_s": {"g": 1e-3}, "bandwidth": 1e6}
+    cpu = calibration.Calibration(**kw)
+    whole, quarter = cpu.compute({"step": phase}), cpu.compute({"step": phase}, share=0.25)
+    assert whole == pytest.approx({"gemm": 2e-3, "attention": 0.0, "op_overhead": 110e-6,
+                                   "memory_traffic": 4e-3})
+    assert quarter == pytest.approx({k: 4 * v for k, v in whole.items()})
+    # on a GPU the device's work is not the host thread's: its share stretches nothing
+    gpu = calibration.Calibration(**kw, host_overlaps=True)
+    assert gpu.compute({"step": phase}, share=0.25) == gpu.compute({"step": phase})
+    assert timers.cpu_share(0.25, 0.75) == 0.25  # on a CPU 1/4 of the time it wanted one
+    assert timers.cpu_share(0.0, 0.0) == 1.0  # never wanted one: nothing to stretch
+
+
+def test_the_kernel_counts_this_threads_time_on_a_cpu():
+    before = timers.sched()
+    if before is None:
+        pytest.skip("this kernel keeps no schedstat")
+    a = torch.randn(128, 128)
+    for _ in range(200):
+        a = torch.tanh(a @ a)
+    after = timers.sched()
+    assert after[0] > before[0] and after[1] >= before[1]

@@ -78,3 +78,21 @@ def test_outside_one_and_a_half_the_result_names_the_term_that_was_off():
     assert summary.off_term(0.0712, pred, counted)["term"] is None
     piped = {**pred, "terms_s": {**pred["terms_s"], "bubble": 0.004}}
     assert "cannot be told apart" in summary.off_term(0.0712, piped, timed)["why"]
+    # with its compute spans: a pipeline's compute against the rest (sends, waits, bubble)
+    spans = {"forward": (0.004, 0.003), "backward": (0.006, 0.005), "optimizer": (0.001, 0.001)}
+    off = summary.off_term(0.0712, piped, timed, spans)
+    assert off["term"] == "communication and bubble"
+    assert off["measured_s"] == pytest.approx(0.0712 - 0.011)
+    assert off["predicted_s"] == pytest.approx(0.0167 - 0.009)
+
+
+def test_pytorchs_own_strategy_off_names_the_phase_that_missed_by_the_most():
+    # fsdp2's collectives are counted, not timed: the phase spans say where the time went
+    pred = {"step_time_s": 0.0196, "terms_s": {"gemm": 0.002, "op_overhead": 0.0076,
+                                               "comm": 0.01}}
+    counted = {"instrumented": False, "per_rank": []}
+    phases = {"forward": (0.016, 0.0034), "backward": (0.0287, 0.0072),
+              "optimizer": (0.0091, 0.0001)}
+    off = summary.off_term(0.043, pred, counted, phases)
+    assert off["term"] == "backward" and off["measured_s"] == 0.0287
+    assert off["why"].startswith("backward: 28.7 ms measured against 7.2 ms of priced compute")
