@@ -55,12 +55,12 @@ def block(run_id: int) -> str:
 
 
 def embedded_runs(text: str) -> set[int]:
-    """The ids of the runs a markdown text embeds (its ```run blocks, found as the page
-    finds them: in list items too)."""
+    """The ids of the runs a markdown text embeds (its closed ```run blocks, found as the
+    page finds them: in list items too)."""
     if "run" not in text:
         return set()
     return {int(m[1]) for block in render.fenced_blocks(text)
-            if block.lang == "run" and (m := RUN_ID_RE.search(block.code))}
+            if block.lang == "run" and block.closed and (m := RUN_ID_RE.search(block.code))}
 
 
 def title_of(experiment: str, result: dict | None = None) -> str:

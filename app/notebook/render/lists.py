@@ -11,8 +11,8 @@ takes every fenced code block out (at the top level and in list items) as Common
 reads one: up to three spaces in, closed by a fence of the same character at least as
 long, or left open to the end of its list item or the note. The code is highlighted as
 fenced_code does (through codehilite) and stashed, so the parser sees a placeholder; a
-block whose info string names an embed (```` ```run ````) is handed to `embed`, which
-gives the placeholder that stands for it, wherever the block is. A quote's text goes
+closed block whose info string names an embed (```` ```run ````) is handed to `embed`,
+which gives the placeholder that stands for it, wherever the block is. A quote's text goes
 through the same pass (bounded.SplitQuote), so lists, fences and embeds in a quote are
 read as they are outside one.
 
@@ -257,7 +257,7 @@ class ListsAndFences(Preprocessor):
         self.spans.append(Fence(start, i, lang, block[0], base, closed))
         if self.md is None:
             return i, ""
-        if lang and self.embed is not None:
+        if lang and closed and self.embed is not None:  # never closed: still being written
             placeholder = self.embed(lang, block[0] + "\n")
             if placeholder is not None:
                 return i, placeholder

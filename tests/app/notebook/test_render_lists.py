@@ -96,8 +96,9 @@ def test_every_embed_the_renderer_knows_and_code_beside_them():
     html = render.render(source, embeds=EMBEDS).html
     assert "<section>changes week: 2024-W13</section>" in html
     assert [text for _, text in Elements(html).all("code")] == ["run = 1\n"]
-    # no embeds given: the same block is code, as at the top level
+    # no embeds given, or a block never closed (still being written): code
     assert "<pre>" in render.render("- ```run\n  id: 1\n  ```").html
+    assert "<pre>" in render.render("- ```run\n  id: 1\n- b", embeds=EMBEDS).html
 
 
 @pytest.mark.parametrize("source, shape", [
