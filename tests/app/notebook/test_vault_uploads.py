@@ -103,6 +103,7 @@ def test_uploads_leave_as_files_and_an_export_imports_back_unchanged(
                     DATABASE_URL=f"sqlite:///{tmp_path / 'back'}/commonplace.db")
     report = transfer.import_folder(back.extensions["db"], out, workers=0)
     assert (report.created, report.errors, report.warnings) == (2, [], [])
+    assert report.attachments == {"added": 5}
     with back.extensions["db"].read() as session:
         bodies = sorted(session.scalars(sa.select(Entry.body_md)))
     assert bodies == sorted(row[3] for row in before[0])
