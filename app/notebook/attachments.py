@@ -21,6 +21,7 @@ from sqlalchemy.orm import Session
 
 from app.errors import Invalid, TooLarge, Unsupported
 from app.models import Attachment, Entry
+from app.notebook import vault_uploads
 
 MAX_BYTES = 10 * 1024 * 1024
 IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp", "image/svg+xml"}
@@ -158,7 +159,8 @@ def import_file(session: Session, data_dir: Path, root: Path, path: Path, *,
     path there ("Attachments/Image 1.png"; stored once per content): "added", "updated"
     (new content at that path) or "unchanged". ValueError says why it is not kept: only a
     regular file (O_NONBLOCK: a FIFO is not waited on) of a kind uploads may be, checked by
-    its size before it is read and by its first bytes after."""
+    its size before it is read and by its first bytes after. An export's copy of one of the
+    notebook's uploads (vault_uploads.path) is that upload: unchanged, no new row."""
     fd = os.open(path, os.O_RDONLY | os.O_NONBLOCK | os.O_NOFOLLOW)
     try:
         info = os.fstat(fd)
@@ -180,6 +182,11 @@ def import_file(session: Session, data_dir: Path, root: Path, path: Path, *,
     row = session.scalar(sa.select(Attachment).where(Attachment.path == where))
     if row is not None and row.sha256 == sha:
         return "unchanged"
+    exported = vault_uploads.HASH_FOLDER_RE.fullmatch(where)
+    if row is None and exported and exported[1] == sha and session.scalar(
+            sa.select(Attachment.id).where(Attachment.sha256 == sha,
+                                           Attachment.path.is_(None)).limit(1)):
+        return "unchanged"  # an export's copy of one of this notebook's uploads
     if dry_run:
         return "added" if row is None else "updated"
     _keep(data_dir, sha, data)

@@ -14,8 +14,10 @@ built (create_app registers the journal's run card), so the notebook never impor
 
 In files on disk (the notes mirror, an export) the block stays, and after it comes what
 it shows, as markdown, between two marks (`in_files`): what `register_markdown` registered
-for it, with the files it draws (charts, under FILES_DIR). Reading such a file back
-(`without_shown`) drops what is between the marks: the page renders the block live.
+for it, with the files it draws (charts, under FILES_DIR), indented as the block is (in a
+list item, the item's text). Blocks are found as the renderer finds them
+(render.fenced_blocks). Reading such a file back (`without_shown`) drops what is between
+the marks: the page renders the block live.
 """
 
 import logging
@@ -25,6 +27,8 @@ from posixpath import join
 
 from sqlalchemy.orm import Session
 
+from app.notebook import render
+
 log = logging.getLogger(__name__)
 Embed = Callable[[Session, str], str]
 EMBEDS: dict[str, Embed] = {}
@@ -32,9 +36,8 @@ EMBEDS: dict[str, Embed] = {}
 Markdown = Callable[[Session, str], tuple[str, dict[str, str]]]
 MARKDOWN: dict[str, Markdown] = {}
 FILES_DIR = "run-cards"  # beside the notes, at the top of the folder
-_BLOCK_RE = re.compile(r"^```(\w+)[ \t]*\n(.*?)^```[ \t]*$", re.M | re.S)
-_SHOWN_RE = re.compile(r"\n<!-- commonplace:(\w+) shown -->\n.*?\n<!-- commonplace:\1 end -->",
-                       re.S)
+_SHOWN_RE = re.compile(
+    r"\n[ ]*<!-- commonplace:(\w+) shown -->\n.*?\n[ ]*<!-- commonplace:\1 end -->", re.S)
 
 
 def register(name: str, embed: Embed) -> None:
@@ -48,28 +51,40 @@ def register_markdown(name: str, markdown: Markdown) -> None:
 def in_files(session: Session, body: str, up: int = 0) -> tuple[str, dict[str, str]]:
     """`body` as a file on disk holds it, and the files it needs ({path under the folder:
     text}); `up` is how many folders deep the file lies (its charts' links climb that)."""
-    if not MARKDOWN or "```" not in body:
+    if not MARKDOWN or ("```" not in body and "~~~" not in body):
         return body, {}
     files: dict[str, str] = {}
+    out: list[str] = []
+    done = 0
+    for block in render.fenced_blocks(body):
+        # a block never closed runs to the end of its item: nothing can follow it there
+        shown = _shown(session, block.lang, block.code, up, files) \
+            if block.closed and block.lang in MARKDOWN else None
+        if shown is None:
+            continue
+        indent = " " * block.column
+        shown = "\n".join(indent + line if line else line for line in shown.split("\n"))
+        out.append(body[done:block.end])
+        out.append(shown + "\n" if body[block.end - 1] == "\n" else "\n" + shown)
+        done = block.end
+    return "".join(out) + body[done:], files
 
-    def shown(m: re.Match[str]) -> str:
-        name = m[1]
-        if name not in MARKDOWN:
-            return m[0]
-        try:
-            text, drawn = MARKDOWN[name](session, m[2])
-        except Exception:  # a file without the numbers still holds the block
-            log.exception("the %s block could not be written as markdown", name)
-            return m[0]
-        if not text:
-            return m[0]
-        text = text.replace("<!--", "< !--")  # so that nothing in it can end it
-        for file_name in drawn:
-            text += f"\n\n![{file_name}]({'../' * up}{FILES_DIR}/{file_name})"
-        files.update({join(FILES_DIR, n): t for n, t in drawn.items()})
-        return f"{m[0]}\n<!-- commonplace:{name} shown -->\n{text}\n<!-- commonplace:{name} end -->"
 
-    return _BLOCK_RE.sub(shown, body), files
+def _shown(session: Session, name: str, code: str, up: int, files: dict[str, str]) -> str | None:
+    """What an embed's block shows, as markdown between its marks (its files added to
+    `files`), or None: nothing to show."""
+    try:
+        text, drawn = MARKDOWN[name](session, code + "\n")
+    except Exception:  # a file without the numbers still holds the block
+        log.exception("the %s block could not be written as markdown", name)
+        return None
+    if not text:
+        return None
+    text = text.replace("<!--", "< !--")  # so that nothing in it can end it
+    for file_name in drawn:
+        text += f"\n\n![{file_name}]({'../' * up}{FILES_DIR}/{file_name})"
+    files.update({join(FILES_DIR, n): t for n, t in drawn.items()})
+    return f"<!-- commonplace:{name} shown -->\n{text}\n<!-- commonplace:{name} end -->"
 
 
 def without_shown(text: str) -> str:

@@ -27,7 +27,7 @@ import yaml
 from sqlalchemy.orm import Session
 
 from app.models import Entry
-from app.notebook import embeds
+from app.notebook import embeds, vault_uploads
 from base.durable import write_atomic
 
 log = logging.getLogger(__name__)
@@ -327,8 +327,9 @@ def parse_file(path: Path, follow_symlinks: bool = True, root: Path | None = Non
     text, mtime = read_note(path, follow_symlinks)
     warnings: list[str] = []
     meta, body = _front_matter(text, warnings)
-    body = embeds.without_shown(body)
     source = path.relative_to(root).as_posix() if root is not None else path.name
+    # less what an export wrote for the vault: the notes' own text, as the app keeps it
+    body = vault_uploads.from_vault(embeds.without_shown(body), source)
     stem = path.stem
     letter = LETTER_FILE_RE.match(stem)
     kind = meta.get("kind") or ("week" if letter else "entry")

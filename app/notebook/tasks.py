@@ -26,7 +26,7 @@ def boxes(body: str) -> list[tuple[int, bool]]:
     fenced = render.fenced_blocks(body)
     found = []
     for m in BOX_RE.finditer(body):
-        if any(start <= m.start() < end for start, end in fenced):
+        if any(fence.start <= m.start() < fence.end for fence in fenced):
             continue
         found.append((m.start("state"), m["state"] != " "))
     return found

@@ -26,7 +26,7 @@ from pathlib import Path
 import sqlalchemy as sa
 
 from app.errors import Refusal
-from app.models import Entry
+from app.models import Attachment, Entry
 from app.notebook import (
     attachments,
     bulk_import,
@@ -35,6 +35,7 @@ from app.notebook import (
     entries,
     import_plan,
     mirror,
+    vault_uploads,
 )
 from app.notebook.import_plan import ImportReport
 from app.notebook.mirror import relpath, to_text
@@ -88,6 +89,14 @@ def import_attachments(db, folder: Path, paths: list[Path], report: ImportReport
                 report.skipped.append(f"{path}: {exc}")
                 continue
             report.attachments[done] = report.attachments.get(done, 0) + 1
+            where = path.relative_to(folder).as_posix()
+            exported = vault_uploads.HASH_FOLDER_RE.fullmatch(where)
+            if exported and done != "unchanged" and not dry_run and session.scalar(
+                    sa.select(Attachment.sha256).where(Attachment.path == where)) != exported[1]:
+                report.warnings.append(
+                    f"{path}: not the content its folder names (changed since the export?): "
+                    "notes that link to it show the file the export held, where the notebook "
+                    "has it")
             if dry_run and done != "unchanged":
                 report.plan.append(f"attach {path.relative_to(folder).as_posix()} ({done})")
         if dry_run:

@@ -6,8 +6,9 @@ number added where two would share a name), an imported note at its own path aga
 its [[links]] reach it as they did), a letter by its week ([[2024-W13]]); front matter
 with its title, date, tags, status and aliases (mirror.to_text's, which import reads);
 attachments beside the notes, an imported one at its own path, an upload under
-attachments/, and links to an upload's address made vault links to that file; after each
-```run block, its card as markdown with its chart (embeds.in_files: run-cards/).
+attachments/<its hash>/, and links to an upload's address made links to that file
+(vault_uploads.py, which import reads back); after each ```run block, its card as
+markdown with its chart (embeds.in_files: run-cards/).
 """
 
 from __future__ import annotations
@@ -19,14 +20,13 @@ import sqlalchemy as sa
 import yaml
 
 from app.models import Attachment, Entry, EntryAlias
-from app.notebook import embeds
+from app.notebook import embeds, vault_uploads
 from app.notebook.attachments import path_for
 from app.notebook.mirror import export_id, to_text
 from base.durable import write_atomic
 
 # What Windows, macOS or Obsidian's links cannot hold in a name ([[a#b]] is a heading)
 _FORBIDDEN_RE = re.compile(r'[\\/:*?"<>|#^\[\]\x00-\x1f\x7f]+')
-_UPLOAD_RE = re.compile(r"(!?)\[([^\]\n]*)\]\(/attachments/([0-9a-f]{64})/([^)\s]+)\)")
 
 
 def file_name(title: str) -> str:
@@ -56,7 +56,8 @@ class _Names:
         return path
 
 
-def _text(entry: Entry, aliases: list[str], uploads: dict[str, str], body: str) -> str:
+def _text(entry: Entry, aliases: list[str], uploads: set[tuple[str, str]], body: str,
+          up: int) -> str:
     text = to_text(entry, body)
     # after the front matter's first line (mirror.to_text owns the rest): what names the
     # entry, so importing this folder into the same notebook finds it (import_plan.plan)
@@ -65,15 +66,7 @@ def _text(entry: Entry, aliases: list[str], uploads: dict[str, str], body: str) 
     if aliases:
         listed += yaml.safe_dump({"aliases": aliases}, allow_unicode=True,
                                  default_flow_style=None)
-    text = "---\n" + listed + text[4:]
-
-    def vault_link(m: re.Match[str]) -> str:
-        path = uploads.get(m[3])
-        if path is None:
-            return m[0]
-        return f"![[{path}]]" if m[1] else f"[[{path}|{m[2] or path}]]"
-
-    return _UPLOAD_RE.sub(vault_link, text) if "/attachments/" in text else text
+    return vault_uploads.to_vault("---\n" + listed + text[4:], uploads, up)
 
 
 def export_vault(db, folder: Path) -> tuple[int, int]:
@@ -81,21 +74,38 @@ def export_vault(db, folder: Path) -> tuple[int, int]:
     data_dir = Path(db.notes_dir).parent if db.notes_dir else None
     names = _Names()
     with db.read() as session:
-        uploads: dict[str, str] = {}
+        stored: dict[str, Path] = {}  # the content at hand, by hash
+        for sha in session.scalars(sa.select(Attachment.sha256).distinct()):
+            where = path_for(data_dir, sha) if data_dir else None
+            if where is not None and where.exists():
+                stored[sha] = where
         files = 0
-        for found in session.scalars(sa.select(Attachment).order_by(
-                Attachment.path.is_(None), Attachment.path, Attachment.id)):
-            stored = path_for(data_dir, found.sha256) if data_dir else None
-            if stored is None or not stored.exists():
-                continue
-            if found.path and _inside(found.path):
+        written: dict[str, str] = {}  # path (any case) -> hash of what it holds
+        for found in session.scalars(sa.select(Attachment).where(Attachment.path.is_not(None))
+                                     .order_by(Attachment.path, Attachment.id)):
+            if found.sha256 in stored and _inside(found.path):
                 where = names.take(found.path)
-            elif found.sha256 in uploads:
-                continue
-            else:
-                where = names.take(f"attachments/{found.filename}")
-            uploads.setdefault(found.sha256, where)
-            write_atomic(folder / where, stored.read_bytes())
+                written[where.lower()] = found.sha256
+                write_atomic(folder / where, stored[found.sha256].read_bytes())
+                files += 1
+        # an upload, and any other content a note links by address, at attachments/<hash>/
+        uploads = {(a.sha256, a.filename) for a in session.scalars(
+            sa.select(Attachment).where(Attachment.path.is_(None)))}
+        entries = session.scalars(sa.select(Entry).order_by(
+            Entry.source_path.is_(None), Entry.source_path, Entry.date, Entry.id)).all()
+        for entry in entries:
+            uploads |= vault_uploads.linked(entry.body_md)
+        exported: set[tuple[str, str]] = set()
+        for sha, name in sorted(uploads):
+            wanted = vault_uploads.path(sha, name)
+            if sha not in stored or (wanted.lower() in names.taken
+                                     and written.get(wanted.lower()) != sha):
+                continue  # not at hand, or its place holds another file (never, in practice)
+            exported.add((sha, name))
+            if wanted.lower() in written:
+                continue  # imported there: written already
+            written[names.take(wanted).lower()] = sha
+            write_atomic(folder / wanted, stored[sha].read_bytes())
             files += 1
         aliases: dict[int, list[str]] = {}
         for entry_id, key in session.execute(sa.select(EntryAlias.entry_id, EntryAlias.key)
@@ -103,8 +113,7 @@ def export_vault(db, folder: Path) -> tuple[int, int]:
             aliases.setdefault(entry_id, []).append(key)
         notes = 0
         # imported notes first: each takes its own path back
-        for entry in session.scalars(sa.select(Entry).order_by(
-                Entry.source_path.is_(None), Entry.source_path, Entry.date, Entry.id)):
+        for entry in entries:
             if entry.source_path and _inside(entry.source_path):
                 wanted = entry.source_path
             elif entry.kind == "week":
@@ -112,8 +121,10 @@ def export_vault(db, folder: Path) -> tuple[int, int]:
             else:
                 wanted = f"{file_name(entry.title)}.md"
             path = names.take(wanted)
-            body, drawn = embeds.in_files(session, entry.body_md, path.count("/"))
-            write_atomic(folder / path, _text(entry, aliases.get(entry.id, []), uploads, body))
+            up = path.count("/")
+            body, drawn = embeds.in_files(session, entry.body_md, up)
+            write_atomic(folder / path, _text(entry, aliases.get(entry.id, []), exported, body,
+                                              up))
             for where, text in drawn.items():
                 write_atomic(folder / where, text)
             notes += 1

@@ -35,6 +35,7 @@ from app.journal.trends import Trend
 from app.journal.views import card_own, card_training, card_trend, charts, lessons
 from app.journal.views.card_training import Body
 from app.models import Run
+from app.notebook import render
 from app.notebook.atom import feed_alternative
 from app.notebook.isoweeks import local
 from base import statuses
@@ -45,7 +46,6 @@ log = logging.getLogger(__name__)
 # Linear on any text: [ \t]* where \s* would let every line start rescan the newlines
 # after it (quadratic on a block followed by thousands of blank lines).
 RUN_ID_RE = re.compile(r"^[ \t]*id[ \t]*:[ \t]*(\d{1,12})[ \t]*$", re.M)  # inside a block
-RUN_BLOCK_RE = re.compile(r"^```run[ \t]*\n(.*?)^```", re.M | re.S)
 MAX_ROWS = 300
 
 
@@ -55,9 +55,12 @@ def block(run_id: int) -> str:
 
 
 def embedded_runs(text: str) -> set[int]:
-    """The ids of the runs a markdown text embeds."""
-    return {int(m[1]) for b in RUN_BLOCK_RE.finditer(text)
-            if (m := RUN_ID_RE.search(b[1]))}
+    """The ids of the runs a markdown text embeds (its closed ```run blocks, found as the
+    page finds them: in list items too)."""
+    if "run" not in text:
+        return set()
+    return {int(m[1]) for block in render.fenced_blocks(text)
+            if block.lang == "run" and block.closed and (m := RUN_ID_RE.search(block.code))}
 
 
 def title_of(experiment: str, result: dict | None = None) -> str:

@@ -9,7 +9,14 @@ pages (stored HTML) never needs them, and they were ~4 MB of each worker's memor
 (bench/idle.py). The one place in the server where an import waits inside a function.
 """
 
+from __future__ import annotations
+
+from typing import TYPE_CHECKING
+
 from .rendered import Rendered, Resolved, WikiLink, hide_draft_links
+
+if TYPE_CHECKING:
+    from .lists import Fence
 
 # Raised whenever a change here alters the HTML a note renders to: entries store their HTML
 # at save time, and `commonplace up` / `db upgrade` render every stored note again once
@@ -19,8 +26,9 @@ from .rendered import Rendered, Resolved, WikiLink, hide_draft_links
 # 5: Obsidian's markdown (heading and block links, embeds, callouts, highlights, comments, math).
 # 6: a list right after a paragraph's last line is a list; fences in list items and quotes.
 # 7: lists nest as CommonMark nests them (two spaces will do); fences as CommonMark reads
-# them; strikethrough and bare URLs.
-VERSION = 7
+# them; strikethrough and bare URLs. 8: embed fences in list items and quotes; lists in
+# quotes as at the top level.
+VERSION = 8
 
 
 def render(body_md: str, **options) -> Rendered:
@@ -46,12 +54,13 @@ def excerpt(html: str, fragment: str | None) -> str | None:
     return part(html, fragment)
 
 
-def fenced_blocks(text: str) -> list[tuple[int, int]]:
-    """Where the text's fenced code blocks lie, by the grammar the pipeline reads them with
-    (lists.py's): (start, end) offsets, in order."""
-    from .lists import fenced_blocks as blocks
+def fenced_blocks(text: str) -> list[Fence]:
+    """The text's fenced blocks (code, and embeds such as ```` ```run ````) at the top level
+    and in list items, by the grammar the pipeline reads them with (lists.Fence: where
+    each lies, its info string's first word, its code, its indentation)."""
+    from .lists import fenced_blocks as found
 
-    return blocks(text)
+    return found(text)
 
 
 __all__ = ["VERSION", "Rendered", "Resolved", "WikiLink", "excerpt", "fenced_blocks",

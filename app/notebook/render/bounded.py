@@ -30,6 +30,8 @@ from markdown.extensions.footnotes import FootnoteInlineProcessor
 from markdown.htmlparser import HTMLExtractor
 from markdown.preprocessors import HtmlBlockPreprocessor, Preprocessor
 
+from .lists import ListsAndFences
+
 MAX_QUOTE_DEPTH = 32
 
 # An ATX heading (the space after the hashes, as syntax.SpacedHashHeaderProcessor wants
@@ -101,8 +103,9 @@ class SplitBlocks(Preprocessor):
 
 
 class SplitQuote(BlockQuoteProcessor):
-    """The stock quote, whose text (its lines less their ">") goes through `split_blocks`
-    before it is parsed: a quote is a document of its own."""
+    """The stock quote, whose text (its lines less their ">") goes through the pass that
+    reads lists and fences (lists.ListsAndFences, the one registered in fenced_code's
+    place) and `split_blocks` before it is parsed: a quote is a document of its own."""
 
     def run(self, parent, blocks: list[str]) -> None:
         block = blocks.pop(0)
@@ -114,8 +117,21 @@ class SplitQuote(BlockQuoteProcessor):
         quote = sibling if sibling is not None and sibling.tag == "blockquote" else (
             etree.SubElement(parent, "blockquote"))
         self.parser.state.set("blockquote")  # as stock: quotes in lists get <p>
-        self.parser.parseChunk(quote, "\n".join(self.split(block.split("\n"))))
+        self.parser.parseChunk(quote, "\n".join(self.content(block.split("\n"))))
         self.parser.state.reset()
+
+    def content(self, lines: list[str]) -> list[str]:
+        """The quote's lines (less their ">") as the parser is to read them."""
+        lists = self.parser.md.preprocessors["fenced_code_block"]
+        if isinstance(lists, ListsAndFences):
+            lines = lists.run(lines)
+            # the blank lines it puts around a block would end up inside the quote's first
+            # or last paragraph (the parser splits its text only between blocks)
+            while lines and not lines[-1]:
+                lines.pop()
+            start = next((n for n, line in enumerate(lines) if line), len(lines))
+            lines = lines[start:]
+        return self.split(lines)
 
     def split(self, lines: list[str]) -> list[str]:
         return split_blocks(lines)

@@ -60,13 +60,16 @@ class CalloutQuoteProcessor(SplitQuote):
         if m is None or block[: m.start()].strip():  # lines before it: the stock run
             return super().run(parent, blocks)
         quoted = [self.clean(line) for line in block[m.start() :].lstrip("\n").split("\n")]
-        if not (CALLOUT_RE.match(quoted[0]) or _is_callout(self.lastChild(parent))):
+        titled = CALLOUT_RE.match(quoted[0])
+        if not (titled or _is_callout(self.lastChild(parent))):
             return super().run(parent, blocks)
         blocks.pop(0)
-        # a quote of its own, where the stock run would join the quote before
+        # a quote of its own, where the stock run would join the quote before; its title
+        # a paragraph of its own, so a list may start on the next line
+        lines = [quoted[0], "", *self.content(quoted[1:])] if titled else self.content(quoted)
         quote = etree.SubElement(parent, "blockquote")
         self.parser.state.set("blockquote")
-        self.parser.parseChunk(quote, "\n".join(self.split(quoted)))
+        self.parser.parseChunk(quote, "\n".join(lines))
         self.parser.state.reset()
         return None
 

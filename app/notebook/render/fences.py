@@ -1,11 +1,11 @@
-"""Fenced code inside quotes.
+"""Fenced code where the line pass does not reach.
 
-lists.py reads the fences at the top level and in list items, line by line; a fence in a
-quote (after ">") is left for the block parser, which made a paragraph of it and the
-backticks inline code. `NestedFences` is a block processor: asked for each block of a
-quote's text (once the parser has taken the ">" off), it takes a block that opens with a
-fence and every block up to the one that closes it, and renders the code as fenced_code
-does (through codehilite).
+lists.py reads the fences at the top level, in list items and in quotes (a quote's text
+goes through it too), line by line; a fence in an admonition's indented body is left for
+the block parser, which made a paragraph of it and the backticks inline code.
+`NestedFences` is a block processor: asked for each block of such a body, it takes a
+block that opens with a fence and every block up to the one that closes it, and renders
+the code as fenced_code does (through codehilite).
 """
 
 from __future__ import annotations

@@ -10,7 +10,11 @@ item's lines again at four spaces per level, which is what Python-Markdown reads
 takes every fenced code block out (at the top level and in list items) as CommonMark
 reads one: up to three spaces in, closed by a fence of the same character at least as
 long, or left open to the end of its list item or the note. The code is highlighted as
-fenced_code does (through codehilite) and stashed, so the parser sees a placeholder.
+fenced_code does (through codehilite) and stashed, so the parser sees a placeholder; a
+closed block whose info string names an embed (```` ```run ````) is handed to `embed`,
+which gives the placeholder that stands for it, wherever the block is. A quote's text goes
+through the same pass (bounded.SplitQuote), so lists, fences and embeds in a quote are
+read as they are outside one.
 
 Each line is read once and an item's lines are looked up on a stack no deeper than the
 line's indentation, so the pass is linear in the text.
@@ -19,7 +23,9 @@ line's indentation, so the pass is linear in the text.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import dataclass, field
+from typing import NamedTuple
 
 from markdown.extensions.codehilite import CodeHilite, CodeHiliteExtension
 from markdown.preprocessors import Preprocessor
@@ -65,6 +71,20 @@ def _interrupts(item: re.Match[str]) -> bool:
         item["num"] is None or int(item["num"]) == 1)
 
 
+class Fence(NamedTuple):
+    """A fenced block as the pass reads it: from `start` to `end` (offsets of the text, its
+    closing line included), the info string's first word, its code (less the indentation
+    the fence had), the column its lines start at (its list item's content; 0 at the top
+    level), and whether a closing fence ended it (else its item or the text did)."""
+
+    start: int
+    end: int
+    lang: str | None
+    code: str
+    column: int
+    closed: bool
+
+
 @dataclass
 class _List:
     kind: str  # its marker character: "-", "*", "+", "." or ")"
@@ -74,11 +94,17 @@ class _List:
 
 class ListsAndFences(Preprocessor):
     """Registered in fenced_code's place (its name and priority), so every fence is read
-    by these rules. `spans` holds each fenced block's lines after a run: (first, end)."""
+    by these rules. `spans` holds each fenced block after a run, as a Fence whose start and
+    end are line indexes. `embed(name, code)` is the placeholder for a block whose info
+    string names an embed, or None for code."""
+
+    def __init__(self, md=None, embed: Callable[[str, str], str | None] | None = None):
+        super().__init__(md)
+        self.embed = embed
 
     def run(self, lines: list[str]) -> list[str]:
         self.out: list[str] = []
-        self.spans: list[tuple[int, int]] = []
+        self.spans: list[Fence] = []
         self.shown: dict[tuple[str, str | None], str] = {}  # a block written twice: once
         self.lines = lines
         stack: list[int] = []  # the content column of each open item, outermost first
@@ -225,12 +251,16 @@ class ListsAndFences(Preprocessor):
         while not closed and code and not code[-1].strip():
             code.pop()  # the blank lines an open block ends on are not its code
             i -= 1
-        self.spans.append((start, i))
-        if self.md is None:
-            return i, ""
         words = opening["info"].split()
         lang = words[0] if words and _LANG_RE.fullmatch(words[0]) else None
         block = ("\n".join(code), lang)
+        self.spans.append(Fence(start, i, lang, block[0], base, closed))
+        if self.md is None:
+            return i, ""
+        if lang and closed and self.embed is not None:  # never closed: still being written
+            placeholder = self.embed(lang, block[0] + "\n")
+            if placeholder is not None:
+                return i, placeholder
         if block not in self.shown:
             self.shown[block] = self._highlight(*block)
         return i, self.md.htmlStash.store(self.shown[block])
@@ -245,12 +275,13 @@ class ListsAndFences(Preprocessor):
         return CodeHilite(code + "\n", lang=lang, style=style, **config).hilite(shebang=False)
 
 
-def fenced_blocks(text: str) -> list[tuple[int, int]]:
-    """Where the text's fenced code blocks lie, as (start, end) offsets, in order."""
+def fenced_blocks(text: str) -> list[Fence]:
+    """The text's fenced blocks at the top level and in list items, in order."""
     lines = text.split("\n")
     finder = ListsAndFences(None)
     finder.run(lines)
     starts = [0]
     for line in lines:
         starts.append(starts[-1] + len(line) + 1)
-    return [(starts[first], min(starts[end], len(text))) for first, end in finder.spans]
+    return [fence._replace(start=starts[fence.start], end=min(starts[fence.end], len(text)))
+            for fence in finder.spans]

@@ -67,10 +67,12 @@ def _new_markdown(state: RenderState) -> tuple[markdown.Markdown, CommonplaceExt
     md.preprocessors.register(BoundedHtmlBlocks(md), "html_block", _HTML_BLOCK_PRIORITY)
     md.preprocessors.register(SplitBlocks(md), "cp_split_blocks", _HTML_BLOCK_PRIORITY - 1)
     # (the "quote" block processor is callouts.py's, a bounded.SplitQuote: ObsidianExtension)
-    # just above paragraphs: fences in quotes, which the line pass does not read
+    # just above paragraphs: fences the line pass does not reach (in an admonition)
     md.parser.blockprocessors.register(NestedFences(md.parser), "cp_nested_fences", 12)
-    # fenced_code's place: lists nested and fences read as CommonMark does (lists.py)
-    md.preprocessors.register(ListsAndFences(md), "fenced_code_block", _FENCED_PRIORITY)
+    # fenced_code's place: lists nested and fences read as CommonMark does, embed fences
+    # made placeholders (lists.py; a quote's text too: bounded.SplitQuote)
+    md.preprocessors.register(ListsAndFences(md, ext.embed), "fenced_code_block",
+                              _FENCED_PRIORITY)
     return md, ext
 
 

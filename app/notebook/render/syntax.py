@@ -20,9 +20,7 @@ from dataclasses import dataclass, field
 from markdown import Markdown
 from markdown.blockprocessors import HashHeaderProcessor
 from markdown.extensions import Extension
-from markdown.extensions.fenced_code import FencedBlockPreprocessor
 from markdown.inlinepatterns import InlineProcessor
-from markdown.preprocessors import Preprocessor
 from markdown.util import AtomicString
 from pymdownx.tasklist import TasklistTreeprocessor
 
@@ -112,40 +110,6 @@ class TagProcessor(_ReadsState, InlineProcessor):
         return el, m.start(0), m.start(1) + len(tag)
 
 
-class EmbedPreprocessor(_ReadsState, Preprocessor):
-    """Swap registered embed fences for a placeholder paragraph, before fenced_code.
-
-    The callable's HTML is trusted and may hold inline SVG, which the sanitizer would
-    strip, so it is kept aside and substituted for the placeholder after sanitizing.
-    """
-
-    def __init__(self, ext: CommonplaceExtension, md: Markdown):
-        super().__init__(md)
-        self.ext = ext
-
-    def run(self, lines: list[str]) -> list[str]:
-        if not self.state.embeds:
-            return lines
-        text = "\n".join(lines)
-        if ("```" not in text and "~~~" not in text
-                or not any(name in text for name in self.state.embeds)):
-            return lines  # no fence, or none whose info string can name an embed
-        out: list[str] = []
-        index = 0
-        # Same fence grammar as fenced_code, so a block is an embed exactly when
-        # fenced_code would otherwise have highlighted it.
-        for m in FencedBlockPreprocessor.FENCED_BLOCK_RE.finditer(text):
-            name = m.group("lang")
-            if m.group("attrs") is not None or name not in self.state.embeds:
-                continue
-            out.append(text[index : m.start()])
-            out.append(f"\n\n{self.state.embed_token(len(self.state.embed_html))}\n\n")
-            self.state.embed_html.append(call_embed(self.state.embeds, name, m.group("code")))
-            index = m.end()
-        out.append(text[index:])
-        return "".join(out).split("\n")
-
-
 def call_embed(embeds: Mapping[str, Callable[[str], str]], name: str, source: str) -> str:
     """An embed's HTML, or a note of why it failed: an embed must not take the page down."""
     try:
@@ -187,17 +151,27 @@ class NumberedTasklist(_ReadsState, TasklistTreeprocessor):
 
 
 class CommonplaceExtension(Extension):
-    """Tags, fenced embeds and numbered task boxes. `state` is the current render's:
+    """Tags, fenced embeds (`embed`) and numbered task boxes. `state` is the current render's:
     the pipeline sets it before each convert, so one Markdown instance serves many."""
 
     def __init__(self, state: RenderState):
         super().__init__()
         self.state = state
 
+    def embed(self, name: str, source: str) -> str | None:
+        """The placeholder for a fenced block whose info string names one of this render's
+        embeds (lists.py finds the blocks), or None: the block is code. The embed's HTML is
+        trusted and may hold inline SVG, which the sanitizer would strip, so it is kept
+        aside and put in the placeholder's place after sanitizing."""
+        state = self.state
+        if name not in state.embeds:
+            return None
+        token = state.embed_token(len(state.embed_html))
+        state.embed_html.append(call_embed(state.embeds, name, source))
+        return token
+
     def extendMarkdown(self, md: Markdown) -> None:
         md.parser.blockprocessors.register(SpacedHashHeaderProcessor(md.parser), "hashheader", 70)
-        # after normalize_whitespace (30), before fenced_code (25); a no-op without embeds
-        md.preprocessors.register(EmbedPreprocessor(self, md), "cp_embeds", 27)
         # after links, autolinks and raw inline HTML (90): a "#" inside a URL or an
         # attribute has been consumed by then
         md.inlinePatterns.register(TagProcessor(self, md), "cp_tag", 85)

@@ -8,8 +8,9 @@ from __future__ import annotations
 import sqlalchemy as sa
 
 from app.journal import posting
+from app.journal.views import cards
 from app.models import Entry
-from app.notebook import transfer, vault
+from app.notebook import mirror, render, transfer, vault
 from tests.app.journal.test_posting import finished_run
 
 
@@ -46,3 +47,39 @@ def test_a_letters_file_holds_its_cards_numbers_and_imports_back_as_the_block(
     with back.extensions["db"].read() as session:
         body = session.scalar(sa.select(Entry.body_md).where(Entry.kind == "week"))
     assert body == letter["body"]
+
+
+def test_a_run_block_in_a_list_item_is_the_card_on_the_page_and_its_numbers_in_the_files(
+        client, db, data_dir, tmp_path):
+    run_id = finished_run(db)
+    body = (f"- the sweep, as it came back:\n  ```run\n  id: {run_id}\n  ```\n- and after it\n\n"
+            f"> ```run\n> id: {run_id}\n> ```")
+    made = client.post("/api/v1/entries", json={"date": "2024-03-27", "title": "Sweep",
+                                                "body": body}).get_json()
+    html = made["html"]
+    # the card in the item, and in the quote, where the code block was
+    assert html.count('class="run-card run-succeeded"') == 2 and "id: " not in html
+    assert html.index("the sweep") < html.index("run-card") < html.index("and after it")
+    with db.read() as session:
+        entry = session.get(Entry, made["id"])
+        assert run_id in cards.embedded_runs(entry.body_md)
+    mirrored = (data_dir / "notes" / "2024" / "2024-03-27-sweep.md").read_text()
+    block = f"  ```run\n  id: {run_id}\n  ```\n"
+    after = mirrored[mirrored.index(block) + len(block):]
+    shown, rest = after.split("  <!-- commonplace:run end -->\n", 1)
+    assert shown.startswith("  <!-- commonplace:run shown -->\n")
+    # indented as the item's text, so it stays in the item (and the list goes on after it)
+    assert all(line.startswith("  ") for line in shown.splitlines() if line)
+    assert "  | ddp | ✓ | 20 ms | 2.00× | 1 k |" in shown
+    assert f"  ![run-{run_id}.svg](../run-cards/run-{run_id}.svg)" in shown
+    assert rest.startswith("- and after it")
+    shown_html = render.render(mirrored.split("---\n", 2)[2]).html
+    assert shown_html.count("<ul>") == 1 and "<table>" in shown_html
+    # an export holds the same; its file read back is the body as written
+    out = tmp_path / "out"
+    vault.export_vault(db, out)
+    exported = (out / "Sweep.md").read_text()
+    assert "  | ddp | ✓ | 20 ms | 2.00× | 1 k |" in exported
+    assert mirror.parse_file(out / "Sweep.md").body.rstrip("\n") == body
+    report = transfer.import_folder(db, out, workers=0)
+    assert (report.created, report.updated, report.errors) == (0, 0, [])

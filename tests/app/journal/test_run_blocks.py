@@ -13,6 +13,7 @@ from app.journal.views import cards
     ("intro\n\n```run\nid: 5\n```\n\nmore\n```run\n# a note first\n  id :  12  \n```\n", {5, 12}),
     ("```python\nid: 9\n```", set()),  # a code block that happens to say id:
     ("```run\nid: 3\n", set()),  # never closed: not a block
+    ("- ran:\n  ```run\n  id: 4\n  ```\n> ~~~run\n> id: 6\n> ~~~", {4}),  # an item; a quote not
     ("```run\nname: x\n```", set()),  # a block without an id
     ("```run\n" + "\n" * 50_000 + "id: 7\n```\n", {7}),  # long, still found (and linear)
     ("```run\nid: 5\n" + "\n" * 50_000, set()),

@@ -4,6 +4,8 @@ are never closed, loose lists, and the fence grammar the task boxes are found wi
 
 import re
 
+import pytest
+
 from app.notebook import render, tasks
 from tests.helpers import Elements
 
@@ -68,7 +70,62 @@ def test_task_boxes_in_fenced_code_are_neither_found_nor_shown():
     body = "- [ ] real\n  ```\n  - [ ] in code\n  ```\n- [x] also real\n```\n- [ ] code\n"
     assert [ticked for _, ticked in tasks.boxes(body)] == [False, True]
     assert render.render(body).tasks == [False, True]
-    assert render.fenced_blocks("a\n```\nx\n```\nb") == [(2, 12)]
+    assert [(f.start, f.end) for f in render.fenced_blocks("a\n```\nx\n```\nb")] == [(2, 12)]
+
+
+CARD = '<figure class="run-card">card {}</figure>'
+EMBEDS = {"run": lambda source: CARD.format(source.strip()),
+          "changes": lambda source: f"<section>changes {source.strip()}</section>"}
+
+
+@pytest.mark.parametrize("source, shape", [
+    ("- ran:\n  ```run\n  id: 1\n  ```\n- next", "<ul><li></li><li></li></ul>"),
+    ("1. ```run\n   id: 1\n   ```\n2. next", "<ol><li></li><li></li></ol>"),
+    ("- a\n  - ran:\n    ~~~run\n    id: 1\n    ~~~", "<ul><li><ul><li></li></ul></li></ul>"),
+    ("> ```run\n> id: 1\n> ```", ""),
+    ("> [!note] Runs\n> - ```run\n>   id: 1\n>   ```", "<p></p><ul><li></li></ul>"),
+])  # fmt: skip
+def test_embed_fences_are_embeds_in_list_items_and_quotes(source, shape):
+    html = render.render(source, embeds=EMBEDS).html
+    assert html.count(CARD.format("id: 1")) == 1 and "<pre>" not in html and "```" not in html
+    assert _shape(html) == shape
+
+
+def test_every_embed_the_renderer_knows_and_code_beside_them():
+    source = "- ```changes\n  week: 2024-W13\n  ```\n- ```python\n  run = 1\n  ```"
+    html = render.render(source, embeds=EMBEDS).html
+    assert "<section>changes week: 2024-W13</section>" in html
+    assert [text for _, text in Elements(html).all("code")] == ["run = 1\n"]
+    # no embeds given, or a block never closed (still being written): code
+    assert "<pre>" in render.render("- ```run\n  id: 1\n  ```").html
+    assert "<pre>" in render.render("- ```run\n  id: 1\n- b", embeds=EMBEDS).html
+
+
+@pytest.mark.parametrize("source, shape", [
+    ("> - a\n>   - b\n>     - c\n> - d",
+     "<ul><li><ul><li><ul><li></li></ul></li></ul></li><li></li></ul>"),  # two spaces nest
+    ("> a paragraph\n> - then a list\n> - of two", "<p></p><ul><li></li><li></li></ul>"),
+    ("> 1. a\n>    1. b\n> 2. c", "<ol><li><ol><li></li></ol></li><li></li></ol>"),
+    ("> - a\n> + b", "<ul><li></li></ul><ul><li></li></ul>"),  # another marker, another list
+    ("> - a\n>\n> - b", "<ul><li><p></p></li><li><p></p></li></ul>"),  # loose
+    ("> - build\n>   ```\n>   make\n>   ```", "<ul><li><pre></pre></li></ul>"),
+    ("> > - a\n> >   - b", "<ul><li><ul><li></li></ul></li></ul>"),  # quotes in quotes
+    ("- item\n\n  > - a\n  >   - b",
+     "<ul><li><p></p><ul><li><ul><li></li></ul></li></ul></li></ul>"),
+])  # fmt: skip
+def test_lists_in_quotes_follow_the_same_rules_as_at_the_top_level(source, shape):
+    html = render.render(source).html
+    assert _shape(html) == shape
+    assert "<blockquote>" in html
+
+
+def test_lists_in_callouts_follow_the_same_rules():
+    html = render.render("> [!tip] Steps\n> - one\n>   - one and a half\n> - two").html
+    assert _shape(html) == "<p></p><ul><li><ul><li></li></ul></li><li></li></ul>"
+    assert Elements(html).all("p", "callout-title") == [({"class": "callout-title"}, "Steps")]
+    # a body paragraph right after the title is a paragraph, as before
+    html = render.render("> [!note] Title\n> body\n> more").html
+    assert [text for _, text in Elements(html).all("p")] == ["Title", "body\nmore"]
 
 
 # --- GitHub's inline extensions (render/gfm.py) --------------------------------------
