@@ -55,11 +55,15 @@ def create_served_app() -> Flask:
     fork: a worker's collections would otherwise write to every object they visit, and so
     copy every page it shares with the master (docs/PERFORMANCE.md, *A small host*)."""
     from app.web.auth import warn_of_open_doors
+    from app.web.resting import malloc_trim
 
     app = create_app()
     warn_of_open_doors(app.config)
     gc.collect()  # what is garbage now is not kept for good
     gc.freeze()
+    # The heap's free pages (the imports' garbage; megabytes where modules were compiled
+    # from source at start) go back to the system here, rather than into every worker.
+    malloc_trim()
     return app
 
 

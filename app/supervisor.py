@@ -37,11 +37,17 @@ def command(server: str, addresses: list[str]) -> list[str]:
     return [sys.executable, "-m", "app.supervisor", server, *addresses]
 
 
+# The web's interpreter without docstrings (and asserts, which the served code does not
+# rely on): the libraries' docstrings are megabytes that every worker holds and no page
+# reads (docs/PERFORMANCE.md, *A small host*).
+WEB_PYTHON = [sys.executable, "-OO"]
+
+
 def gunicorn_argv(addresses: list[str]) -> list[str]:
     # Workers, threads, timeouts and logging live in gunicorn.conf.py (the same file Docker
     # and systemd use); the command line only names the addresses.
     binds = [arg for address in addresses for arg in ("--bind", address)]
-    return [sys.executable, "-m", "gunicorn", "--config", str(ROOT / "gunicorn.conf.py"),
+    return [*WEB_PYTHON, "-m", "gunicorn", "--config", str(ROOT / "gunicorn.conf.py"),
             *binds, "app:create_served_app()"]
 
 

@@ -9,6 +9,7 @@ create`.
 
 from __future__ import annotations
 
+import os
 import random
 import re
 import shutil
@@ -76,9 +77,24 @@ def build(work: Path, n: int, seed: int) -> Corpus:
     return corpus
 
 
-def cli_token(data: Path, role: str = "owner") -> str:
+def reuse_or_build(work: Path, n: int, seed: int) -> Corpus:
+    """build(), or the notebook an earlier build(work, n, seed) left in work/data (a 100k
+    import takes minutes): read back as build reads it, with a token of its own, and its
+    import's figures not measured (nan)."""
+    data = work / "data"
+    if not (data / DATABASE).exists():
+        return build(work, n, seed)
+    nan = float("nan")
+    corpus = Corpus(data, n, nan, nan, nan, nan, f"reused {data}")
+    corpus.token = cli_token(data, name=f"bench-owner-{os.getpid()}")
+    pick(corpus, random.Random(seed))
+    corpus.queries = search_queries(seed, corpus.tag, corpus.week)
+    return corpus
+
+
+def cli_token(data: Path, role: str = "owner", name: str = "") -> str:
     """A token made the product's way (`commonplace token create`, shown once)."""
-    done = subprocess.run(commonplace("token", "create", f"bench-{role}", "--role", role),
+    done = subprocess.run(commonplace("token", "create", name or f"bench-{role}", "--role", role),
                           env=cli_env(data), capture_output=True, text=True, check=False)
     if done.returncode != 0:
         raise SystemExit(f"token create failed:\n{done.stdout}\n{done.stderr[-2000:]}")

@@ -1,6 +1,6 @@
 """What the journal's processes cost while nothing happens, against a small host's targets.
 
-    .venv/bin/python bench/idle.py [--seconds 30] [--entries 100000]
+    .venv/bin/python bench/idle.py [--seconds 30] [--entries 100000 [--keep DIR]]
 
 Starts `commonplace up` (the supervisor, and under it the web, the scheduler and a local
 runner) on a free loopback port in a fresh data directory, waits until the web answers,
@@ -25,8 +25,13 @@ Memory is RSS (every page the process maps, shared ones included: the goal's mea
 PSS (shared pages divided among the processes that share them), at the end of the window,
 by then a rest (app/web/resting.py: a worker closes its idle connections and trims its heap
 REST_AFTER seconds after its last request); each worker's RSS right after the load is
-printed beside it. Then, with --entries, what a rest costs the request that ends it: an
-entry page asked first after a rest against the same page warm.
+printed beside it. Beside the workers, with --entries, the workers of a bare Flask app
+under the same gunicorn.conf.py (bench/bare.py: a constant page and a row of the same
+database through a template), read by as many clients as the web's: what any worker of
+this server holds after serving. Then, with --entries, what a rest costs the request that
+ends it: an entry page asked first after a rest against the same page warm. --keep DIR
+imports the notebook into DIR and reuses it from there next time (a 100k import takes
+minutes).
 """
 
 from __future__ import annotations
@@ -50,7 +55,7 @@ sys.path.insert(0, str(ROOT))
 
 from app.web import resting  # noqa: E402
 from bench import corpus as corpus_of  # noqa: E402
-from bench.serving import cpu_seconds, free_port  # noqa: E402
+from bench.serving import cpu_seconds, drive, free_port, start_bare, stop  # noqa: E402
 
 # The second baseline: a process that only imports what a web worker cannot do without -
 # the web framework, the ORM and the server the product card fixes - and waits. No worker
@@ -218,12 +223,14 @@ def main() -> None:
                              "(bench/corpus.py)")
     parser.add_argument("--clients", type=int, default=16,
                         help="with --entries: then this many readers at once (0: none)")
+    parser.add_argument("--keep", type=Path, default=None,
+                        help="with --entries: the notebook's folder, reused if there")
     args = parser.parse_args()
-    work = Path(tempfile.mkdtemp(prefix="cp-idle-"))
+    work = args.keep or Path(tempfile.mkdtemp(prefix="cp-idle-"))
     data = work / "data"
-    corpus = None
+    corpus = bare = None
     if args.entries:
-        corpus = corpus_of.build(work, args.entries, seed=14)
+        corpus = corpus_of.reuse_or_build(work, args.entries, seed=14)
         print(f"imported {args.entries} entries: {corpus.summary}", flush=True)
     port = free_port()
     env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data), "COMMONPLACE_AUTH": "dev",
@@ -242,11 +249,17 @@ def main() -> None:
     try:
         wait_up(port, up, settle=2 if corpus else 8)
         if corpus:
+            bare = start_bare(corpus.database)
             read_pages(port, corpus)
             if args.clients:
                 read_at_once(port, corpus, args.clients)
+            for path in ("/", "/row"):
+                drive(bare[1], lambda _rng, path=path: path, 2, max(args.clients, 1))
         procs = {"baseline (idle python)": baseline.pid, "floor (the web's)": floor.pid,
-                 "floor (the scheduler's)": scheduler_floor.pid, **stack(up.pid, command)}
+                 "floor (the scheduler's)": scheduler_floor.pid,
+                 **({f"baseline: bare worker {i + 1}": pid
+                     for i, pid in enumerate(children(bare[0].pid))} if bare else {}),
+                 **stack(up.pid, command)}
         started = set(procs.values())
         before = {name: cpu_seconds(pid) for name, pid in procs.items()}
         served = {name: rss_mb(pid) for name, pid in procs.items()}  # right after the load
@@ -258,6 +271,8 @@ def main() -> None:
         for proc in (baseline, floor, scheduler_floor):
             proc.kill()
             proc.wait()
+        if bare:
+            stop(bare[0])
         up.send_signal(signal.SIGTERM)
         try:
             up.wait(timeout=30)
@@ -269,7 +284,8 @@ def main() -> None:
                 os.kill(pid, signal.SIGKILL)
             except ProcessLookupError:
                 pass
-        shutil.rmtree(work, ignore_errors=True)
+        if not args.keep:
+            shutil.rmtree(work, ignore_errors=True)
 
 
 if __name__ == "__main__":

@@ -29,7 +29,7 @@ from flask import Flask
 REST_AFTER = 10.0  # seconds without a request (a test app sets config["REST_AFTER"])
 
 
-def _malloc_trim() -> None:
+def malloc_trim() -> None:
     try:
         ctypes.CDLL(None).malloc_trim(0)
     except (OSError, AttributeError):  # not glibc
@@ -73,7 +73,7 @@ def init_app(app: Flask) -> None:
     def shed() -> None:
         if (app := the_app()) is not None:
             app.extensions["db"].shed()
-            _malloc_trim()
+            malloc_trim()
 
     rest = Rest(shed, app.config.get("REST_AFTER", REST_AFTER))
     app.extensions["rest"] = rest
