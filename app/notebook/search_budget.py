@@ -5,6 +5,7 @@ of 83 copies of a* OR'd together, or 16 of them at once, are a way to burn the w
 
 from __future__ import annotations
 
+import sqlite3
 import time
 from contextlib import contextmanager
 
@@ -79,11 +80,15 @@ def time_limit(session: Session, seconds: float | None):
     dbapi.set_progress_handler(lambda: time.monotonic() > deadline, PROGRESS_STEPS)
     try:
         yield
-    except (BadQuery, sa.exc.OperationalError) as exc:
+    # sqlite3's own error where a statement ran straight on the connection (db.Prepared)
+    except (BadQuery, sa.exc.OperationalError, sqlite3.OperationalError) as exc:
         if "interrupted" not in str(exc):
             raise
         session.rollback()
         raise TooSlow(f"this search took longer than {seconds:g} s, the most one may take "
                       "here; use fewer words, or longer ones before a *") from None
     finally:
-        dbapi.set_progress_handler(None, 0)
+        try:
+            dbapi.set_progress_handler(None, 0)
+        except sqlite3.ProgrammingError:
+            pass  # the pool closed the connection (handler and all) on the way out

@@ -145,6 +145,27 @@ def test_a_search_past_its_time_is_stopped_and_says_so(notebook):
         assert len(search.search(session, "word*", seconds=None).hits) == 20
 
 
+def test_a_statement_run_straight_on_sqlite_past_the_time_is_stopped_too(notebook):
+    """db.Prepared runs on the sqlite3 connection itself, whose interrupt is sqlite3's own
+    error, not SQLAlchemy's: it is TooSlow all the same, never a 500."""
+    with notebook.write() as session:
+        for i in range(50):
+            entries.create(session, author="x", date="2024-05-01", title=f"Word {i}",
+                           body="word " * 50, tags=[])
+    with pytest.raises(search_budget.TooSlow), notebook.read() as session:
+        with search_budget.time_limit(session, 1e-9):
+            search.HITS.run(session, {"ids": list(range(1, 51))})
+
+
+def test_a_connection_closed_under_the_time_limit_is_let_go_quietly(notebook):
+    """A connection the pool closed while the limit was on (an overflow connection given
+    back) has no handler left to clear: leaving the limit must not fail on it."""
+    with notebook.read() as session:
+        with search_budget.time_limit(session, 5):
+            session.connection().connection.dbapi_connection.close()
+        session.invalidate()
+
+
 def test_the_web_answers_a_search_past_its_time_with_422(make_app):
     app = make_app(SEARCH_TIME_LIMIT_S=1e-9)
     client = app.test_client()
