@@ -126,6 +126,9 @@ def from_environment(env: dict[str, str] | None = None) -> dict:
         # threads), and that one caller may have arriving there (app/web/bodies.py).
         "ARRIVING_BODIES_PER_WORKER": max(1, web_size(env)[1] // 4),
         "ARRIVING_BODIES_PER_CALLER": 2,
+        # Bodies over that share that one worker lets wait a moment at once to arrive whole
+        # (half its threads): with the slots, pages still have a quarter of them.
+        "BODY_WAITS_PER_WORKER": max(1, web_size(env)[1] // 2),
         # A body may keep the web waiting this long before it must average 8 KiB/s.
         "BODY_GRACE_S": _number(env, "COMMONPLACE_BODY_GRACE", 10.0),
         # The most one search may keep the index busy before it is stopped (422).

@@ -7,7 +7,8 @@ every thread, so:
     client reads its answer on a connection that can be reused, and otherwise the
     connection is answered and closed;
   - a caller let in may have only a few bodies still arriving at once (per worker, and in
-    all): beyond that the answer is 429 at once, so pages always have threads;
+    all): beyond that a body gets a moment to arrive, then the answer is 429, so pages
+    always have threads;
   - a body that is read must keep arriving: a grace, then a minimum average rate (Apache
     mod_reqtimeout's body=…,MinRate=… rule). Only time spent waiting for the client
     counts: a body that arrived whole is never cut off, however long the app took to read it.
@@ -18,6 +19,7 @@ docs/SECURITY.md is the threat model.
 from __future__ import annotations
 
 import fcntl
+import functools
 import logging
 import os
 import socket
@@ -25,6 +27,7 @@ import struct
 import termios
 import threading
 import time
+from collections.abc import Callable
 
 from flask import current_app, g, make_response, request
 from werkzeug.exceptions import ClientDisconnected, RequestTimeout
@@ -42,6 +45,10 @@ BODY_MIN_RATE = 8 * 1024
 READ_PIECE = 64 * 1024
 DRAIN_LIMIT = 64 * 1024  # an unread rest up to this is read, if it has all arrived
 RETRY_AFTER_S = 5
+# A body over its caller's share of slots may take this long to arrive whole before it
+# counts as slow (arrives_soon), looked at every ARRIVAL_POLL_S.
+ARRIVAL_WAIT_S = 0.5
+ARRIVAL_POLL_S = 0.01
 ENVIRON_KEY = "commonplace.body"
 
 
@@ -116,6 +123,16 @@ class CountedBody:
         self.timed_out = False
         self.waited = 0.0  # seconds spent blocked in reads that have returned
         self.waiting_since: float | None = None  # when the read now blocked began
+        self._give_back: Callable[[], None] | None = None  # a slot, held until read whole
+
+    def hold(self, give_back: Callable[[], None]) -> None:
+        """Hold a slot while this body arrives; give_back is called once it has."""
+        self._give_back = give_back
+
+    def let_go(self) -> None:
+        give_back, self._give_back = self._give_back, None
+        if give_back is not None:
+            give_back()
 
     def waiting(self, now: float) -> float:
         """Seconds this body has kept the app waiting so far."""
@@ -168,6 +185,8 @@ class CountedBody:
             self.received += len(piece)
         if self.length is not None and self.received >= self.length:
             self.done = True
+        if self.done:
+            self.let_go()
         return bytes(out)
 
     def readline(self, size: int | None = -1) -> bytes:
@@ -179,6 +198,8 @@ class CountedBody:
             if self.length is not None:
                 raise self._ended_early()
             self.done = True
+        if self.done:
+            self.let_go()
         return data
 
     def readlines(self, hint: int | None = -1) -> list[bytes]:
@@ -306,21 +327,52 @@ def busy(message: str):
 
 def take_body_slot() -> object:
     """before_request, after the access policy: a caller let in whose body is still on its
-    way holds one of the worker's slots for arriving bodies while it is read. Over its
-    share the answer is 429 at once, without waiting for the body."""
+    way holds one of the worker's slots for arriving bodies until it has been read whole.
+    Over its share, the body waits a moment (arrives_soon), and otherwise the answer is
+    429, without waiting for the rest of the body."""
     body = request.environ.get(ENVIRON_KEY)
     if body is None or g.get("identity") is None or body.arrived():
         return None
     holder = g.identity.login
-    if not current_app.extensions["arriving_bodies"].take(holder):
-        log.info("refused a body from %s still arriving: this worker reads as many as it "
-                 "lends", holder)
-        return busy("too many of your request bodies are still arriving here")
-    g.body_holder = holder
-    return None
+    slots = current_app.extensions["arriving_bodies"]
+    if slots.take(holder):
+        body.hold(functools.partial(slots.give_back, holder))
+        return None
+    waits = current_app.extensions["body_waits"]
+    if waits.take(holder):
+        try:
+            if arrives_soon(body, slots, holder):
+                return None
+        finally:
+            waits.give_back(holder)
+    log.info("refused a body from %s still arriving: this worker reads as many as it lends",
+             holder)
+    return busy("too many of your request bodies are still arriving here")
+
+
+def arrives_soon(body: CountedBody, slots: Slots, holder: str) -> bool:
+    """Whether within ARRIVAL_WAIT_S the body arrives whole (then it is read without a
+    slot) or one of the caller's slots comes free (then it holds it).
+
+    Why wait at all: a client sends its headers and its body in two writes (http.client
+    does), so a small body on its way at full speed may not be here yet when the headers
+    are read, and on a busy host the second write may come well after the first. Counted
+    as slow, such bodies had a script's burst of saves refused. A body that is slow is
+    still here only in part after the moment. The waits one worker allows at once are
+    capped too (body_waits, half its threads), so that with the slots for slow bodies
+    they leave pages a quarter of the threads."""
+    deadline = time.monotonic() + ARRIVAL_WAIT_S
+    while time.monotonic() < deadline:
+        time.sleep(ARRIVAL_POLL_S)
+        if body.arrived():
+            return True
+        if slots.take(holder):
+            body.hold(functools.partial(slots.give_back, holder))
+            return True
+    return False
 
 
 def give_back_body_slot(_exc: BaseException | None) -> None:
-    holder = g.pop("body_holder", None)
-    if holder is not None:
-        current_app.extensions["arriving_bodies"].give_back(holder)
+    body = request.environ.get(ENVIRON_KEY)
+    if body is not None:
+        body.let_go()  # a body never read whole (a refusal, an error) still held its slot

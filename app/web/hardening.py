@@ -188,6 +188,8 @@ def init_long_polls(app: Flask) -> None:
     app.extensions["long_polls"] = Slots(app.config["LONG_POLLS_PER_WORKER"])
     app.extensions["arriving_bodies"] = Slots(app.config["ARRIVING_BODIES_PER_WORKER"],
                                               app.config["ARRIVING_BODIES_PER_CALLER"])
+    waits = app.config["BODY_WAITS_PER_WORKER"]
+    app.extensions["body_waits"] = Slots(waits, waits)
     app.extensions["searches"] = Slots(app.config["LONG_POLLS_PER_WORKER"],
                                        SEARCHES_PER_CALLER)
     app.before_request(take_long_poll)

@@ -259,7 +259,8 @@ def test_refused_trickled_bodies_are_answered_at_once(patient_web):
 def test_a_callers_bodies_still_arriving_are_capped(patient_web, data_dir):
     """One runner token opens six registrations and trickles their bodies: the worker reads
     at most one body still arriving (a quarter of its four threads); the other five are
-    told 429 with Retry-After at once, and pages and /healthz are answered meanwhile."""
+    told 429 with Retry-After after a moment, long before their bodies could arrive, and
+    pages and /healthz are answered meanwhile."""
     runner = bearer(token(data_dir, "runner-0", "runner"))
     sockets = [open_post(patient_web.port, "/api/v1/runner/register", 60_000,
                          {**runner, "Content-Type": "application/json"}) for _ in range(6)]
@@ -300,7 +301,7 @@ def roomy_web(data_dir):
 
 def test_bodies_still_arriving_are_counted_per_caller_not_per_address(roomy_web, data_dir):
     """Two runners behind one address (127.0.0.1), each with three registrations whose
-    bodies have begun to arrive: each runner's third is told 429 at once, and each runner
+    bodies have begun to arrive: each runner's third is told 429, and each runner
     keeps its own two, which are answered once their bodies are whole. Counted by address,
     the second runner would have been refused outright."""
     start = b'{"labels": {}}'
@@ -327,3 +328,25 @@ def test_bodies_still_arriving_are_counted_per_caller_not_per_address(roomy_web,
         for sockets in held.values():
             for sock in sockets:
                 sock.close()
+
+
+def test_a_burst_of_bodies_on_their_way_is_never_refused(roomy_web, data_dir):
+    """An owner's script saves eight notes at once, each sent as http.client sends it: the
+    headers, then the body in a second write, here a moment later (as a busy host delays
+    it). The caller has two slots for bodies still arriving, but these bodies are not slow:
+    each arrives within the moment a body over its share is given, so every save lands (a
+    429 here is a refusal of bodies that were already on their way)."""
+    script = {**bearer(token(data_dir, "script", "owner")), "Content-Type": "application/json"}
+    bodies = [json.dumps({"title": f"Burst {i}", "body": "x"}).encode() for i in range(8)]
+    sockets = [open_post(roomy_web.port, "/api/v1/entries", len(body), script)
+               for body in bodies]
+    try:
+        time.sleep(0.1)  # the headers are read, the bodies not here yet
+        for sock, body in zip(sockets, bodies, strict=True):
+            sock.sendall(body)
+        answers = [sock.recv(65536) for sock in sockets]
+    finally:
+        for sock in sockets:
+            sock.close()
+    assert [a[:13] for a in answers] == [b"HTTP/1.1 201 "] * 8, [a[:200] for a in answers]
+    assert sorted(entries(roomy_web)) == sorted(f"Burst {i}" for i in range(8))

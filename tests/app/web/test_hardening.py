@@ -4,6 +4,7 @@ names, the security headers on every page and error, body sizes, where the web m
 
 from __future__ import annotations
 
+import functools
 import io
 import itertools
 import socket
@@ -216,6 +217,22 @@ def test_a_whole_body_reads_through_and_counts():
     assert body.read() == b""
     chunked = bodies.CountedBody(io.BytesIO(b"a\nb"), length=None)
     assert chunked.readline() == b"a\n" and chunked.read() == b"b" and chunked.done
+
+
+@pytest.mark.parametrize("reads", [lambda body: body.read(), lambda body: list(body)])
+def test_a_slot_for_an_arriving_body_is_given_back_once_it_has_arrived(reads):
+    """The slot counts bodies still arriving: a body read whole gives it back before the
+    app goes on to save it, and only once, however often the request lets go of it."""
+    slots = bodies.Slots(limit=1, per_holder=1)
+    assert slots.take("script")
+    body = bodies.CountedBody(io.BytesIO(b"line\n" * 3), length=15)
+    body.hold(functools.partial(slots.give_back, "script"))
+    body.read(4)
+    assert not slots.take("other")  # still arriving: the one slot is held
+    reads(body)
+    assert slots.take("other")
+    body.let_go()  # the request's teardown
+    assert not slots.take("third")
 
 
 # -- headers and sizes --------------------------------------------------------------------
