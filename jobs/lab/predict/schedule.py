@@ -118,6 +118,12 @@ def batches(p: int, m: int, v: int, rank: int) -> list[dict]:
     return out
 
 
+def receive_waits(p: int, m: int, v: int, rank: int) -> int:
+    """The batches rank r waits on in a step: those with a receive (a batch's
+    receives are posted together and waited for together, so it is one wait)."""
+    return sum(1 for b in batches(p, m, v, rank) if b["recv"])
+
+
 def check_plan(p: int, m: int, v: int) -> str | None:
     """Simulate every rank's batches with nccl's rules - the k-th send from a to b meets
     the k-th receive on b from a, and a batch completes only when every message in it

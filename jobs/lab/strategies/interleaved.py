@@ -189,7 +189,8 @@ class Interleaved1F1B(PipelineBase):
 
     def predict(self, cal: calibration.Calibration, compute: list[dict]) -> dict:
         """The pipeline formula with v*m slots of a chunk (1/v of the stage's work) and
-        two messages per slot: T = (v*m + p - 1) slots + optimizer for equal chunks."""
+        the rank's waited receives spread over them: T = (v*m + p - 1) slots + optimizer
+        for equal chunks."""
         def terms(c: dict, per_mb: bool) -> dict:
             names = [k for k in c if (k in ("forward", "backward", "schedule")) == per_mb]
             return {t: sum(c[k][t] for k in names) for t in cost.COMPUTE_TERMS}
@@ -274,12 +275,15 @@ class Interleaved1F1B(PipelineBase):
 
 
 def schedule_model_prediction(fb: list[dict], opt: list[dict], m: int, v: int,
-                              t_p2p: float) -> dict:
-    """costmodel.predict_pipeline over v*m chunk slots: a rank's per-step compute split
-    into v*m equal slots, the first crossing all p stages, the rest at the slowest
-    rank's pace; bubble (p-1)/(v*m+p-1)."""
-    out = cost.predict_pipeline(fb, opt, v * m, t_p2p)
-    p = len(fb)
+                              t_p2p: float, slots_per_chunk: int = 1) -> dict:
+    """costmodel.predict_pipeline over v*m chunk slots (or `slots_per_chunk` times as
+    many): a rank's per-step compute split into equal slots, the first crossing all p
+    stages, the rest at the slowest rank's pace; each rank's waited batches of receives
+    (schedule_model.receive_waits) spread over its slots; bubble (p-1)/(v*m+p-1)."""
+    p, n = len(fb), slots_per_chunk * v * m
+    waits = [schedule_model.receive_waits(p, m, v, r) / n for r in range(p)]
+    out = cost.predict_pipeline(fb, opt, n, t_p2p, waits=waits)
     return {**out, "bubble_fraction": schedule_model.interleaved_bubble(p, m, v),
             "formula": "T = sum_r slot_r + (v*m-1) max_r slot_r + optimizer, slot_r = "
-                       "(t_f + t_b)_r / (v*m) + 2 t_p2p; bubble = (p-1)/(v*m+p-1)"}
+                       "(t_f + t_b)_r / (v*m) + waits_r t_p2p (the rank's waited "
+                       "receives per slot); bubble = (p-1)/(v*m+p-1)"}
