@@ -118,10 +118,13 @@ def batches(p: int, m: int, v: int, rank: int) -> list[dict]:
     return out
 
 
-def receive_waits(p: int, m: int, v: int, rank: int) -> int:
-    """The batches rank r waits on in a step: those with a receive (a batch's
-    receives are posted together and waited for together, so it is one wait)."""
-    return sum(1 for b in batches(p, m, v, rank) if b["recv"])
+def receive_waits(p: int, m: int, v: int, rank: int, batched: bool = True) -> int:
+    """The waits for receives rank r makes in a step: with the receives of a step
+    posted as one batch and waited for together (Megatron's, the hand-written
+    schedule's), one per batch with a receive; posted one by one (PyTorch's schedule
+    runtime: each RECV its own action), one per receive."""
+    received = [len(b["recv"]) for b in batches(p, m, v, rank)]
+    return sum(1 for n in received if n) if batched else sum(received)
 
 
 def check_plan(p: int, m: int, v: int) -> str | None:

@@ -53,6 +53,7 @@ class TorchInterleaved1F1B(Interleaved1F1B):
     builtin = True
     instrumented = False
     schedule_cls = ScheduleInterleaved1F1B
+    batched_receives = False  # torch's schedule runtime posts and waits each RECV alone
 
     def __init__(self, ctx, spec) -> None:
         Strategy.__init__(self, ctx, spec)
@@ -186,7 +187,8 @@ class TorchZeroBubble(TorchInterleaved1F1B):
         opt = [{t: sum(c[k][t] for k in c if k not in ("forward", "backward", "schedule"))
                 for t in cost.COMPUTE_TERMS} for c in compute]
         t_p2p = cal.coll("send_recv", self.mb_bytes())
-        zb = schedule_model_prediction(fb, opt, self.m, self.v, t_p2p, slots_per_chunk=3)
+        zb = schedule_model_prediction(fb, opt, self.m, self.v, t_p2p, slots_per_chunk=3,
+                                       batched=self.batched_receives)
         claim = schedule.zero_bubble_claim(self.p, self.m, self.v)
         return {**out, **zb, "bubble_fraction": claim, "interleaved_prediction_s":
                 out["step_time_s"], "formula": "T = (3*v*m + p - 1) slots of (t_f+t_b)/(3*v*m) "
