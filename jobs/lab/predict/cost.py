@@ -186,30 +186,43 @@ def predict_flat(compute: list[dict], comm_s: float, overlap_s: float = 0.0,
                       critical_rank=critical, overlap_s=overlap_s, comm_total_s=comm_s)
 
 
+def receive_waits(p: int) -> list[float]:
+    """Receives a stage waits for per micro-batch in GPipe and 1F1B: the activation
+    from the stage before, the gradient from the stage after (a fused send-and-receive
+    is one wait); the first and last stages wait for one, middle stages for two."""
+    return [float((r > 0) + (r < p - 1)) for r in range(p)]
+
+
 def predict_pipeline(fb: list[dict], opt: list[dict], m: int, t_p2p: float,
-                     inside: list[dict] | None = None) -> dict:
-    """Stage r spends fb[r]/m per micro-batch (forward + backward) and sends two
-    messages (t_p2p each): a slot. The first micro-batch crosses every stage, the other
-    m-1 follow at the pace of the slowest: T = sum_r slot_r + (m-1) max_r slot_r, plus
-    the optimizer; for equal stages (m+p-1) * (t_f + t_b + 2 t_p2p). `inside` (per
-    stage, optional) holds other seconds spent within a stage's slots, such as tensor
+                     inside: list[dict] | None = None,
+                     waits: list[float] | None = None) -> dict:
+    """Stage r spends fb[r]/m per micro-batch (forward + backward) and waits for
+    waits[r] receives (t_p2p each; receive_waits by default): a slot. A send is posted
+    and not waited for until the step's end, so it costs the sender nothing on its
+    path; each message is paid once, by the stage that waits to receive it (gloo's
+    receive is a rendezvous that begins when the receiver posts it, so the wait is the
+    probed exchange's, however early the send was posted). The first micro-batch
+    crosses every stage, the other m-1 follow at the pace of the slowest:
+    T = sum_r slot_r + (m-1) max_r slot_r, plus the optimizer. `inside` (per stage,
+    optional) holds other seconds spent within a stage's slots, such as tensor
     parallelism's all-reduces on the critical path: they lengthen its slots like compute
-    and are reported under their own names. With one stage and t_p2p = 0 this is
-    compute + inside + optimizer, and no bubble."""
+    and are reported under their own names. With one stage this is compute + inside +
+    optimizer, and no bubble."""
     p = len(fb)
     inside = inside or [{} for _ in fb]
-    slot = [(sum(f.values()) + sum(i.values())) / m + 2 * t_p2p
-            for f, i in zip(fb, inside, strict=True)]
+    waits = receive_waits(p) if waits is None else waits
+    slot = [(sum(f.values()) + sum(i.values())) / m + w * t_p2p
+            for f, i, w in zip(fb, inside, waits, strict=True)]
     pipe = sum(slot) + (m - 1) * max(slot)
     worst = max(range(p), key=lambda r: slot[r])
     own = {k: fb[worst][k] + opt[worst][k] for k in COMPUTE_TERMS}
-    comm = 2 * m * t_p2p
+    comm = m * waits[worst] * t_p2p
     busy = sum(own.values()) + sum(inside[worst].values()) + comm
     terms = {**own, **inside[worst], "comm": comm,
              "bubble": max(0.0, pipe + sum(opt[worst].values()) - busy)}
     idle = [1 - (sum(fb[r].values())) / pipe for r in range(p)] if pipe else [0.0] * p
     return prediction(terms, "T = sum_r slot_r + (m-1) max_r slot_r + optimizer, "
-                             "slot_r = (t_f + t_b)_r + 2 t_p2p; bubble = (p-1)/(m+p-1)",
+                             "slot_r = (t_f + t_b)_r + waits_r t_p2p; bubble = (p-1)/(m+p-1)",
                       critical_rank=worst, bubble_fraction=bubble_fraction(p, m),
                       predicted_idle_per_stage=idle)
 

@@ -118,6 +118,15 @@ def batches(p: int, m: int, v: int, rank: int) -> list[dict]:
     return out
 
 
+def receive_waits(p: int, m: int, v: int, rank: int, batched: bool = True) -> int:
+    """The waits for receives rank r makes in a step: with the receives of a step
+    posted as one batch and waited for together (Megatron's, the hand-written
+    schedule's), one per batch with a receive; posted one by one (PyTorch's schedule
+    runtime: each RECV its own action), one per receive."""
+    received = [len(b["recv"]) for b in batches(p, m, v, rank)]
+    return sum(1 for n in received if n) if batched else sum(received)
+
+
 def check_plan(p: int, m: int, v: int) -> str | None:
     """Simulate every rank's batches with nccl's rules - the k-th send from a to b meets
     the k-th receive on b from a, and a batch completes only when every message in it

@@ -69,6 +69,7 @@ class Interleaved1F1B(PipelineBase):
     name = "interleaved_1f1b"
     label = "interleaved 1F1B by hand (v virtual stages per rank)"
     schedule = "interleaved_1f1b"
+    batched_receives = True  # a step's receives are one batch, waited for together
 
     def __init__(self, ctx, spec) -> None:
         Strategy.__init__(self, ctx, spec)  # not PipelineBase's: v chunks, own messages
@@ -189,7 +190,8 @@ class Interleaved1F1B(PipelineBase):
 
     def predict(self, cal: calibration.Calibration, compute: list[dict]) -> dict:
         """The pipeline formula with v*m slots of a chunk (1/v of the stage's work) and
-        two messages per slot: T = (v*m + p - 1) slots + optimizer for equal chunks."""
+        the rank's waited receives spread over them: T = (v*m + p - 1) slots + optimizer
+        for equal chunks."""
         def terms(c: dict, per_mb: bool) -> dict:
             names = [k for k in c if (k in ("forward", "backward", "schedule")) == per_mb]
             return {t: sum(c[k][t] for k in names) for t in cost.COMPUTE_TERMS}
@@ -197,7 +199,8 @@ class Interleaved1F1B(PipelineBase):
         t_p2p = cal.coll("send_recv", self.mb_bytes())
         fb = [terms(c, True) for c in compute]
         opt = [terms(c, False) for c in compute]
-        return schedule_model_prediction(fb, opt, self.m, self.v, t_p2p)
+        return schedule_model_prediction(fb, opt, self.m, self.v, t_p2p,
+                                         batched=self.batched_receives)
 
     def chunk_activations(self, chunk: int) -> float:
         c, s = self.spec.cfg, self.model.stages[chunk]
@@ -274,12 +277,16 @@ class Interleaved1F1B(PipelineBase):
 
 
 def schedule_model_prediction(fb: list[dict], opt: list[dict], m: int, v: int,
-                              t_p2p: float) -> dict:
-    """costmodel.predict_pipeline over v*m chunk slots: a rank's per-step compute split
-    into v*m equal slots, the first crossing all p stages, the rest at the slowest
-    rank's pace; bubble (p-1)/(v*m+p-1)."""
-    out = cost.predict_pipeline(fb, opt, v * m, t_p2p)
-    p = len(fb)
+                              t_p2p: float, slots_per_chunk: int = 1,
+                              batched: bool = True) -> dict:
+    """costmodel.predict_pipeline over v*m chunk slots (or `slots_per_chunk` times as
+    many): a rank's per-step compute split into equal slots, the first crossing all p
+    stages, the rest at the slowest rank's pace; each rank's waited batches of receives
+    (schedule_model.receive_waits) spread over its slots; bubble (p-1)/(v*m+p-1)."""
+    p, n = len(fb), slots_per_chunk * v * m
+    waits = [schedule_model.receive_waits(p, m, v, r, batched) / n for r in range(p)]
+    out = cost.predict_pipeline(fb, opt, n, t_p2p, waits=waits)
     return {**out, "bubble_fraction": schedule_model.interleaved_bubble(p, m, v),
             "formula": "T = sum_r slot_r + (v*m-1) max_r slot_r + optimizer, slot_r = "
-                       "(t_f + t_b)_r / (v*m) + 2 t_p2p; bubble = (p-1)/(v*m+p-1)"}
+                       "(t_f + t_b)_r / (v*m) + waits_r t_p2p (the rank's waited "
+                       "receives per slot); bubble = (p-1)/(v*m+p-1)"}

@@ -20,7 +20,7 @@ from torch.distributed.pipelining import (
 from jobs.lab.components.model import Batch, build_model, loss_fn, make_batch
 from jobs.lab.predict import cost, memory, schedule
 from jobs.lab.strategies.base import StepOut, Strategy
-from jobs.lab.strategies.interleaved import Chunks, Interleaved1F1B
+from jobs.lab.strategies.interleaved import Chunks, Interleaved1F1B, schedule_model_prediction
 
 
 class ChunkModule(nn.Module):
@@ -53,6 +53,7 @@ class TorchInterleaved1F1B(Interleaved1F1B):
     builtin = True
     instrumented = False
     schedule_cls = ScheduleInterleaved1F1B
+    batched_receives = False  # torch's schedule runtime posts and waits each RECV alone
 
     def __init__(self, ctx, spec) -> None:
         Strategy.__init__(self, ctx, spec)
@@ -178,14 +179,16 @@ class TorchZeroBubble(TorchInterleaved1F1B):
 
     def predict(self, cal, compute: list[dict]) -> dict:
         """The pipeline formula over 3*v*m slots of a third (F, B or W, t_F = t_B = t_W
-        assumed), the messages spread over them: bubble (p-1)/(3*v*m+p-1), the claim."""
+        assumed), the rank's waited receives spread over them: bubble (p-1)/(3*v*m+p-1),
+        the claim."""
         out = super().predict(cal, compute)
         fb = [{t: sum(c[k][t] for k in c if k in ("forward", "backward", "schedule"))
                for t in cost.COMPUTE_TERMS} for c in compute]
         opt = [{t: sum(c[k][t] for k in c if k not in ("forward", "backward", "schedule"))
                 for t in cost.COMPUTE_TERMS} for c in compute]
-        t_p2p = cal.coll("send_recv", self.mb_bytes()) / 3
-        zb = cost.predict_pipeline(fb, opt, 3 * self.v * self.m, t_p2p)
+        t_p2p = cal.coll("send_recv", self.mb_bytes())
+        zb = schedule_model_prediction(fb, opt, self.m, self.v, t_p2p, slots_per_chunk=3,
+                                       batched=self.batched_receives)
         claim = schedule.zero_bubble_claim(self.p, self.m, self.v)
         return {**out, **zb, "bubble_fraction": claim, "interleaved_prediction_s":
                 out["step_time_s"], "formula": "T = (3*v*m + p - 1) slots of (t_f+t_b)/(3*v*m) "

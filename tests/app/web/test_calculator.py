@@ -98,8 +98,9 @@ def test_predict_pipeline_without_inside_terms_is_unchanged():
     opt = [{"gemm": 0.0, "attention": 0.0, "op_overhead": 0.0, "memory_traffic": 0.2}] * 4
     old = cost.predict_pipeline(fb, opt, 8, 0.01)
     assert old == cost.predict_pipeline(fb, opt, 8, 0.01, [{}] * 4)
-    # equal stages: (m + p - 1) slots of (t_f + t_b)/m + 2 t_p2p, plus the optimizer
-    assert old["step_time_s"] == pytest.approx((8 + 3) * (2.6 / 8 + 0.02) + 0.2)
+    # equal stages: m + p - 1 slots of (t_f + t_b)/m, plus the receives each stage waits
+    # for (one on the end stages, two in the middle: 6 in the fill, 2 a later slot)
+    assert old["step_time_s"] == pytest.approx((8 + 3) * 2.6 / 8 + (6 + 7 * 2) * 0.01 + 0.2)
 
 
 # -- the published reference points -------------------------------------------------------

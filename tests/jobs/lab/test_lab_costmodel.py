@@ -9,7 +9,7 @@ from jobs.lab.components.census import OpCensus
 from jobs.lab.components.instrument import SavedActivations
 from jobs.lab.components.model import ModelConfig, build_model, make_batch
 from jobs.lab.experiments import timers
-from jobs.lab.predict import calibration, cost, memory
+from jobs.lab.predict import calibration, cost, memory, schedule
 from jobs.lab.strategies.pipeline_parallel import Stage
 from jobs.lab.strategies.tensor_parallel import ColumnParallelLinear
 
@@ -209,9 +209,31 @@ def test_the_pipeline_formula_for_equal_stages_is_m_plus_p_minus_1_slots():
     fb = [dict.fromkeys(cost.COMPUTE_TERMS, 0.0) | {"gemm": 0.4}] * 4  # 0.1 per mb
     opt = [dict.fromkeys(cost.COMPUTE_TERMS, 0.0)] * 4
     pred = cost.predict_pipeline(fb, opt, m=4, t_p2p=0.01)
-    assert pred["step_time_s"] == pytest.approx((4 + 4 - 1) * (0.1 + 0.02))
+    # the end stages wait for one receive a micro-batch, the middle ones for two:
+    # slots 0.11, 0.12, 0.12, 0.11, then 3 more at the slowest's 0.12
+    assert pred["step_time_s"] == pytest.approx(0.46 + 3 * 0.12)
+    assert pred["terms_s"]["comm"] == pytest.approx(4 * 2 * 0.01)
     assert sum(pred["terms_s"].values()) == pytest.approx(pred["step_time_s"])
     assert pred["bubble_fraction"] == pytest.approx(3 / 7)
+
+
+def test_a_two_stage_pipeline_pays_each_message_once_at_its_receiver():
+    # GPipe / 1F1B on 2 stages: stage 0 waits for each gradient, stage 1 for each
+    # activation; their sends are not waited for, so each slot holds one t_p2p, not two
+    assert cost.receive_waits(2) == [1.0, 1.0]
+    fb = [dict.fromkeys(cost.COMPUTE_TERMS, 0.0) | {"gemm": 0.4}] * 2
+    opt = [dict.fromkeys(cost.COMPUTE_TERMS, 0.0)] * 2
+    pred = cost.predict_pipeline(fb, opt, m=4, t_p2p=0.01)
+    assert pred["step_time_s"] == pytest.approx((4 + 2 - 1) * (0.1 + 0.01))
+    assert pred["terms_s"]["comm"] == pytest.approx(4 * 0.01)
+
+
+def test_interleaved_ranks_wait_once_per_batch_of_receives():
+    # p = 2, v = 2, m = 4: each rank posts 13 / 11 batches, 10 of them with a receive
+    # (12 receives: the steady state's batches receive an activation and a gradient)
+    assert [schedule.receive_waits(2, 4, 2, r) for r in (0, 1)] == [10, 10]
+    # PyTorch's schedule runtime waits for each of the 12 alone
+    assert [schedule.receive_waits(2, 4, 2, r, batched=False) for r in (0, 1)] == [12, 12]
 
 
 def test_calls_after_compute_are_priced_with_the_link_probed_after_compute():
