@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import compileall
 import shutil
+from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -95,3 +96,13 @@ def live_server(data_dir):
     """The real thing: `commonplace up` (migrate + gunicorn) on a free loopback port."""
     with commonplace_up(data_dir) as base:
         yield base
+
+
+@pytest.fixture(scope="module")
+def module_server(tmp_path_factory) -> Iterator[tuple[str, Path]]:
+    """`live_server` once for a whole module: (base URL, data directory). Starting `up`
+    costs seconds of CPU, so a module whose tests only read what it serves, or each write
+    rows of their own that no other test of the module reads, shares one."""
+    data = tmp_path_factory.mktemp("server")
+    with commonplace_up(data) as base:
+        yield base, data

@@ -200,8 +200,17 @@ def web_env(data_dir: Path, bind: str, **extra: str) -> dict[str, str]:
 
 
 def migrate(env: dict[str, str]) -> None:
-    subprocess.run([sys.executable, "-m", "app.cli", "db", "upgrade"], cwd=ROOT, env=env,
-                   check=True, capture_output=True, timeout=120)
+    """What `commonplace db upgrade` does in the notebook `env` names (app.cli.migrate), in
+    this process: the same migrations, without a Python that loads the CLI, Flask and
+    Alembic again for every server a test starts."""
+    from app import cli, create_app
+    from app.config import from_environment
+
+    app = create_app(from_environment(env))
+    try:
+        cli.migrate(app)
+    finally:
+        app.extensions["db"].engine.dispose()
 
 
 class WebServer:

@@ -18,6 +18,11 @@ pytestmark = BROWSER
 TEST_SECONDS = 120
 
 
+@pytest.fixture(scope="module")
+def live_server(module_server) -> str:
+    """One server for the module: the calculator keeps nothing, its tests only read."""
+    return module_server[0]
+
 def changes(page, selector: str, before: str) -> str:
     """Wait until the element's text is no longer `before`; return the new text."""
     page.wait_for_function("([sel, old]) => document.querySelector(sel).textContent !== old",

@@ -24,9 +24,11 @@ SMALLEST_LABEL = """() => Math.min(...[...document.querySelectorAll('svg.card-ch
   .map(t => parseFloat(t.getAttribute('font-size')) * t.getScreenCTM().a))"""
 
 
-@pytest.fixture
-def carded(live_server, data_dir, tmp_path_factory):
-    """The two runs stored as the runner stores them, and their cards posted to a letter."""
+@pytest.fixture(scope="module")
+def carded(module_server, tmp_path_factory):
+    """The two runs stored as the runner stores them, and their cards posted to a letter:
+    once for the module, whose tests only read them."""
+    live_server, data_dir = module_server
     app = create_app({"DATA_DIR": data_dir,
                       "DATABASE_URL": f"sqlite:///{data_dir}/commonplace.db"})
     ids = {name: store_run(app, name, lab_output(tmp_path_factory, name))

@@ -8,6 +8,7 @@ from __future__ import annotations
 import base64
 import re
 
+import pytest
 from playwright.sync_api import expect
 
 from tests.browser.harness import (
@@ -25,6 +26,10 @@ pytestmark = BROWSER
 TEST_SECONDS = 120  # a hard limit for one test, browser start included
 
 
+@pytest.fixture(scope="module")
+def live_server(module_server) -> str:
+    """One server for the module: each test writes and reads entries of its own."""
+    return module_server[0]
 
 
 def test_double_bracket_completes_a_title_into_a_link(live_server):
@@ -123,8 +128,8 @@ PASTE = """([name, data]) => {
 }"""
 
 
-def test_pasting_an_image_into_a_new_entry_uploads_it_and_inserts_markdown(live_server,
-                                                                           data_dir):
+def test_pasting_an_image_into_a_new_entry_uploads_it_and_inserts_markdown(module_server):
+    live_server, data_dir = module_server  # the module's only uploads are this test's
     png = base64.b64encode(tiny_png()).decode()
     with hard_timeout(TEST_SECONDS), chromium_page("phone") as (page, problems):
         page.goto(live_server + "/entries/new")

@@ -16,9 +16,17 @@ import contextlib
 import json
 import urllib.request
 
+import pytest
+
 from tests.browser.harness import BROWSER, browser_context, hard_timeout
 
 pytestmark = BROWSER
+
+
+@pytest.fixture(scope="module")
+def live_server(module_server) -> str:
+    """One server for the module: each test stores and visits an entry of its own."""
+    return module_server[0]
 
 # Every payload, if it ran, would set window.__pwned or open a dialog.
 HOSTILE = """# Totally normal notes

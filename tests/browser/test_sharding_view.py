@@ -9,6 +9,7 @@ from __future__ import annotations
 
 import pytest
 
+from app import create_app
 from tests.browser.harness import (
     BROWSER,
     assert_fits,
@@ -23,11 +24,19 @@ pytestmark = BROWSER
 TEST_SECONDS = 90
 
 
-@pytest.fixture
-def zero_run(tmp_path_factory, make_app, live_server) -> str:
+@pytest.fixture(scope="module")
+def live_server(module_server) -> str:
+    """One server for the module: its tests only read the run below and the forms."""
+    return module_server[0]
+
+
+@pytest.fixture(scope="module")
+def zero_run(tmp_path_factory, module_server) -> str:
     """The run page's URL of a real finished ZeRO run (ddp, zero1, zero2, zero3, fsdp2)."""
-    run_id = store_run(make_app(), "zero", lab_output(tmp_path_factory, "zero"))
-    return f"{live_server}/runs/{run_id}"
+    base, data = module_server
+    app = create_app({"DATA_DIR": data, "DATABASE_URL": f"sqlite:///{data}/commonplace.db"})
+    run_id = store_run(app, "zero", lab_output(tmp_path_factory, "zero"))
+    return f"{base}/runs/{run_id}"
 
 
 def owners(page, strategy: str, name: str) -> str:

@@ -47,8 +47,16 @@ def assert_fits_phone(page, device: str) -> None:
         assert_fits(page)
 
 
+@pytest.fixture(scope="module")
+def live_server(module_server) -> str:
+    """One server for the module: each test writes entries of its own (titles and words
+    with its device's name) and reads no other test's."""
+    return module_server[0]
+
+
 @pytest.mark.parametrize("device", ["phone", "desktop"])
-def test_write_an_entry_in_the_browser(live_server, data_dir, device, tmp_path):
+def test_write_an_entry_in_the_browser(module_server, device, tmp_path):
+    live_server, data_dir = module_server
     word = f"quokka{device}"  # one word that only this entry contains
     title = f"Field notes from the {device}"
     target = post_json(f"{live_server}/api/v1/entries",
@@ -134,7 +142,7 @@ def test_write_an_entry_in_the_browser(live_server, data_dir, device, tmp_path):
 
         assert problems == []
 
-    files = list((data_dir / "notes").rglob("*-field-notes-from-the-*.md"))
+    files = list((data_dir / "notes").rglob(f"*-field-notes-from-the-{device}.md"))
     assert len(files) == 1
     text = files[0].read_text()
     assert f"title: {title}" in text and word in text and "/attachments/" in text

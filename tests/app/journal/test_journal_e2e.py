@@ -23,6 +23,7 @@ from pathlib import Path
 import pytest
 
 from tests.helpers import ROOT, free_port, stop_process, wait_for_http
+from tests.tailnet import migrate
 
 TTL, REAPER = 4, 1
 PLUGINS = ROOT / "tests" / "jobs" / "lab" / "plugins"
@@ -128,7 +129,7 @@ class Journal:
         return proc
 
     def start(self) -> None:
-        self.cli("db", "upgrade")
+        migrate(self.env)  # `commonplace db upgrade`, in this process
         self.start_web()
         self.scheduler = self.spawn("scheduler", ["scheduler"])
 
