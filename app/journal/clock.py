@@ -87,6 +87,7 @@ class Clock:
         for schedule_id in set(self.known) - set(wanted):
             self.clock.remove_job(f"schedule-{schedule_id}")
             del self.known[schedule_id]
+            log.info("schedule %s: no more fires (disabled or deleted)", schedule_id)
         for row in rows:
             if self.known.get(row.id) == wanted[row.id]:
                 continue

@@ -236,6 +236,8 @@ def shown(key: str, value: float | None) -> str:
     metric = key.rpartition(".")[2]
     if metric in ("mfu", "bubble"):
         return percent(value)
+    if metric in UNITS:  # before the "_s" ending: tokens_per_s is a rate, not a time
+        return si(value, UNITS[metric])
     if metric.endswith("_s"):
         return seconds(value)
-    return si(value, UNITS.get(metric, ""))
+    return si(value)

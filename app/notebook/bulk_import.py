@@ -315,14 +315,15 @@ class _Writer:
                                   (EntryAlias, EntryAlias.entry_id)):
                 for chunk in _chunks(updated, 500):
                     session.execute(sa.delete(table).where(column.in_(chunk)))
-        for key, (op, tpl) in list(final.items()):
-            if not isinstance(tpl, Template):  # an embed: filled in here, as a save's is
-                entry = session.get(Entry, op.after.id)
-                done = saving.place_or_render(session, tpl, op.body)
-                entry.body_html, entry.toc_html = done.html, done.toc_html
-                entry.body_tags = entries.body_tags(op.after.tag_list, _tags(op, done.tags))
-                session.flush()
-                rendered[key] = done
+        # an embed: filled here, as a save's is; twice if it shows a note of this batch
+        opened = [(k, op, tpl) for k, (op, tpl) in final.items() if not isinstance(tpl, Template)]
+        for key, op, tpl in opened + [o for o in opened if not o[2] or o[2].notes]:
+            entry = session.get(Entry, op.after.id)
+            done = saving.place_or_render(session, tpl, op.body)
+            entry.body_html, entry.toc_html = done.html, done.toc_html
+            entry.body_tags = entries.body_tags(op.after.tag_list, _tags(op, done.tags))
+            session.flush()
+            rendered[key] = done
         insert_many(session, Revision.__table__, [
             {"entry_id": op.after.id, "number": op.after.revision, "date": op.after.date,
              "title": op.after.title, "body_md": op.body, "tags": op.after.tags,

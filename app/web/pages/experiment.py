@@ -48,7 +48,8 @@ def experiment_page(name: str):
         fields=ParamForm.initial(spec).fields,
         first=[(k, v) for k, v in first.items() if v != defaults.get(k)],
         recent=run_query.recent(session, name, RECENT_RUNS), sets=sets,
-        schedules=schedules, labels=run_metrics.LABELS, shown=run_metrics.shown)
+        schedules=schedules, labels=run_metrics.LABELS, shown=run_metrics.shown,
+        shown_params=SHOWN_PARAMS)
 
 
 def differing(params, defaults: dict) -> list[tuple[str, object]]:
@@ -57,4 +58,4 @@ def differing(params, defaults: dict) -> list[tuple[str, object]]:
     if not isinstance(params, dict):
         return []
     return [(k, v) for k, v in sorted(params.items())
-            if k not in run_metrics.SAMPLING and v != defaults.get(k)][:SHOWN_PARAMS]
+            if k not in run_metrics.SAMPLING and v != defaults.get(k)]

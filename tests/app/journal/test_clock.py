@@ -4,6 +4,7 @@ jobs and edits take effect without a restart; a fire, a reap after an outage and
 through the real child process (`python -m app.scheduler JOB`)."""
 
 import datetime as dt
+import logging
 import os
 import sqlite3
 import subprocess
@@ -166,6 +167,22 @@ def sync_three_times(db, clock: Clock, schedule_id: int) -> None:
         schedules.update(session, session.get(Schedule, schedule_id), {"enabled": False})
     clock.sync()
     assert cron_of(clock, schedule_id) is None and clock.known == {}
+
+
+def test_the_log_says_when_a_schedule_stops_firing(clock, caplog):
+    # as it says when one starts or changes: someone watching the log sees a disable land
+    app, clock = clock
+    db = app.extensions["db"]
+    with db.write() as session:
+        schedule_id = schedules.create(session, {"experiment": "collectives",
+                                                 "cron": "0 2 * * *"}).id
+    with caplog.at_level(logging.INFO, logger="commonplace.scheduler"):
+        clock.sync()
+        with db.write() as session:
+            schedules.update(session, session.get(Schedule, schedule_id), {"enabled": False})
+        clock.sync()
+    assert f"schedule {schedule_id}: 0 2 * * * (UTC)" in caplog.text
+    assert f"schedule {schedule_id}: no more fires (disabled or deleted)" in caplog.text
 
 
 def test_a_fire_is_one_run_however_often_the_child_is_asked(clock):

@@ -90,6 +90,15 @@ def test_collectives_and_single_number_results():
     assert run_metrics.derive(None) == {} and run_metrics.derive([1]) == {}
 
 
+def test_a_result_is_shown_in_its_own_unit():
+    # tokens_per_s ends in "_s" like a time, but is a rate
+    assert run_metrics.shown("tokens_per_s", 9270.0) == "9.27 ktok/s"
+    assert run_metrics.shown("ddp.tokens_per_s", 950.0) == "950 tok/s"
+    assert run_metrics.shown("step_time_s", 0.00691) == "6.91 ms"
+    assert run_metrics.shown("alpha_s", 2e-5) == "20 µs"
+    assert run_metrics.shown("mfu", 0.02) == run_metrics.percent(0.02)
+
+
 def test_a_hostile_result_makes_a_bounded_number_of_rows(db):
     hostile = training(*[strategy(f"s{i}", 0.01 + i) for i in range(5000)])
     hostile["strategies"][:0] = [strategy("x" * 500, 0.001), strategy("bad name/..", 0.001)]

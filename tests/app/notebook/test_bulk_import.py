@@ -138,6 +138,22 @@ def test_bulk_import_equals_a_save_per_file(tmp_path, two):
     assert len(notes) == 120 and all(p.read_text() in exported for p in notes)
 
 
+def test_a_note_shows_the_note_it_embeds_from_the_same_batch(tmp_path, two):
+    # both embed something, so both are filled in by the writer: the first one filled
+    # must still show the second, as a save per file does once the second is saved
+    (slow, slow_dir), (bulk, bulk_dir) = two
+    source = tmp_path / "in"
+    write(source, "A.md", "![[Bee#Part]]\n")
+    write(source, "Bee.md", "## Part\n\nbee's own words ![[shot.png]]\n")
+    (source / "shot.png").write_bytes(b"\x89PNG\r\n\x1a\n" + b"\x00" * 32)
+    transfer.import_folder_slowly(slow, source)
+    transfer.import_folder(bulk, source, workers=2)
+    found = snapshot(bulk_dir)["entry"]
+    assert found == snapshot(slow_dir)["entry"]
+    shown = {row[4]: row[7] for row in found}
+    assert 'class="note-embed"' in shown["A"] and "bee's own words" in shown["A"]
+
+
 def test_a_second_import_over_a_notebook_links_both_ways(tmp_path, two):
     """Half the folder first, then all of it changed a little: updates, new entries that
     entries from the first import link to, and nothing else moves."""

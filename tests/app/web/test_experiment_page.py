@@ -67,6 +67,16 @@ def test_recent_runs_show_their_numbers_and_link_their_trends(client, db):
     assert 'href="/runs?experiment=collectives"' in page
 
 
+def test_a_parameter_set_says_how_many_of_its_differences_are_not_shown(client, db):
+    # the first few differences name a set; the rest are counted, not silently dropped
+    params = {"world_size": 2, "device": "cpu", "batch_size": 4, "seq_len": 16, "hidden": 32,
+              "layers": 2, "heads": 2, "vocab": 64, "warmup": 1, "steps": 2}
+    finished(db, "data_parallel", params, collectives_result(40e9))
+    page = client.get("/experiments/data_parallel").text
+    assert "batch_size=4, device=cpu, heads=2, hidden=32, layers=2, seq_len=16 and 2 more</a>" \
+        in page  # vocab and warmup (steps samples: not a difference)
+
+
 def test_a_viewer_reads_the_page_without_the_buttons(served):
     owner, viewer = served.as_user(OWNER), served.as_user(VIEWER)
     mine, theirs = owner("get", "/experiments/pipeline"), viewer("get", "/experiments/pipeline")
