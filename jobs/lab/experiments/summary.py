@@ -127,14 +127,17 @@ def off_term(step: float, prediction: dict, comm: dict,
                    "ms predicted"}
 
 
-def _phases(report: dict) -> dict[str, tuple[float, float]]:
+def _phases(report: dict, extra: dict | None = None) -> dict[str, tuple[float, float]]:
     """{phase: (measured seconds per timed step, priced compute)} of one rank, for the
-    phases both the timeline and the census know (forward, backward, optimizer ...)."""
+    phases both the timeline and the census know (forward, backward, optimizer ...);
+    `extra`: seconds the strategy's prediction adds to a phase's compute (a split
+    backward's second pass), so a phase is judged against what was predicted for it."""
+    extra = extra or {}
     measured = dict(report.get("phases_per_step") or {})
     if "schedule" in measured:  # torch's schedules: the stage's spans run inside its own
         measured["schedule"] = max(0.0, measured["schedule"] - measured.get("forward", 0.0)
                                    - measured.get("backward", 0.0))
-    return {ph: (measured[ph], sum(terms.values()))
+    return {ph: (measured[ph], sum(terms.values()) + extra.get(ph, 0.0))
             for ph, terms in report["compute"].items() if ph in measured and ph != "step"}
 
 
@@ -197,7 +200,9 @@ def summarise(entry: dict, reports: list[dict], prediction: dict, spec: TrainSpe
         "prediction": {**prediction, "residual_s": residual,
                        "residual_fraction": residual / step if step else None,
                        "unmodelled": unmodelled,
-                       "off": off_term(step, prediction, comm, _phases(slowest))},
+                       "off": off_term(step, prediction, comm, _phases(
+                           slowest, (prediction.get("phase_extra_s") or {}).get(
+                               str(slowest["rank"]))))},
         "ratios": {"step_time": step / prediction["step_time_s"],
                    "memory": max((m["ratio"] for m in mem if m["ratio"]), default=None),
                    "memory_peak": max((m["peak"]["ratio"] for m in mem if m["peak"]["ratio"]),

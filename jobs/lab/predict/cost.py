@@ -227,6 +227,16 @@ def predict_pipeline(fb: list[dict], opt: list[dict], m: int, t_p2p: float,
                       predicted_idle_per_stage=idle)
 
 
+def split_backward_s(backward: dict[str, float]) -> float:
+    """What a backward split into two autograd passes adds (the input gradient B, then
+    the weight gradient W, as torch's zero-bubble schedules run it): the W pass walks
+    the graph B walked again (kept with retain_graph), so every backward operator pays
+    the per-operator overhead (dispatch, autograd engine, Python) a second time; its
+    GEMMs and bytes are not repeated, each pass computing only its own gradients.
+    `backward` is the backward phase's priced terms (calibration.compute)."""
+    return backward.get("op_overhead", 0.0)
+
+
 # ---------------------------------------------------------------- pipeline stages
 
 

@@ -278,14 +278,15 @@ class Interleaved1F1B(PipelineBase):
 
 def schedule_model_prediction(fb: list[dict], opt: list[dict], m: int, v: int,
                               t_p2p: float, slots_per_chunk: int = 1,
-                              batched: bool = True) -> dict:
+                              batched: bool = True, inside: list[dict] | None = None) -> dict:
     """costmodel.predict_pipeline over v*m chunk slots (or `slots_per_chunk` times as
     many): a rank's per-step compute split into equal slots, the first crossing all p
     stages, the rest at the slowest rank's pace; each rank's waited batches of receives
-    (schedule_model.receive_waits) spread over its slots; bubble (p-1)/(v*m+p-1)."""
+    (schedule_model.receive_waits) spread over its slots; `inside` (per rank, named
+    seconds) lengthens them as compute does; bubble (p-1)/(v*m+p-1)."""
     p, n = len(fb), slots_per_chunk * v * m
     waits = [schedule_model.receive_waits(p, m, v, r, batched) / n for r in range(p)]
-    out = cost.predict_pipeline(fb, opt, n, t_p2p, waits=waits)
+    out = cost.predict_pipeline(fb, opt, n, t_p2p, inside=inside, waits=waits)
     return {**out, "bubble_fraction": schedule_model.interleaved_bubble(p, m, v),
             "formula": "T = sum_r slot_r + (v*m-1) max_r slot_r + optimizer, slot_r = "
                        "(t_f + t_b)_r / (v*m) + waits_r t_p2p (the rank's waited "

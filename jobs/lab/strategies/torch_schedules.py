@@ -179,7 +179,8 @@ class TorchZeroBubble(TorchInterleaved1F1B):
 
     def predict(self, cal, compute: list[dict]) -> dict:
         """The pipeline formula over 3*v*m slots of a third (F, B or W, t_F = t_B = t_W
-        assumed), the rank's waited receives spread over them: bubble (p-1)/(3*v*m+p-1),
+        assumed), the rank's waited receives spread over them, and the backward's second
+        autograd pass (cost.split_backward_s) inside the slots: bubble (p-1)/(3*v*m+p-1),
         the claim."""
         out = super().predict(cal, compute)
         fb = [{t: sum(c[k][t] for k in c if k in ("forward", "backward", "schedule"))
@@ -187,12 +188,20 @@ class TorchZeroBubble(TorchInterleaved1F1B):
         opt = [{t: sum(c[k][t] for k in c if k not in ("forward", "backward", "schedule"))
                 for t in cost.COMPUTE_TERMS} for c in compute]
         t_p2p = cal.coll("send_recv", self.mb_bytes())
+        split = [{"split_backward": cost.split_backward_s(c.get("backward", {}))}
+                 for c in compute]
         zb = schedule_model_prediction(fb, opt, self.m, self.v, t_p2p, slots_per_chunk=3,
-                                       batched=self.batched_receives)
+                                       batched=self.batched_receives, inside=split)
         claim = schedule.zero_bubble_claim(self.p, self.m, self.v)
-        return {**out, **zb, "bubble_fraction": claim, "interleaved_prediction_s":
-                out["step_time_s"], "formula": "T = (3*v*m + p - 1) slots of (t_f+t_b)/(3*v*m) "
-                "+ optimizer (F, B, W a third each); bubble = (p-1)/(3*v*m+p-1)"}
+        # the card judges the backward spans against this too; ranks as gathered (all
+        # of a pipeline's ranks take part)
+        extra = {str(r): {"backward": x["split_backward"]} for r, x in enumerate(split)}
+        return {**out, **zb, "bubble_fraction": claim, "phase_extra_s": extra,
+                "interleaved_prediction_s":
+                out["step_time_s"], "formula": "T = (3*v*m + p - 1) slots of "
+                "(t_f+t_b+t_split)/(3*v*m) + optimizer (F, B, W a third each; t_split: "
+                "the backward operators' overhead once more, for its second autograd "
+                "pass); bubble = (p-1)/(3*v*m+p-1)"}
 
     def weight_grad_inputs(self, chunk: int) -> float:
         """What a chunk's B keeps for its W: the gradient at the output of every op with

@@ -228,6 +228,22 @@ def test_a_two_stage_pipeline_pays_each_message_once_at_its_receiver():
     assert pred["terms_s"]["comm"] == pytest.approx(4 * 0.01)
 
 
+def test_a_split_backward_pays_its_operators_overhead_once_more_inside_the_slots():
+    # the backward's priced terms: only the per-operator overhead is paid again by the
+    # second (weight-gradient) autograd pass; GEMMs and bytes are not repeated
+    backward = {"gemm": 0.2, "attention": 0.0, "op_overhead": 0.12, "memory_traffic": 0.03}
+    assert cost.split_backward_s(backward) == pytest.approx(0.12)
+    assert cost.split_backward_s({}) == 0.0  # a rank with no backward phase
+    fb = [dict.fromkeys(cost.COMPUTE_TERMS, 0.0) | {"gemm": 0.4, "op_overhead": 0.2}] * 2
+    opt = [dict.fromkeys(cost.COMPUTE_TERMS, 0.0)] * 2
+    split = [{"split_backward": cost.split_backward_s(backward)}] * 2
+    pred = cost.predict_pipeline(fb, opt, m=4, t_p2p=0.01, inside=split)
+    # slot = (0.6 + 0.12) / 4 + 0.01 = 0.19, five of them on 2 stages
+    assert pred["step_time_s"] == pytest.approx(5 * 0.19)
+    assert pred["terms_s"]["split_backward"] == pytest.approx(0.12)
+    assert sum(pred["terms_s"].values()) == pytest.approx(pred["step_time_s"])
+
+
 def test_interleaved_ranks_wait_once_per_batch_of_receives():
     # p = 2, v = 2, m = 4: each rank posts 13 / 11 batches, 10 of them with a receive
     # (12 receives: the steady state's batches receive an activation and a gradient)

@@ -105,6 +105,14 @@ def test_interleaved_by_hand_and_torchs_pass_the_gate_with_exact_bytes(tmp_path)
     assert all(" W" in e["torch_order"] for e in zb)  # weight gradients split off
     assert zb[0]["bubble_claim"] == pytest.approx(1 / 25)
     assert run.strategy("torch_zero_bubble")["bubble"]["predicted"] == pytest.approx(1 / 25)
+    # its second autograd pass: each rank's backward operators' overhead once more
+    zbs = run.strategy("torch_zero_bubble")
+    pred, ranks = zbs["prediction"], zbs["compute_per_rank"]
+    worst = pred["critical_rank"]
+    assert pred["terms_s"]["split_backward"] == pytest.approx(
+        ranks[worst]["phases"]["backward"]["op_overhead"])
+    assert pred["terms_s"]["split_backward"] > 0
+    assert "split_backward" not in run.strategy("torch_interleaved_1f1b")["prediction"]["terms_s"]
 
 
 def test_interleaved_in_gpipes_order_is_caught_by_the_gate(tmp_path):

@@ -96,3 +96,16 @@ def test_pytorchs_own_strategy_off_names_the_phase_that_missed_by_the_most():
     off = summary.off_term(0.043, pred, counted, phases)
     assert off["term"] == "backward" and off["measured_s"] == 0.0287
     assert off["why"].startswith("backward: 28.7 ms measured against 7.2 ms of priced compute")
+
+
+def test_a_phase_is_judged_against_what_the_prediction_added_to_it():
+    # torch_zero_bubble: its backward's second autograd pass is priced beside the
+    # census's compute, so the card's backward is held to both
+    report = {"phases_per_step": {"forward": 0.010, "backward": 0.030, "schedule": 0.045},
+              "compute": {"forward": {"gemm": 0.004, "op_overhead": 0.005},
+                          "backward": {"gemm": 0.008, "op_overhead": 0.012}}}
+    assert summary._phases(report) == {"forward": (0.010, pytest.approx(0.009)),
+                                       "backward": (0.030, pytest.approx(0.020))}
+    judged = summary._phases(report, {"backward": 0.012})
+    assert judged["backward"] == (0.030, pytest.approx(0.032))
+    assert judged["forward"] == (0.010, pytest.approx(0.009))
