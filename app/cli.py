@@ -20,7 +20,7 @@ import click
 
 from app import supervisor
 from app.config import from_environment, listen_addresses
-from app.supervisor import SCHEDULER_COMMAND, gunicorn_argv
+from app.supervisor import SCHEDULER_COMMAND, gunicorn_argv, web_environment
 
 
 def _app():
@@ -136,7 +136,8 @@ def web(allow_non_loopback: bool) -> None:
     """The web process alone: gunicorn on COMMONPLACE_BIND (loopback unless told otherwise)
     and, in serve mode, on COMMONPLACE_SERVE_SOCKET for `tailscale serve`."""
     app = _app()
-    os.execv(sys.executable, gunicorn_argv(_listen(app, allow_non_loopback)))
+    os.execve(sys.executable, gunicorn_argv(_listen(app, allow_non_loopback)),
+              web_environment(os.environ))
 
 
 @main.command()

@@ -16,6 +16,7 @@ import signal
 import subprocess
 import sys
 import time
+from collections.abc import Mapping
 
 from app import ROOT
 
@@ -41,6 +42,19 @@ def command(server: str, addresses: list[str]) -> list[str]:
 # rely on): the libraries' docstrings are megabytes that every worker holds and no page
 # reads (docs/PERFORMANCE.md, *A small host*).
 WEB_PYTHON = [sys.executable, "-OO"]
+# glibc's per-thread caches of freed small blocks (tcache) off in the web: each of a
+# worker's threads kept its own, and a block parked there is in use as far as malloc_trim
+# can tell, so a worker at rest could not give back the pages they were scattered over
+# (docs/PERFORMANCE.md, *A web worker at 100k entries*). Read by glibc as the process
+# starts, so it travels in the environment; ignored off glibc.
+WEB_MALLOC = "glibc.malloc.tcache_count=0"
+
+
+def web_environment(env: Mapping[str, str]) -> dict[str, str]:
+    """The environment the web's gunicorn starts with: env, and WEB_MALLOC among any
+    tunables it sets already."""
+    tunables = env.get("GLIBC_TUNABLES")
+    return {**env, "GLIBC_TUNABLES": f"{tunables}:{WEB_MALLOC}" if tunables else WEB_MALLOC}
 
 
 def gunicorn_argv(addresses: list[str]) -> list[str]:
@@ -58,7 +72,8 @@ def start(server: str, addresses: list[str]) -> list[subprocess.Popen]:
     # The web and the scheduler each lead a process group of their own, so that a stop
     # reaches their workers too; the runner stays in ours and gets Ctrl-C as it is.
     return [
-        subprocess.Popen(gunicorn_argv(addresses), env=quiet, start_new_session=True),
+        subprocess.Popen(gunicorn_argv(addresses), env=web_environment(quiet),
+                         start_new_session=True),
         subprocess.Popen(SCHEDULER_COMMAND, env=quiet, start_new_session=True),
         subprocess.Popen([*me, "runner", "--server", server]),
     ]

@@ -67,3 +67,23 @@ def test_a_served_worker_runs_without_docstrings_and_with_two_malloc_arenas(serv
         # however many threads served at once (glibc's default: one per thread, up to 8
         # a core)
         assert malloc_arenas(pid) <= 1
+
+
+def test_a_served_worker_started_without_glibcs_per_thread_malloc_caches(served):
+    for pid in served:
+        environ = Path(f"/proc/{pid}/environ").read_bytes().split(b"\0")
+        tunables = [v.split(b"=", 1)[1].split(b":") for v in environ
+                    if v.startswith(b"GLIBC_TUNABLES=")]
+        # app/supervisor.py's WEB_MALLOC, read by glibc as the web's gunicorn started
+        # (after any tunables the environment had: the last setting wins)
+        assert len(tunables) == 1 and tunables[0][-1] == b"glibc.malloc.tcache_count=0", \
+            tunables
+
+
+def test_the_webs_environment_keeps_the_tunables_it_had_and_turns_the_caches_off_last():
+    from app.supervisor import web_environment
+
+    assert web_environment({"A": "1"}) == {"A": "1",
+                                           "GLIBC_TUNABLES": "glibc.malloc.tcache_count=0"}
+    kept = web_environment({"GLIBC_TUNABLES": "glibc.malloc.check=3"})
+    assert kept == {"GLIBC_TUNABLES": "glibc.malloc.check=3:glibc.malloc.tcache_count=0"}
