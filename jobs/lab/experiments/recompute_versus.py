@@ -22,8 +22,13 @@ def _ratio(measured: float, predicted: float) -> float | None:
 
 
 def _backward_s(entry: dict) -> float:
+    """Rank 0's priced backward compute at a whole core: what its census holds. (The
+    price in the entry is divided by the share of a core the rank got while timed, which
+    differs between two strategies on a busy host and is no part of what recomputing
+    adds.)"""
     phases = entry["compute_per_rank"][0]["phases"]
-    return sum(phases.get("backward", {}).values())
+    share = min((entry["prediction"].get("cpu_share_per_rank") or [1.0])[0], 1.0)
+    return sum(phases.get("backward", {}).values()) * max(share, 1e-3)
 
 
 def versus(entry: dict, single: dict) -> dict[str, Any]:
