@@ -167,12 +167,32 @@ def show_card(out: Out, run: dict, title: str, metrics: dict) -> None:
         _roofline(out, result)
     elif isinstance(result.get("reported"), dict):
         _own(out, result["reported"], result.get("reports") or {})
+    if run.get("since"):
+        _since(out, run["since"])
     for key, points in sorted(metrics.items()):
         values = [p[1] for p in points if isinstance(p, list) and len(p) == 2]
         if values:
             out.print(Text.assemble(f"{key:<18} ", (sparkline(values[-60:]), "cyan"),
                                     f"  {si(values[-1])} (last of {len(values)})"))
     out.print(Text(f"on the web: {run.get('url', '')}", style="muted"))
+
+
+def _since(out: Out, since: dict) -> None:
+    """What the card says of the runs before this one, in the server's words."""
+    if since.get("edited_from"):
+        names = ", ".join(since.get("edited") or []) or "parameters"
+        out.print(Text(f"Parameters changed since #{since['edited_from']} ({names}): not "
+                       "compared with it.", style="muted"))
+    if not since.get("previous"):
+        out.print(Text("The first successful run of these parameters: nothing to compare "
+                       "yet.", style="muted"))
+        return
+    out.print(Text(f"Since run {since['previous']} (the trend: {since.get('trend_url', '')}):"))
+    for line in since.get("lines") or []:
+        if line.get("regression"):
+            out.print(Text.assemble("  ", ("Regression:", "bold red"), " ", str(line["text"])))
+        else:
+            out.print(Text(f"  {line['text']}"))
 
 
 def _table(*columns: str, names: list[str] | None = None) -> Table:

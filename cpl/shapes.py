@@ -33,7 +33,7 @@ ENTRY_KEYS = ("id", "kind", "date", "week", "title", "tags", "status", "revision
 RUN_KEYS = ("id", "experiment", "status", "reason", "created_at", "started_at",
             "finished_at", "progress", "params")
 RUN_DETAIL_KEYS = ("result", "environment", "events", "waiting", "requires", "parent_id",
-                   "reruns")
+                   "reruns", "since")
 
 
 def entry_summary(entry: dict, server: str) -> dict:

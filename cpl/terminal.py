@@ -56,6 +56,14 @@ def colour_system(choice: str, palette: str, is_tty: bool) -> str | None:
     return palette if is_tty else None
 
 
+# A line's end: blanks, and the escape codes that style them
+_TAIL_RE = re.compile(r"(?:[ \t]|\x1b\[[0-9;]*m)+$", re.M)
+
+
+def _no_blanks(tail: re.Match) -> str:
+    return tail[0].replace(" ", "").replace("\t", "")
+
+
 class Out:
     """stdout and stderr for one command: `tty` says whether to lay things out for a person."""
 
@@ -73,8 +81,11 @@ class Out:
                                                       err_tty), force_terminal=err_tty)
 
     def print(self, *things, **kw) -> None:
-        """Rich output: styled on a terminal, plain text (no escape codes) elsewhere."""
-        self.console.print(*things, **kw)
+        """Rich output: styled on a terminal, plain text (no escape codes) elsewhere; no
+        line ends in blanks (rich pads a table's last column to its width)."""
+        with self.console.capture() as captured:
+            self.console.print(*things, **kw)
+        self.console.file.write(_TAIL_RE.sub(_no_blanks, captured.get()))
 
     def line(self, text: str) -> None:
         """A plain line on stdout, whatever stdout is."""
@@ -90,8 +101,8 @@ class Out:
 
     def markdown(self, text: str) -> None:
         if self.tty:
-            self.console.print(Markdown(for_terminal(text), code_theme="ansi_dark",
-                                        hyperlinks=False, inline_code_theme="ansi_dark"))
+            self.print(Markdown(for_terminal(text), code_theme="ansi_dark", hyperlinks=False,
+                                inline_code_theme="ansi_dark"))
         else:
             click.echo(text)
 

@@ -14,13 +14,14 @@ again against its own file (the lab's door).
 from __future__ import annotations
 
 import copy
+import difflib
 from typing import Any
 
 import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from app.errors import Invalid
-from app.models import Runner
+from app.models import Run, Runner
 from jobs.lab.catalogue import own, registry
 
 MAX_REPORTED = own.MAX_FILES
@@ -101,6 +102,22 @@ def describe(session: Session, name: str) -> dict:
     if found is None:
         raise registry.UnknownExperiment(name)
     return found
+
+
+def check_filter(session: Session, name: str) -> None:
+    """Invalid unless runs of `name` may exist: an experiment of the catalogue, or one that
+    runs were made of (an own experiment no runner reports any more). A typo must not read
+    as "no runs yet": the message offers the closest names, else every known one."""
+    known = {*registry.EXPERIMENTS, *owned(session)}
+    if name in known:
+        return
+    known |= set(session.scalars(sa.select(Run.experiment).distinct()))
+    if name in known:
+        return
+    close = difflib.get_close_matches(name, sorted(known), n=3, cutoff=0.5)
+    said = (f"did you mean {' or '.join(close)}?" if close
+            else f"the experiments are {', '.join(sorted(known))}")
+    raise Invalid(f"no experiment {name[:100]!r}: {said}", "experiment")
 
 
 def titles(session: Session) -> dict[str, str]:

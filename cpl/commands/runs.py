@@ -8,7 +8,7 @@ from rich.text import Text
 
 from base import statuses
 from cpl.context import Ctx, complete_from, done, json_option, pass_ctx, print_json
-from cpl.failures import ApiError
+from cpl.failures import NOT_FOUND, ApiError, CplError
 from cpl.profile import recall, remember
 from cpl.run_views import comparison, show_card, show_comparison, show_experiments, show_runs
 from cpl.shapes import experiment as experiment_shape
@@ -184,8 +184,15 @@ def runs(click_ctx, ctx: Ctx, statuses, experiment, week, schedule, limit, as_js
     if click_ctx.invoked_subcommand:
         return
     status = ",".join(s.upper() for s in statuses) or None
-    data = ctx.api.get("/api/v1/runs", status=status, experiment=experiment, week=week,
-                       schedule=schedule, limit=limit)
+    try:
+        data = ctx.api.get("/api/v1/runs", status=status, experiment=experiment, week=week,
+                           schedule=schedule, limit=limit)
+    except ApiError as exc:
+        if exc.error.get("field") != "experiment":
+            raise
+        # a name no experiment has is "not found", never an empty list
+        raise CplError(str(exc.error.get("message")), "cpl experiments lists them",
+                       NOT_FOUND) from None
     found = data.get("runs") or []
     remember_runs(found)
     if as_json:
@@ -320,4 +327,6 @@ def runs_show(ctx: Ctx, run_id, as_json):
         title = found["experiment"]
     metrics = ctx.api.get(f"/api/v1/runs/{run_id}/metrics").get("metrics") or {}
     found["url"] = ctx.api.absolute(found.get("url", ""))
+    if found.get("since"):
+        found["since"]["trend_url"] = ctx.api.absolute(found["since"].get("trend_url", ""))
     show_card(ctx.out, found, title, metrics)

@@ -12,8 +12,17 @@ from flask import current_app, jsonify, request, send_file
 from app.db import get_session
 from app.errors import Invalid, NotFound, refuse_unknown
 from app.journal import catalogue as known
-from app.journal import cron_phrases, gangs, run_files, run_query, runners, runs, schedules
-from app.journal.views import rank_events, trace
+from app.journal import (
+    cron_phrases,
+    gangs,
+    run_files,
+    run_query,
+    runners,
+    runs,
+    schedules,
+    trends,
+)
+from app.journal.views import card_trend, rank_events, trace
 from app.models import Metric, Run, RunArtifact, RunEvent, Schedule
 from app.web.access import author
 from app.web.api.blueprint import bp
@@ -62,7 +71,23 @@ def run_json(run: Run, *, full: bool = False, details: dict | None = None) -> di
         )
         if run.status == runs.QUEUED:
             data["waiting"] = runners.availability(session, run.requires or {})[1]
+        if run.status == runs.SUCCEEDED:
+            data["since"] = since_json(session, run)
     return data
+
+
+def since_json(session, run: Run) -> dict | None:
+    """What the run's card says of the runs before it (card_trend.lines), for a client to
+    print the same words; None for a run with no numbers."""
+    found = trends.trend(session, run)
+    if found is None:
+        return None
+    return {"previous": found.previous.id if found.previous else None,
+            "trend_url": card_trend.trend_url(found),
+            "edited_from": found.edited_from.id if found.edited_from else None,
+            "edited": found.edited,
+            "lines": [{"text": text, "regression": bad} for text, bad in
+                      card_trend.lines(found, current_app.config["TIMEZONE"])]}
 
 
 def full_details(session, group: list[Run]) -> dict[int, tuple[list, list, list]]:
@@ -124,6 +149,8 @@ def list_runs():
     limit = int_arg("limit", 50, 1, 500)
     offset = int_arg("offset", 0, 0, 10_000_000)
     found = run_query.listing(request.args, current_app.config["TIMEZONE"])
+    if run_query.arg(request.args, "experiment"):
+        known.check_filter(get_session(), run_query.arg(request.args, "experiment"))
     rows, cursor = found.page(get_session(), limit, offset=offset)
     items = []
     for run, value in rows:

@@ -166,6 +166,8 @@ def run_list():
     error, rows, cursor, found = "", [], "", None
     try:
         found = run_query.listing(request.args, current_app.config["TIMEZONE"])
+        if filters["experiment"]:
+            known.check_filter(get_session(), filters["experiment"])
         rows, cursor = found.page(get_session(), PAGE)
     except Invalid as exc:
         error = exc.message

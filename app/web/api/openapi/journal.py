@@ -96,7 +96,9 @@ def paths() -> dict:
                         query("status", {"type": "string",
                                           "description": "comma-separated: " +
                                           ", ".join(statuses.STATUSES)}),
-                        query("experiment", {"type": "string"}),
+                        query("experiment", {"type": "string", "description": "an "
+                                             "experiment's name; one that no experiment "
+                                             "has is a 422 offering the closest"}),
                         query("week", {"type": "string", "pattern": r"^\d{4}-W\d{2}$"}),
                         query("schedule", {"type": "integer", "minimum": 1}),
                         {"name": "param.{name}", "in": "query", "style": "form",
@@ -148,6 +150,11 @@ def paths() -> dict:
                                                         "may keep it waiting"), **ERRORS}}},
         "/api/v1/runs/{run_id}": {"parameters": [RUN_ID], "get": {
             "summary": "Status, reason, progress, result, events, environment",
+            "description": "A successful run with numbers has `since`, what its card says "
+                           "of the runs before it: {previous (the previous comparable "
+                           "run's id, null for the first of its parameters), trend_url, "
+                           "edited_from, edited (a schedule's earlier run on other "
+                           "parameters, and which), lines: [{text, regression}]}",
             "responses": {"200": json_response(OBJ), **ERRORS}}},
         "/api/v1/runs/{run_id}/cancel": {"parameters": [RUN_ID], "post": {
             "summary": "Cancel (at once if queued; via the runner's heartbeat if running)",
