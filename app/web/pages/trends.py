@@ -10,12 +10,13 @@ run's measured spread, the environment's changes marked, every point linking its
 
 from __future__ import annotations
 
+import json
 import re
 
 from flask import abort, current_app, render_template, request
 
 from app.db import get_session
-from app.journal import schedules, trends
+from app.journal import run_metrics, schedules, trends
 from app.journal.views import card_trend, cards, trend_chart, week_changes
 from app.web.pages.blueprints import experiments as bp
 
@@ -65,7 +66,28 @@ def key_trend(key: str):
     runs = trends.series(get_session(), param_key=key, limit=count)
     if not runs:
         abort(404, description="no successful run has these parameters")
+    params, sampling = parameters(runs)
     return page(runs, f"Trend of {cards.title_of(runs[-1].experiment)}",
                 "the successful runs of one experiment with the same parameters (the "
-                "sampling ones aside)",
-                params=runs[-1].params)
+                "sampling ones aside)", params=params, sampling=sampling)
+
+
+def parameters(runs: list) -> tuple[dict, list[tuple[str, list]]]:
+    """The parameters that define the trend (its key's: the same in every run), and each
+    sampling parameter with the values the runs shown took (one value: the same in all)."""
+    params = {k: v for k, v in (runs[-1].params or {}).items()
+              if k not in run_metrics.SAMPLING}
+    sampling = []
+    for name in sorted({k for r in runs for k in r.params or {}} & run_metrics.SAMPLING):
+        taken: dict[str, object] = {}  # by JSON text: a value may be a list
+        for r in runs:
+            value = (r.params or {}).get(name)
+            taken.setdefault(json.dumps(value, sort_keys=True), value)
+        sampling.append((name, sorted(taken.values(), key=_in_order)))
+    return params, sampling
+
+
+def _in_order(value) -> tuple:
+    """Numbers by size, then anything else by its text; a run without the parameter last."""
+    number = isinstance(value, (int, float)) and not isinstance(value, bool)
+    return value is None, not number, value if number else str(value)

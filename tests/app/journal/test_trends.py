@@ -5,6 +5,7 @@ runner's do (runs.store_result, then SUCCEEDED), shaped as the lab writes them."
 from __future__ import annotations
 
 import datetime as dt
+import re
 
 import pytest
 
@@ -182,6 +183,24 @@ def test_the_trend_page_draws_each_run_and_marks_the_environment_change(db, clie
     assert "torch 2.13.0 → 2.14.0" in page and 'class="ch-axis trend-env"' in page
     assert "Regression:" in page  # what the latest run's card says
     assert f'href="/trends/{key}"' in client.get(f"/runs/{second}").text
+
+
+def test_the_trend_page_names_its_parameters_and_its_sampling_apart(db, client):
+    """What defines the trend, not the latest run's steps or iterations, which may vary."""
+    finished(db, "collectives", SMALL, collectives_result(40e9))
+    latest = finished(db, "collectives", {**SMALL, "iters": 7}, collectives_result(40e9))
+    bigger = {**SMALL, "max_bytes": 1 << 17}
+    steady = [finished(db, "collectives", bigger, collectives_result(40e9)) for _ in "ab"]
+    with db.read() as session:
+        key, steady_key = (session.get(Run, i).param_key for i in (latest, steady[-1]))
+    page = client.get(f"/trends/{key}").text
+    params = re.search(r'<p class="meta">Parameters: (.*?)</p>', page)[1]
+    assert "max_bytes=65,536" in params and "world_size=2" in params
+    assert "iters" not in params
+    sampling = re.search(r'<p class="meta trend-sampling">(.*?)</p>', page)[1]
+    assert "iters varies (3, 7)" in sampling
+    steady_page = client.get(f"/trends/{steady_key}").text
+    assert "iters=3 in every run" in steady_page and "varies" not in steady_page
 
 
 def test_a_schedule_links_its_trend_page_which_draws_its_runs(db, client):
