@@ -107,6 +107,9 @@ def register_embeds(timezone: str) -> None:
     embeds.register("run", view("cards", "run_card"))
     # and the card as markdown, for the letter's file on disk (the mirror, an export)
     embeds.register_markdown("run", view("card_markdown", "run_markdown"))
+    # its block id in files, which other files of an export link to
+    embeds.register_anchor("run", lambda source: importlib.import_module(
+        "app.journal.views.card_markdown").anchor(source))
     # the week's changes that open a letter's Experiments section, both ways
     embeds.register("changes", view("week_changes", "changes_html"))
     embeds.register_markdown("changes", view("week_changes", "changes_markdown"))

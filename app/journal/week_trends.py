@@ -5,8 +5,8 @@ speaks for its own run, app/journal/views/card_trend.py).
 
 The reference: the median of the trends.BASELINE_RUNS comparable runs that finished
 before the week, each number's band the median of their spreads (none measured by one of
-them: no band, so the assumed noise). A key first measured this week is judged against
-the week's first run instead.
+them: no band, so the assumed noise). A key first measured this week has no reference: a
+run of the same week is none, so its group says the week's range alone (`first`).
 
 Per headline number of the week's latest run: its change against the reference, judged
 as trends judges two runs (trends.noise_between); the week's range; and the first run of
@@ -60,15 +60,24 @@ class WeekNumber:
 class WeekGroup:
     key: str
     runs: list[Run]  # the week's, oldest first
-    before: list[Run]  # the reference runs, latest first; empty: the week's first run is
-    numbers: list[WeekNumber]
+    before: list[Run]  # the reference runs, latest first; empty: the first week
+    numbers: list[WeekNumber]  # in the first week, changes with no `before`: the range
 
     @property
     def latest(self) -> Run:
         return self.runs[-1]
 
     @property
+    def first(self) -> bool:
+        """No comparable run before the week: nothing to compare with, only its range."""
+        return not self.before
+
+    @property
     def mattering(self) -> list[WeekNumber]:
+        """What the week's block says: the numbers that moved, or in the first week of a
+        key measured more than once, every number's range."""
+        if self.first:
+            return self.numbers if len(self.runs) > 1 else []
         return [n for n in self.numbers if n.matters]
 
     @property
@@ -114,24 +123,30 @@ def _group(session: Session, key: str, runs: list[Run], start: dt.datetime
         .order_by(Run.finished_at.desc(), Run.id.desc()).limit(trends.BASELINE_RUNS)))
     earlier = [(r, numbers) for r in before if (numbers := trends.headlines(r.result))]
     before = [r for r, _ in earlier]  # the runs the median is of, as the block counts them
-    if earlier:
-        reference, judged = _median([numbers for _, numbers in earlier]), table
-    elif len(table) > 1:
-        reference, judged, before = table[0][1], table[1:], []
-    else:
-        return None  # one run, and nothing before it: nothing to say of the week
+    if not table:
+        return None
+    if not earlier:
+        return WeekGroup(key, [r for r, _ in table], [], [
+            _range(table, name, Change(number, None, trends.DEFAULT_NOISE, False))
+            for name, number in table[-1][1].items()])
+    reference = _median([numbers for _, numbers in earlier])
     found = []
     for name, number in table[-1][1].items():
         ref = reference.get(name)
         if ref is None:
             continue  # not measured before: the card says so
-        values = [numbers[name].value for _, numbers in table if name in numbers]
-        bad = next(((r, numbers[name]) for r, numbers in judged
+        bad = next(((r, numbers[name]) for r, numbers in table
                     if name in numbers and against(numbers[name], ref).regression),
                    (None, None))
-        found.append(WeekNumber(against(number, ref), min(values), max(values), len(values),
-                                *bad))
+        found.append(_range(table, name, against(number, ref), *bad))
     return WeekGroup(key, [r for r, _ in table], before, found)
+
+
+def _range(table: list[tuple[Run, dict[str, Number]]], name: str, change: Change,
+           *bad) -> WeekNumber:
+    """The latest run's `change` of one number with the week's range of it."""
+    values = [numbers[name].value for _, numbers in table if name in numbers]
+    return WeekNumber(change, min(values), max(values), len(values), *bad)
 
 
 def against(now: Number, reference: Number) -> Change:

@@ -18,6 +18,12 @@ for it, with the files it draws (charts, under FILES_DIR), indented as the block
 list item, the item's text). Blocks are found as the renderer finds them
 (render.fenced_blocks). Reading such a file back (`without_shown`) drops what is between
 the marks: the page renders the block live.
+
+What is shown links only to files beside it, never to the app's pages (a dead link in a
+vault opened without the app): an embed whose block gives a place a name (`register_anchor`:
+a run's card is `run-42`) writes it as an Obsidian block id, and `in_files` hands the
+markdown a `link(anchor)` that gives the relative link to the file of the folder holding
+that anchor, or None (the mirror's files, or nothing there: plain text).
 """
 
 import logging
@@ -32,9 +38,12 @@ from app.notebook import render
 log = logging.getLogger(__name__)
 Embed = Callable[[Session, str], str]
 EMBEDS: dict[str, Embed] = {}
-# (session, block text) -> (markdown, {file name: text}); ("", {}) for nothing to show
-Markdown = Callable[[Session, str], tuple[str, dict[str, str]]]
+# (session, block text, link=Link) -> (markdown, {file name: text}); ("", {}): nothing
+Markdown = Callable[..., tuple[str, dict[str, str]]]
 MARKDOWN: dict[str, Markdown] = {}
+Link = Callable[[str], str | None]  # an anchor -> a relative link to it, or None
+# block text -> the anchor its shown markdown carries (None: none)
+ANCHORS: dict[str, Callable[[str], str | None]] = {}
 FILES_DIR = "run-cards"  # beside the notes, at the top of the folder
 _SHOWN_RE = re.compile(
     r"\n[ ]*<!-- commonplace:(\w+) shown -->\n.*?\n[ ]*<!-- commonplace:\1 end -->", re.S)
@@ -45,12 +54,32 @@ def register(name: str, embed: Embed) -> None:
 
 
 def register_markdown(name: str, markdown: Markdown) -> None:
+    """`markdown(session, block_text, link=...)` -> (markdown, {file name: text})."""
     MARKDOWN[name] = markdown
 
 
-def in_files(session: Session, body: str, up: int = 0) -> tuple[str, dict[str, str]]:
+def register_anchor(name: str, anchor: Callable[[str], str | None]) -> None:
+    ANCHORS[name] = anchor
+
+
+def _no_link(anchor: str) -> None:
+    return None
+
+
+def anchors(body: str) -> list[str]:
+    """The anchors the blocks of `body` show, in order (an export's map of where each is)."""
+    if not ANCHORS or ("```" not in body and "~~~" not in body):
+        return []
+    return [found for block in render.fenced_blocks(body)
+            if block.closed and block.lang in ANCHORS
+            and (found := ANCHORS[block.lang](block.code + "\n"))]
+
+
+def in_files(session: Session, body: str, up: int = 0, link: Link = _no_link
+             ) -> tuple[str, dict[str, str]]:
     """`body` as a file on disk holds it, and the files it needs ({path under the folder:
-    text}); `up` is how many folders deep the file lies (its charts' links climb that)."""
+    text}); `up` is how many folders deep the file lies (its charts' links climb that);
+    `link`, where the anchors of the folder are (module docstring)."""
     if not MARKDOWN or ("```" not in body and "~~~" not in body):
         return body, {}
     files: dict[str, str] = {}
@@ -58,7 +87,7 @@ def in_files(session: Session, body: str, up: int = 0) -> tuple[str, dict[str, s
     done = 0
     for block in render.fenced_blocks(body):
         # a block never closed runs to the end of its item: nothing can follow it there
-        shown = _shown(session, block.lang, block.code, up, files) \
+        shown = _shown(session, block.lang, block.code, up, files, link) \
             if block.closed and block.lang in MARKDOWN else None
         if shown is None:
             continue
@@ -70,11 +99,12 @@ def in_files(session: Session, body: str, up: int = 0) -> tuple[str, dict[str, s
     return "".join(out) + body[done:], files
 
 
-def _shown(session: Session, name: str, code: str, up: int, files: dict[str, str]) -> str | None:
+def _shown(session: Session, name: str, code: str, up: int, files: dict[str, str],
+           link: Link) -> str | None:
     """What an embed's block shows, as markdown between its marks (its files added to
     `files`), or None: nothing to show."""
     try:
-        text, drawn = MARKDOWN[name](session, code + "\n")
+        text, drawn = MARKDOWN[name](session, code + "\n", link=link)
     except Exception:  # a file without the numbers still holds the block
         log.exception("the %s block could not be written as markdown", name)
         return None

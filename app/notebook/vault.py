@@ -8,13 +8,16 @@ with its title, date, tags, status and aliases (mirror.to_text's, which import r
 attachments beside the notes, an imported one at its own path, an upload under
 attachments/<its hash>/, and links to an upload's address made links to that file
 (vault_uploads.py, which import reads back); after each ```run block, its card as
-markdown with its chart (embeds.in_files: run-cards/).
+markdown with its chart (embeds.in_files: run-cards/), and the runs a card or a week's
+changes name linked to the file where their card is (`_linker`), never to the app.
 """
 
 from __future__ import annotations
 
+import posixpath
 import re
 from pathlib import Path, PurePosixPath
+from urllib.parse import quote
 
 import sqlalchemy as sa
 import yaml
@@ -111,7 +114,7 @@ def export_vault(db, folder: Path) -> tuple[int, int]:
         for entry_id, key in session.execute(sa.select(EntryAlias.entry_id, EntryAlias.key)
                                              .order_by(EntryAlias.key)):
             aliases.setdefault(entry_id, []).append(key)
-        notes = 0
+        placed: list[tuple[Entry, str]] = []
         # imported notes first: each takes its own path back
         for entry in entries:
             if entry.source_path and _inside(entry.source_path):
@@ -120,12 +123,30 @@ def export_vault(db, folder: Path) -> tuple[int, int]:
                 wanted = f"{entry.iso_week}.md"
             else:
                 wanted = f"{file_name(entry.title)}.md"
-            path = names.take(wanted)
+            placed.append((entry, names.take(wanted)))
+        anchored: dict[str, str] = {}  # anchor -> the first file that shows it (a run's card)
+        for entry, path in placed:
+            for anchor in embeds.anchors(entry.body_md):
+                anchored.setdefault(anchor, path)
+        for entry, path in placed:
             up = path.count("/")
-            body, drawn = embeds.in_files(session, entry.body_md, up)
+            body, drawn = embeds.in_files(session, entry.body_md, up,
+                                          link=_linker(anchored, path))
             write_atomic(folder / path, _text(entry, aliases.get(entry.id, []), exported, body,
                                               up))
             for where, text in drawn.items():
                 write_atomic(folder / where, text)
-            notes += 1
-    return notes, files
+    return len(placed), files
+
+
+def _linker(anchored: dict[str, str], path: str) -> embeds.Link:
+    """Links from the file at `path` to the anchors of the folder, relative and encoded as
+    Obsidian's markdown links are (`../2024-W13.md#^run-42`)."""
+    here = posixpath.dirname(path) or "."
+
+    def link(anchor: str) -> str | None:
+        there = anchored.get(anchor)
+        if there is None:
+            return None
+        return f"{quote(posixpath.relpath(there, here))}#^{anchor}"
+    return link

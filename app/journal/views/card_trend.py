@@ -24,14 +24,19 @@ def trend_url(trend: Trend) -> str:
 
 def shown_changes(trend: Trend) -> list[Change]:
     """The changes a card names (module docstring)."""
+    return shown(trend.changes)
+
+
+def shown(changes: list[Change]) -> list[Change]:
+    """Of these changes, those a card names (module docstring)."""
     largest: dict[str, Change] = {}
-    for c in trend.changes:
+    for c in changes:
         op, _, size = c.now.key.partition(".busbw_Bps@")
         if size and (op not in largest or int(size) > int(
                 largest[op].now.key.rpartition("@")[2])):
             largest[op] = c
     keep = {id(c) for c in largest.values()}
-    return [c for c in trend.changes if "@" not in c.now.key or id(c) in keep or c.regression]
+    return [c for c in changes if "@" not in c.now.key or id(c) in keep or c.regression]
 
 
 def week_of(run, timezone: str) -> str:

@@ -9,6 +9,9 @@ and the week's runs linked rather than repeated.
     - all_reduce at 65.5 kB: 30 GB/s in #16, −25% from 40 GB/s, beyond its ±4% noise;
       this week 29.8–30.4 GB/s; a regression since #12
 
+The first week of a group's parameters has nothing before it, and a run of the same week
+is no reference: the group says so, with the week's range of each number the card names.
+
 It is a fenced block in the letter, rendered when the letter is (each card the scheduler
 adds re-renders it, so the stored page and the feed carry the week so far):
 
@@ -26,13 +29,14 @@ notebook. The trend page shows its key's group for the week of its latest run.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 from dataclasses import replace
 from html import escape
 
 from sqlalchemy.orm import Session
 
 from app.journal import trends, week_trends
-from app.journal.views import card_trend, cards
+from app.journal.views import card_markdown, card_trend, cards
 from app.journal.week_trends import WeekGroup, WeekNumber
 from app.models import Run
 from app.notebook.isoweeks import parse_week, week_span_utc
@@ -81,9 +85,10 @@ def head_parts(group: WeekGroup, timezone: str) -> tuple[str, str]:
     HTML and the markdown make links)."""
     count = len(group.runs)
     named = ", ".join("…" if r is None else f"#{r.id}" for r in shown_runs(group))
+    if group.first:
+        runs = f"run #{group.latest.id}" if count == 1 else f"{count} runs ({named})"
+        return f"the first week of these parameters, {runs}", "nothing before to compare with"
     runs = f"run #{group.latest.id}" if count == 1 else f"{count} runs this week ({named})"
-    if not group.before:
-        return runs, f"against #{group.runs[0].id}, the first run of these parameters"
     if len(group.before) == 1:
         only = group.before[0]
         return runs, f"against {card_trend.day(only, timezone)} (#{only.id}), the run before"
@@ -93,16 +98,21 @@ def head_parts(group: WeekGroup, timezone: str) -> tuple[str, str]:
 def number_text(group: WeekGroup, n: WeekNumber) -> str:
     """One number of the group as text (no markup)."""
     c = n.change
+    if group.first:
+        now = f"{c.now.shown()} in #{group.latest.id}"
+        if n.count < 2:
+            return f"{c.now.label}: {now} alone"
+        spread = _range(n)
+        return (f"{c.now.label}: {spread} over {n.count} runs, {now}" if spread
+                else f"{c.now.label}: {c.now.shown()} in each of {n.count} runs")
     head = f"{c.now.label}: {c.now.shown()}"
     if len(group.runs) > 1:
         head += f" in #{group.latest.id}"
     if c.change is None or c.before is None:  # a runner's absurd numbers
         return f"{head}, not comparable with the runs before"
     text = f"{head}, {trends.signed(c.change)} from {c.before.shown()}, {trends.judged(c)}"
-    if n.count > 1 and n.high > n.low:
-        low, high = (replace(c.now, value=v, low=None, high=None).shown()
-                     for v in (n.low, n.high))
-        text += f"; this week {low} to {high}"
+    if _range(n):
+        text += f"; this week {_range(n)}"
     if n.regression and n.first_bad is not None and n.first_bad.id != group.latest.id:
         text += f"; a regression since #{n.first_bad.id}"
     elif n.recovered and n.first_bad_number is not None:
@@ -113,9 +123,22 @@ def number_text(group: WeekGroup, n: WeekNumber) -> str:
     return text
 
 
+def _range(n: WeekNumber) -> str:
+    """The week's range, "low to high" ("" for one value)."""
+    if n.count < 2 or n.high <= n.low:
+        return ""
+    low, high = (replace(n.change.now, value=v, low=None, high=None).shown()
+                 for v in (n.low, n.high))
+    return f"{low} to {high}"
+
+
 def lines(group: WeekGroup) -> list[tuple[str, bool]]:
-    """(text, is it a regression) per number that matters, regressions first."""
+    """(text, is it a regression) per number that matters, regressions first; of a first
+    week's ranges, those a card would name."""
     chosen = sorted(group.mattering, key=lambda n: not n.regression)
+    if group.first:
+        named = {id(c) for c in card_trend.shown([n.change for n in chosen])}
+        chosen = [n for n in chosen if id(n.change) in named]
     return [(number_text(group, n), n.regression) for n in chosen]
 
 
@@ -181,26 +204,32 @@ def groups_html(found: list[WeekGroup], timezone: str) -> str:
     return "".join(parts)
 
 
-def group_markdown(group: WeekGroup, timezone: str) -> list[str]:
-    def link(run_id: int, label: str) -> str:
-        return f"[{label}](/runs/{run_id})"
+def group_markdown(group: WeekGroup, timezone: str,
+                   link: Callable[[str], str | None] = lambda anchor: None) -> list[str]:
+    """A group in a file: its runs' "#N" linked to their cards in the folder (where
+    `link` knows them; card_markdown), never to the app's pages."""
+    ids = {r.id for r in [*group.runs, *group.before]}
+
+    def linked(text: str) -> str:
+        return card_markdown.linked_runs(text, link, ids)
 
     runs, reference = head_parts(group, timezone)
-    head = (f"[{cards.title_of(group.latest.experiment)}](/trends/{group.key}): "
-            f"{_linked(runs, group, link)}, {_linked(reference, group, link)}")
+    head = (f"{cards.title_of(group.latest.experiment)}: "
+            f"{linked(runs)}, {linked(reference)}")
     found = lines(group)
     if any(bad for _, bad in found):
         return ["", f"> [!warning] Regression: {head}",
-                *(f"> - {'**Regression:** ' if bad else ''}{_linked(t, group, link)}"
+                *(f"> - {'**Regression:** ' if bad else ''}{linked(t)}"
                   for t, bad in found), ""]
-    return [f"- {head}", *(f"    - {_linked(t, group, link)}" for t, _ in found)]
+    return [f"- {head}", *(f"    - {linked(t)}" for t, _ in found)]
 
 
-def changes_markdown(session: Session, source: str, timezone: str = "UTC"
+def changes_markdown(session: Session, source: str, timezone: str = "UTC",
+                     link: Callable[[str], str | None] = lambda anchor: None
                      ) -> tuple[str, dict[str, str]]:
     week = _week(source)
     found = week_groups(session, week, timezone) if week else []
     out: list[str] = []
     for group in sorted(found, key=lambda g: not g.regressions):
-        out += group_markdown(group, timezone)
+        out += group_markdown(group, timezone, link)
     return "\n".join(out).strip(), {}

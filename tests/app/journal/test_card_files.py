@@ -1,17 +1,25 @@
 """A run card in the letter's file on disk: the mirror and an export hold its key numbers,
-its sentences and a link to the run after the ```run block, its chart as an SVG file
-beside the notes; the page still renders the live card, and reading the file back (an
-import) gives the block alone."""
+its sentences and its block id after the ```run block, its chart as an SVG file beside
+the notes; the page still renders the live card, and reading the file back (an import)
+gives the block alone. In an export, the runs a card or a week's changes name link the
+file that holds their card, never the app's pages."""
 
 from __future__ import annotations
+
+import posixpath
+import re
+from urllib.parse import unquote
 
 import sqlalchemy as sa
 
 from app.journal import posting
-from app.journal.views import cards
-from app.models import Entry
+from app.journal.views import card_trend, cards
+from app.models import Entry, Run
 from app.notebook import mirror, render, transfer, vault
 from tests.app.journal.test_posting import finished_run
+from tests.app.journal.test_trends import SMALL, collectives_result, finished
+from tests.app.journal.test_week_changes import history
+from tests.helpers import THIS_WEEK
 
 
 def test_a_letters_file_holds_its_cards_numbers_and_imports_back_as_the_block(
@@ -22,7 +30,10 @@ def test_a_letters_file_holds_its_cards_numbers_and_imports_back_as_the_block(
     block = f"```run\nid: {run_id}\n```"
     after = mirrored[mirrored.index(block) + len(block):]
     shown = after[:after.index("<!-- commonplace:run end -->")]
-    assert f"**[Run {run_id} · " in shown and f"](/runs/{run_id})** SUCCEEDED" in shown
+    assert f"**Run {run_id} · " in shown and "** SUCCEEDED" in shown
+    caption = next(line for line in shown.splitlines() if line.startswith("**Run"))
+    assert caption.endswith(f" ^run-{run_id}")  # Obsidian's block id, which links reach
+    assert "](/" not in shown  # no link to the app's pages, dead in a vault
     assert "| strategy | ok | step | meas/pred | tokens/s |" in shown
     assert "| ddp | ✓ | 20 ms | 2.00× | 1 k |" in shown
     assert "ddp took 20 ms against 10 ms predicted (2.00×)." in shown
@@ -81,5 +92,40 @@ def test_a_run_block_in_a_list_item_is_the_card_on_the_page_and_its_numbers_in_t
     exported = (out / "Sweep.md").read_text()
     assert "  | ddp | ✓ | 20 ms | 2.00× | 1 k |" in exported
     assert mirror.parse_file(out / "Sweep.md").body.rstrip("\n") == body
+    report = transfer.import_folder(db, out, workers=0)
+    assert (report.created, report.updated, report.errors) == (0, 0, [])
+
+
+def test_an_exports_runs_link_the_files_holding_their_cards_and_import_back_unchanged(
+        db, data_dir, tmp_path):
+    """Last weeks' runs in their letters, this week's in its own with the changes block:
+    every link the export writes reaches a file of the folder, at the block id it names."""
+    before = history(db)
+    slow = finished(db, "collectives", SMALL, collectives_result(30e9))
+    latest = finished(db, "collectives", SMALL, collectives_result(30.2e9))
+    posting.post_cards(db, "UTC")
+    out = tmp_path / "out"
+    vault.export_vault(db, out)
+    texts = {p.relative_to(out).as_posix(): p.read_text() for p in out.rglob("*.md")}
+    links = [(name, target) for name, text in texts.items()
+             for target in re.findall(r"\]\(([^)\s]+)\)", text)]
+    assert links and not [t for _, t in links if t.startswith("/")]  # none to the app
+    for name, target in links:
+        path, _, block = target.partition("#")
+        there = posixpath.normpath(posixpath.join(posixpath.dirname(name), unquote(path)))
+        assert (out / there).is_file(), (name, target)
+        if block:
+            assert f" {block}\n" in texts[there], (name, target)
+    letter = texts[f"{THIS_WEEK}.md"]
+    opening = letter[letter.index("<!-- commonplace:changes shown -->"):]
+    assert (f"[#{slow}]({THIS_WEEK}.md#^run-{slow}), [#{latest}]({THIS_WEEK}.md#^run-"
+            f"{latest})" in opening)
+    # the first card of the week names the run before it, in last week's letter
+    with db.read() as session:
+        last_week = card_trend.week_of(session.get(Run, before[-1]), "UTC")
+    assert f"([#{before[-1]}]({last_week}.md#^run-{before[-1]}))" in letter
+    # the mirror's files know no other file: the numbers, and no link to the app
+    for mirrored in (data_dir / "notes").rglob("*.md"):
+        assert "](/runs/" not in mirrored.read_text() and "](/trends/" not in mirrored.read_text()
     report = transfer.import_folder(db, out, workers=0)
     assert (report.created, report.updated, report.errors) == (0, 0, [])
