@@ -23,13 +23,15 @@ What is shown links only to files beside it, never to the app's pages (a dead li
 vault opened without the app): an embed whose block gives a place a name (`register_anchor`:
 a run's card is `run-42`) writes it as an Obsidian block id, and `in_files` hands the
 markdown a `link(anchor)` that gives the relative link to the file of the folder holding
-that anchor, or None (the mirror's files, or nothing there: plain text).
+that anchor (`linker`), or None: nothing there, plain text (a mirror's file knows only
+its own anchors).
 """
 
 import logging
+import posixpath
 import re
 from collections.abc import Callable
-from posixpath import join
+from urllib.parse import quote
 
 from sqlalchemy.orm import Session
 
@@ -75,6 +77,20 @@ def anchors(body: str) -> list[str]:
             and (found := ANCHORS[block.lang](block.code + "\n"))]
 
 
+def linker(anchored: dict[str, str], path: str) -> Link:
+    """Links from the file at `path` (under the folder) to the anchors `anchored` places
+    ({anchor: path}), relative and encoded as Obsidian's markdown links are
+    (`../2024-W13.md#^run-42`)."""
+    here = posixpath.dirname(path) or "."
+
+    def link(anchor: str) -> str | None:
+        there = anchored.get(anchor)
+        if there is None:
+            return None
+        return f"{quote(posixpath.relpath(there, here))}#^{anchor}"
+    return link
+
+
 def in_files(session: Session, body: str, up: int = 0, link: Link = _no_link
              ) -> tuple[str, dict[str, str]]:
     """`body` as a file on disk holds it, and the files it needs ({path under the folder:
@@ -113,7 +129,7 @@ def _shown(session: Session, name: str, code: str, up: int, files: dict[str, str
     text = text.replace("<!--", "< !--")  # so that nothing in it can end it
     for file_name in drawn:
         text += f"\n\n![{file_name}]({'../' * up}{FILES_DIR}/{file_name})"
-    files.update({join(FILES_DIR, n): t for n, t in drawn.items()})
+    files.update({posixpath.join(FILES_DIR, n): t for n, t in drawn.items()})
     return f"<!-- commonplace:{name} shown -->\n{text}\n<!-- commonplace:{name} end -->"
 
 

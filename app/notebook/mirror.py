@@ -107,8 +107,11 @@ def _pending(session: Session) -> _Pending | None:
 
 def file_text(session: Session, entry: Entry, up: int = 1) -> tuple[str, dict[str, str]]:
     """The entry's file with what its embeds show written in (embeds.in_files), and the
-    files that needs; `up`: how deep under the folder the file lies."""
-    body, files = embeds.in_files(session, entry.body_md, up)
+    files that needs; `up`: how deep under the folder the file lies. Written alone, the
+    file links only the cards it holds itself."""
+    here = relpath(entry).as_posix()
+    own = embeds.linker(dict.fromkeys(embeds.anchors(entry.body_md), here), here)
+    body, files = embeds.in_files(session, entry.body_md, up, link=own)
     return to_text(entry, body), files
 
 

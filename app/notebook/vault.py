@@ -9,15 +9,13 @@ attachments beside the notes, an imported one at its own path, an upload under
 attachments/<its hash>/, and links to an upload's address made links to that file
 (vault_uploads.py, which import reads back); after each ```run block, its card as
 markdown with its chart (embeds.in_files: run-cards/), and the runs a card or a week's
-changes name linked to the file where their card is (`_linker`), never to the app.
+changes name linked to the file where their card is (embeds.linker), never to the app.
 """
 
 from __future__ import annotations
 
-import posixpath
 import re
 from pathlib import Path, PurePosixPath
-from urllib.parse import quote
 
 import sqlalchemy as sa
 import yaml
@@ -131,22 +129,9 @@ def export_vault(db, folder: Path) -> tuple[int, int]:
         for entry, path in placed:
             up = path.count("/")
             body, drawn = embeds.in_files(session, entry.body_md, up,
-                                          link=_linker(anchored, path))
+                                          link=embeds.linker(anchored, path))
             write_atomic(folder / path, _text(entry, aliases.get(entry.id, []), exported, body,
                                               up))
             for where, text in drawn.items():
                 write_atomic(folder / where, text)
     return len(placed), files
-
-
-def _linker(anchored: dict[str, str], path: str) -> embeds.Link:
-    """Links from the file at `path` to the anchors of the folder, relative and encoded as
-    Obsidian's markdown links are (`../2024-W13.md#^run-42`)."""
-    here = posixpath.dirname(path) or "."
-
-    def link(anchor: str) -> str | None:
-        there = anchored.get(anchor)
-        if there is None:
-            return None
-        return f"{quote(posixpath.relpath(there, here))}#^{anchor}"
-    return link

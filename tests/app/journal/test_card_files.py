@@ -124,8 +124,11 @@ def test_an_exports_runs_link_the_files_holding_their_cards_and_import_back_unch
     with db.read() as session:
         last_week = card_trend.week_of(session.get(Run, before[-1]), "UTC")
     assert f"([#{before[-1]}]({last_week}.md#^run-{before[-1]}))" in letter
-    # the mirror's files know no other file: the numbers, and no link to the app
+    # a mirror's file is written alone: it links the cards it holds, names the others
     for mirrored in (data_dir / "notes").rglob("*.md"):
         assert "](/runs/" not in mirrored.read_text() and "](/trends/" not in mirrored.read_text()
+    mirrored = (data_dir / "notes" / THIS_WEEK[:4] / f"{THIS_WEEK}.md").read_text()
+    assert f"[#{slow}]({THIS_WEEK}.md#^run-{slow})" in mirrored
+    assert f"(#{before[-1]})" in mirrored and f"[#{before[-1]}]" not in mirrored
     report = transfer.import_folder(db, out, workers=0)
     assert (report.created, report.updated, report.errors) == (0, 0, [])

@@ -140,7 +140,9 @@ def test_a_first_week_says_so_with_its_range_in_the_page_the_feed_and_the_file(
         assert "Regression" not in words and "against #" not in words, where
         assert " from 40 GB/s" not in words and "beyond" not in words, where
     mirrored = next((data_dir / "notes").rglob(f"{THIS_WEEK}.md")).read_text()
-    assert f"- {said}\n    - {line}" in mirrored
+    assert f"[#{third}]({THIS_WEEK}.md#^run-{third})" in mirrored  # its card, in this file
+    unlinked = re.sub(r"\[(#\d+)\]\([^)]*\)", r"\1", mirrored)
+    assert f"- {said}\n    - {line}" in unlinked
 
 
 def test_a_first_week_of_one_run_says_so_on_the_trend_page(db, client):
