@@ -139,6 +139,20 @@ def test_crontab_day_numbers_mean_what_crontab_says():
     assert days["0 2 * * 5-7"] == {"Fri", "Sat", "Sun"}
 
 
+def test_two_day_fields_fire_on_either_as_in_crontab(client):
+    # Crontab: with both day-of-month and day-of-week restricted, a day matching either.
+    assert new_schedule(client, cron="0 9 1 * mon")["cron"] == "0 9 1 * mon"
+    after = dt.datetime(2026, 11, 30, 12, tzinfo=dt.UTC)  # a Monday, past 09:00
+    days = [t.strftime("%a %d") for t in schedules.next_fires("0 9 1 * mon", "UTC", 3, after)]
+    assert days == ["Tue 01", "Mon 07", "Mon 14"]
+    # Feb 29th or a Monday of February: the Mondays come long before a leap day's Monday.
+    leap = schedules.next_fires("0 0 29 2 1", "UTC", 1, after)
+    assert leap == [utc(2027, 2, 1)]
+    # A day field starting with "*" restricts nothing in crontab's reading: both must match.
+    days = {t.strftime("%a") for t in schedules.next_fires("0 2 */2 * 1", "UTC", 6, after)}
+    assert days == {"Mon"}
+
+
 @pytest.mark.parametrize("phrase", ["every blue moon", "every day at 25:00", "every 0 hours",
                                     "sundays at 13pm", "every month on the 32nd"])
 def test_phrases_it_cannot_read_are_refused_and_say_what_it_can(client, db, phrase):
