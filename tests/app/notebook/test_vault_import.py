@@ -148,10 +148,12 @@ def test_hostile_files_fail_alone_and_every_other_file_imports(tmp_path, make_ap
     write(folder, "bomb.md", ALIAS_BOMB)
     write(folder, "deep.md", ">" * 5000 + " x")
     write(folder, "also good.md", "[[good]] #fine")
+    write(folder, "bell\x07name.md", "a control character in its name")
     db = make_app().extensions["db"]
     report = IMPORTS[way](db, folder)
     titles = by_title(db)
-    assert {"2024-02-01 good", "also good", "bomb"} <= set(titles)
+    assert {"2024-02-01 good", "also good", "bomb", "bellname"} <= set(titles)
+    assert [w for w in report.warnings if "control characters left out of the title" in w]
     assert [s for s in report.skipped if "2024-02-01-fifo.md: not a regular file" in s]
     assert [e for e in report.errors if "huge.md: " in e and "a note is at most" in e]
     # the alias bomb is not expanded: its front matter is kept as text, and said so
