@@ -183,6 +183,18 @@ def test_a_schedule_fires_at_most_every_ten_minutes(client, db, cron, every):
 # -- all schedules together ----------------------------------------------------------------
 
 
+def test_the_forms_preview_refuses_what_a_save_refuses(client):
+    # Shown as one types: a line the save would refuse is said to be refused there.
+    for cron in ("every minute", "*/5 * * * *", "0 2 31 2 *"):
+        preview = client.get("/api/v1/schedules/preview", query_string={"cron": cron})
+        saved = client.post("/api/v1/schedules", json={"experiment": "collectives",
+                                                       "cron": cron, "timezone": "UTC"})
+        assert preview.status_code == saved.status_code == 422, cron
+        assert preview.get_json()["error"] == saved.get_json()["error"]
+    ok = client.get("/api/v1/schedules/preview", query_string={"cron": "every 10 minutes"})
+    assert ok.status_code == 200 and len(ok.get_json()["next_fires"]) == 5
+
+
 def test_schedules_together_start_at_most_the_cap_a_minute_and_skip_the_rest(client, db):
     """Each `*/10` schedule is allowed alone; six on the same minute with a cap of four: four
     runs, two visible skips (which do not count), and the next minute starts afresh."""
