@@ -92,6 +92,19 @@ def test_capture_from_argv_a_pipe_and_a_file(cpl, server, tmp_path):
     assert as_json["url"].startswith(server.base)
 
 
+def test_a_capture_that_is_not_utf8_is_refused_and_kept_as_it_came(cpl, server, tmp_path):
+    source = tmp_path / "latin1.md"
+    source.write_bytes("caf\u00e9 in Latin-1 #reading\n".encode("latin-1"))
+    before = api(server.base, "/api/v1/entries?limit=500")[1]["entries"]
+    with source.open("rb") as handle:
+        piped = cpl("note", stdin=handle)
+    assert piped.rc == 2, piped.err
+    assert "not UTF-8 (byte 0xe9 at offset 3)" in piped.err
+    kept = re.search(r"kept as it came in (\S+):", piped.err)[1]
+    assert open(kept, "rb").read() == source.read_bytes()
+    assert api(server.base, "/api/v1/entries?limit=500")[1]["entries"] == before
+
+
 def test_the_offline_queue_sends_each_capture_once(cpl, server):
     server.web.send_signal(signal.SIGQUIT)  # the server goes away (gunicorn's quick stop)
     server.web.wait(timeout=30)
