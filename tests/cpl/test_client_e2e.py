@@ -10,6 +10,7 @@ import json
 import re
 import signal
 import stat
+import sys
 import urllib.request
 
 import pytest
@@ -190,6 +191,18 @@ def test_week_edit_no_change_change_and_a_conflict(cpl, server, tmp_path):
     assert "- theirs: from the web" in body and "- mine: from the terminal" in body
     assert "<<<<<<<" not in body
     assert not list((cpl.state / "drafts").glob("*.md"))
+
+
+def test_an_edit_saved_in_another_encoding_is_kept_and_not_sent(cpl, server, tmp_path):
+    made = cpl("note", "--title", "Encoded", "--json", input="plain text\n").json()
+    latin1 = tmp_path / "latin1_editor.py"
+    latin1.write_text("import sys\nopen(sys.argv[1], 'wb').write('caf\\u00e9\\n'"
+                      ".encode('latin-1'))\n")
+    edited = cpl("edit", str(made["id"]), env={"EDITOR": f"{sys.executable} {latin1}"})
+    assert edited.rc == 1 and "not UTF-8 (byte 0xe9 at offset 3)" in edited.err, edited.err
+    kept = re.search(r"kept as it was in (\S+)", edited.err)[1]
+    assert open(kept, "rb").read() == "caf\u00e9\n".encode("latin-1")  # nothing typed is lost
+    assert entry_at(server, made["url"])["body"] == "plain text"
 
 
 def test_overwrite_after_a_conflict_keeps_theirs_in_the_history(cpl, server, tmp_path):
