@@ -235,6 +235,24 @@ def test_an_export_is_a_vault_that_imports_back_as_the_same_notebook(tmp_path, m
     assert "cssclasses:\n- wide\nrating: 5\n" in (out / "Projects/Plan.md").read_text()
 
 
+def test_an_export_writes_notes_whose_names_are_long_in_bytes(tmp_path, make_app):
+    """A file name is at most 255 bytes: an imported one near that, and a title of 120 CJK
+    characters (360 bytes), are written all the same, and read back as the same notes."""
+    folder = tmp_path / "vault"
+    write(folder, "x" * 250 + ".md", "a long file name")
+    db = make_app().extensions["db"]
+    transfer.import_folder(db, folder, workers=0)
+    with db.write() as session:
+        entries.create(session, author="x", date="2024-03-01", title="\u6587" * 120,
+                       body="long in bytes")
+    out = tmp_path / "out"
+    assert vault.export_vault(db, out) == (2, 0)
+    assert sorted(p.name for p in out.rglob("*.md")) == ["x" * 250 + ".md",
+                                                         "\u6587" * 66 + ".md"]
+    report = transfer.import_folder(db, out, workers=0)
+    assert (report.created, report.updated, report.unchanged, report.errors) == (0, 0, 2, [])
+
+
 @pytest.mark.parametrize("way", IMPORTS)
 def test_an_export_imported_into_its_own_notebook_changes_nothing(tmp_path, make_app, way):
     """Entries written here have no file: the export names each in its front matter
