@@ -33,6 +33,9 @@ def title_from(text: str) -> tuple[str, str]:
 
 
 def _clean(line: str) -> str:
+    # A title holds no control characters (the server refuses them): a first line piped
+    # from a coloured terminal loses its escape sequences, not the capture.
+    line = re.sub(r"[\x00-\x1f\x7f-\x9f]", " ", re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", line))
     line = re.sub(r"\[\[([^\]|]+)\|([^\]]+)\]\]", r"\2", line)
     line = re.sub(r"\[\[([^\]]+)\]\]", r"\1", line)
     line = re.sub(r"(?<!\S)#[A-Za-z][\w/-]*", "", line)
