@@ -7,6 +7,7 @@ from __future__ import annotations
 
 import errno
 import os
+import re
 import socket
 from pathlib import Path
 
@@ -15,14 +16,16 @@ LISTEN = "0A"  # the LISTEN state in /proc/net/tcp
 
 def port_problem(bind: str) -> str | None:
     """Why nothing can listen on `bind` (host:port) now, naming what holds it; or None."""
-    if bind.startswith("unix:") or ":" not in bind:
+    if bind.startswith("unix:"):
         return None
-    host, _, port_text = bind.rpartition(":")
-    host = host.strip("[]") or "0.0.0.0"
-    try:
-        port = int(port_text)
-    except ValueError:
-        return f"COMMONPLACE_BIND={bind} does not end in a port number"
+    host, colon, port_text = bind.rpartition(":")
+    # Without a port gunicorn would take 8000 (whoever holds it), and `up` would point its
+    # runner at the host's name as if it were one.
+    if not colon or not re.fullmatch(r"[0-9]{1,5}", port_text) \
+            or not 1 <= int(port_text) <= 65535:
+        return (f"COMMONPLACE_BIND={bind} does not end in a port number from 1 to 65535: "
+                "give host:port, e.g. 127.0.0.1:8000")
+    host, port = host.strip("[]") or "0.0.0.0", int(port_text)
     family = socket.AF_INET6 if ":" in host else socket.AF_INET
     with socket.socket(family, socket.SOCK_STREAM) as probe:
         # as gunicorn binds: a port whose last connections are in TIME_WAIT is free

@@ -19,7 +19,9 @@ from typing import Any
 def write_atomic(path: str | os.PathLike, data: str | bytes) -> None:
     path = Path(path)
     path.parent.mkdir(parents=True, exist_ok=True)
-    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name}.", suffix=".tmp")
+    # A name is at most 255 bytes: the target's may be nearly that long already, so the
+    # temporary one carries only its start (40 characters are at most 160 bytes).
+    fd, tmp = tempfile.mkstemp(dir=path.parent, prefix=f".{path.name[:40]}.", suffix=".tmp")
     try:
         with os.fdopen(fd, "wb") as fh:
             fh.write(data.encode("utf-8") if isinstance(data, str) else data)

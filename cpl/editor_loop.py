@@ -68,12 +68,25 @@ def run_editor(text: str, name: str, config: dict) -> str:
         except FileNotFoundError:
             raise CplError(f"cannot start the editor {command[0]!r}",
                            "set VISUAL or EDITOR (e.g. export EDITOR=nano)") from None
-        edited = Path(path).read_text(encoding="utf-8")
+        edited = _utf8_or_kept(Path(path).read_bytes(), name)
         if code != 0:
             raise EditorFailed(code, edited)
         return edited
     finally:
         Path(path).unlink(missing_ok=True)
+
+
+def _utf8_or_kept(raw: bytes, name: str) -> str:
+    # An editor set to another encoding (vim's fileencoding=latin1): the file is about to
+    # be removed, so what was written is kept among the drafts before saying so.
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        kept = drafts_dir() / f"{name}not-utf8-{dt.datetime.now():%Y%m%dT%H%M%S%f}.md"
+        write_private(kept, raw)
+        raise CplError(f"the editor saved text that is not UTF-8 (byte 0x{raw[exc.start]:02x} "
+                       f"at offset {exc.start}); it is kept as it was in {kept}",
+                       "save it as UTF-8 and try again") from None
 
 
 class EditorFailed(Exception):

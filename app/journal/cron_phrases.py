@@ -16,6 +16,8 @@ from __future__ import annotations
 import re
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
+from apscheduler.triggers.base import BaseTrigger
+from apscheduler.triggers.combining import OrTrigger
 from apscheduler.triggers.cron import CronTrigger
 
 from app.errors import Invalid
@@ -154,10 +156,11 @@ def _day_number(text: str) -> int:
 # -- a crontab line as APScheduler's trigger ------------------------------------------------
 
 
-def trigger(cron: str, timezone: str) -> CronTrigger:
-    """A CronTrigger from a five-field crontab line (with crontab's meaning of day-of-week
-    numbers), or Invalid naming what is wrong. The one place a schedule becomes a trigger:
-    the pages, the API and the scheduler process all ask here."""
+def trigger(cron: str, timezone: str) -> BaseTrigger:
+    """APScheduler's trigger for a five-field crontab line, with crontab's meaning of
+    day-of-week numbers and of two day fields, or Invalid naming what is wrong. The one
+    place a schedule becomes a trigger: the pages, the API and the scheduler process all
+    ask here."""
     if not isinstance(cron, str) or not cron.strip():
         raise Invalid("cron is required, e.g. '0 2 * * sun' (Sundays at 02:00)", "cron")
     fields = cron.split()
@@ -172,7 +175,7 @@ def trigger(cron: str, timezone: str) -> CronTrigger:
     given = {"minute": minute, "hour": hour, "day": day, "month": month,
              "day_of_week": weekday_names(weekday)}
     try:
-        return CronTrigger(**given, timezone=zone)
+        both = CronTrigger(**given, timezone=zone)
     except (ValueError, TypeError) as exc:
         # APScheduler quotes the bad value but not its field ("'61': the last value (61)
         # is higher than the maximum value (59)"): name the field the user wrote.
@@ -183,3 +186,10 @@ def trigger(cron: str, timezone: str) -> CronTrigger:
                 why = str(alone).removeprefix(f"Error validating expression {written!r}: ")
                 raise Invalid(f"cron's {name} field {written!r}: {why}", "cron") from None
         raise Invalid(f"cron: {exc}", "cron") from None
+    if day.startswith("*") or weekday.startswith("*"):
+        return both
+    # Both day fields restricted: crontab fires on a day that matches either ("0 9 1 * mon",
+    # the 1st and every Monday), CronTrigger only on one that matches both. As cron reads
+    # it, a field starting with "*" ("*/2" too) leaves the other one alone.
+    return OrTrigger([CronTrigger(**{**given, "day_of_week": "*"}, timezone=zone),
+                      CronTrigger(**{**given, "day": "*"}, timezone=zone)])

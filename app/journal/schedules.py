@@ -79,19 +79,26 @@ def _clean(session: Session, data: dict, current: Schedule | None = None) -> dic
         raise Invalid(f"misfire_grace_s is whole seconds from 0 to {MAX_GRACE_S}",
                       "misfire_grace_s")
     merged["cron"] = cron_phrases.to_cron(merged["cron"])
-    fires = next_fires(merged["cron"], merged["timezone"], FIRES_CHECKED)
-    if not fires:
-        raise Invalid(f"cron {merged['cron']!r} never fires", "cron")
-    closest = min((b - a for a, b in zip(fires, fires[1:], strict=False)), default=None)
-    if closest is not None and closest < MIN_INTERVAL:
-        minutes = int(MIN_INTERVAL.total_seconds() // 60)
-        raise Invalid(f"cron {merged['cron']!r} fires every {_span(closest)}; a schedule may "
-                      f"start a run at most every {minutes} minutes", "cron")
+    allowed_fires(merged["cron"], merged["timezone"])
     experiment = merged["experiment"]
     merged["params"] = runs.check_params(session, experiment, merged["params"])
     merged["cron"] = " ".join(merged["cron"].split())
     merged["name"] = name.strip() or f"{experiment} ({merged['cron']})"
     return merged
+
+
+def allowed_fires(cron: str, timezone: str) -> list[dt.datetime]:
+    """The next fires of a crontab line, or Invalid if it never fires or fires more often
+    than a schedule may: what a save checks, and what the form's preview shows."""
+    fires = next_fires(cron, timezone, FIRES_CHECKED)
+    if not fires:
+        raise Invalid(f"cron {cron!r} never fires", "cron")
+    closest = min((b - a for a, b in zip(fires, fires[1:], strict=False)), default=None)
+    if closest is not None and closest < MIN_INTERVAL:
+        minutes = int(MIN_INTERVAL.total_seconds() // 60)
+        raise Invalid(f"cron {cron!r} fires every {_span(closest)}; a schedule may start a "
+                      f"run at most every {minutes} minutes", "cron")
+    return fires
 
 
 def _span(delta: dt.timedelta) -> str:

@@ -22,6 +22,16 @@ from app.notebook.addresses import entry_url
 from app.notebook.render import hide_draft_links
 
 ATOM = "http://www.w3.org/2005/Atom"
+# Characters XML 1.0 cannot carry (a pasted note can hold U+FFFE; a title stored before
+# titles refused control characters, NUL): one of them makes the whole feed unreadable.
+_NOT_XML = re.compile("[\x00-\x08\x0b\x0c\x0e-\x1f\ud800-\udfff\ufffe\uffff]")
+
+
+def xml_text(text: str) -> str:
+    """`text` with what XML 1.0 cannot carry left out."""
+    return _NOT_XML.sub("", text)
+
+
 # A same-origin path to an SVG (never "//host": the feed's token may be added to it).
 _IMAGE = r"/[A-Za-z0-9_-][A-Za-z0-9_/.-]{0,200}\.svg(?:\?v=[0-9a-f]{1,64})?"
 _ALTERNATIVE_RE = re.compile(
@@ -91,7 +101,7 @@ def build(session: Session, base_url: str, *, limit: int = 50, title: str = "Com
     ET.SubElement(author, f"{{{ATOM}}}name").text = "Commonplace"
     for entry in entries:
         item = ET.SubElement(feed, f"{{{ATOM}}}entry")
-        ET.SubElement(item, f"{{{ATOM}}}title").text = entry.title
+        ET.SubElement(item, f"{{{ATOM}}}title").text = xml_text(entry.title)
         # A stable id that survives title changes (RFC 4287 4.2.6: never changes).
         ET.SubElement(item, f"{{{ATOM}}}id").text = f"{base_url}/entries/{entry.id}"
         page = base_url + entry_url(entry)
@@ -107,6 +117,6 @@ def build(session: Session, base_url: str, *, limit: int = 50, title: str = "Com
         content = ET.SubElement(item, f"{{{ATOM}}}content", type="html")
         content.set("{http://www.w3.org/XML/1998/namespace}base", base_url + "/")
         # a feed reader sees no drafts
-        content.text = absolute(for_feed(hide_draft_links(entry.body_html), token), page,
-                                base_url)
+        content.text = xml_text(absolute(for_feed(hide_draft_links(entry.body_html), token),
+                                         page, base_url))
     return ET.tostring(feed, encoding="utf-8", xml_declaration=True)

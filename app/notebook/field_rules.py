@@ -15,6 +15,9 @@ MAX_BODY = 1_000_000
 MAX_TAGS = 30
 TAG_RE = re.compile(r"^[a-z][a-z0-9_/-]{0,49}$")
 DATE_RE = re.compile(r"^\d{4}-\d{2}-\d{2}$")
+# Whitespace is folded to spaces first; what is left of these has no place in a title, and
+# NUL or U+FFFF in one would make the Atom feed that carries it unreadable XML.
+TITLE_UNWANTED = re.compile("[\x00-\x1f\x7f-\x9f\ufffe\uffff]")
 STATUSES = ("draft", "published")
 
 
@@ -62,6 +65,8 @@ def check_title(value) -> str:
     title = " ".join(value.split())
     if len(title) > MAX_TITLE:
         raise Invalid(f"title is longer than {MAX_TITLE} characters", "title")
+    if unwanted := TITLE_UNWANTED.search(title):
+        raise Invalid(f"title holds U+{ord(unwanted[0]):04X}, which is not text", "title")
     return title
 
 

@@ -17,6 +17,7 @@ import sqlalchemy as sa
 from app.errors import Refusal
 from app.models import Entry, EntryAlias, link_key
 from app.notebook import entries
+from app.notebook.field_rules import TITLE_UNWANTED
 from app.notebook.isoweeks import iso_week
 from app.notebook.link_index import NEW, Known, LinkIndex, keys_of
 from app.notebook.mirror import export_id
@@ -98,7 +99,12 @@ def fields_of(p, date) -> tuple[entries.Fields, list[str]]:
     warnings = list(p.warnings)
     if dropped:
         warnings.append("tags left aside: " + ", ".join(dropped[:10]))
-    return entries.Fields(entries.parse_date(date), entries.check_title(p.title),
+    # A file's name may hold what a title may not (a control character): left out of the
+    # title, the file comes in rather than failing.
+    title = TITLE_UNWANTED.sub("", p.title)
+    if title != p.title:
+        warnings.append("control characters left out of the title")
+    return entries.Fields(entries.parse_date(date), entries.check_title(title),
                           entries.check_body(p.body), tags,
                           entries.check_status(p.status),
                           entries.check_publish(p.publish)), warnings

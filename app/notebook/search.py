@@ -31,7 +31,7 @@ from app.errors import BadQuery
 from app.models import Entry, EntryTag
 from app.notebook import browse, ranking
 from app.notebook.entry_rows import LISTED, EntryRow, rows
-from app.notebook.isoweeks import WEEK_RE
+from app.notebook.isoweeks import parse_week
 from app.notebook.ranking import run as _run
 from app.notebook.search_budget import check_size, folded_terms, time_limit
 from app.notebook.search_index import LETTER_TOKEN, has_index
@@ -132,8 +132,10 @@ def _apply_filter(query: Query, name: str, value: str) -> None:
     elif name == "to":
         query.date_to = _date("to", value)
     elif name == "week":
-        if not WEEK_RE.match(value.upper()):
-            raise BadQuery(f"week: expects an ISO week like 2024-W13, not {value!r}")
+        try:
+            parse_week(value.upper())
+        except ValueError:  # 2024-W99 too: a week no letter can have
+            raise BadQuery(f"week: expects an ISO week like 2024-W13, not {value!r}") from None
         query.week = value.upper()
     elif name == "kind":
         if value not in ("week", "entry"):

@@ -30,8 +30,14 @@ from base.durable import write_atomic
 _FORBIDDEN_RE = re.compile(r'[\\/:*?"<>|#^\[\]\x00-\x1f\x7f]+')
 
 
+# A file name is at most 255 bytes: a title's 120 characters may be 480 of them (CJK,
+# emoji). Room is left for a number that makes the name unique, and ".md".
+MAX_NAME_BYTES = 200
+
+
 def file_name(title: str) -> str:
-    name = " ".join(_FORBIDDEN_RE.sub(" ", title).split()).strip(". ")[:120].rstrip(". ")
+    name = " ".join(_FORBIDDEN_RE.sub(" ", title).split()).strip(". ")[:120]
+    name = name.encode()[:MAX_NAME_BYTES].decode(errors="ignore").rstrip(". ")
     return name or "Untitled"
 
 

@@ -9,6 +9,7 @@ from urllib.parse import urlsplit
 from xml.etree import ElementTree as ET
 
 from app.models import Entry
+from app.notebook.atom import xml_text
 
 ATOM = "http://www.w3.org/2005/Atom"
 LIMIT = 50
@@ -45,7 +46,7 @@ def build(entries: list[tuple[Entry, str, str, list[str]]], base_url: str,
     ET.SubElement(ET.SubElement(feed, f"{{{ATOM}}}author"), f"{{{ATOM}}}name").text = title
     for entry, path, html, tags in entries[:LIMIT]:
         item = ET.SubElement(feed, f"{{{ATOM}}}entry")
-        ET.SubElement(item, f"{{{ATOM}}}title").text = entry.title
+        ET.SubElement(item, f"{{{ATOM}}}title").text = xml_text(entry.title)
         # stable across a change of title (RFC 4287 4.2.6: an id never changes)
         ET.SubElement(item, f"{{{ATOM}}}id").text = f"{base_url}entries/{entry.id}"
         ET.SubElement(item, f"{{{ATOM}}}link", href=base_url + path, rel="alternate",
@@ -55,5 +56,5 @@ def build(entries: list[tuple[Entry, str, str, list[str]]], base_url: str,
         ET.SubElement(item, f"{{{ATOM}}}updated").text = _iso(entry.updated_at)
         for tag in tags:
             ET.SubElement(item, f"{{{ATOM}}}category", term=tag)
-        ET.SubElement(item, f"{{{ATOM}}}content", type="html").text = html
+        ET.SubElement(item, f"{{{ATOM}}}content", type="html").text = xml_text(html)
     return ET.tostring(feed, encoding="utf-8", xml_declaration=True)

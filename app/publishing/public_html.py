@@ -16,6 +16,7 @@ from html import escape, unescape
 from urllib.parse import quote, unquote
 
 from app.notebook.attachments import safe_filename
+from app.notebook.render import flatten_embeds
 from app.publishing.selection import Public, entry_path, tag_path
 
 _LINK_RE = re.compile(r"<a\b([^>]*)>(.*?)</a>", re.S)
@@ -141,5 +142,12 @@ def rewrite(html: str, source_id: int, sources: Sources, used: Used, prefix: str
         body = _CHARTS_RE.sub("", _CHARTS_RE.sub(lambda _: picture, m[3], count=1))
         return f'<div class="card-body">{body}</div>'
 
+    def public_embed(source: str) -> bool:
+        href = _HREF_RE.search(source)
+        return href is not None and target(href[1])[0] is not None
+
+    # An embedded note's text was copied into this entry when it was saved: a note that is
+    # not public is cut to its source line, as its link is cut to its words.
+    html = flatten_embeds(html, public_embed)
     html = _IMG_RE.sub(image, _LINK_RE.sub(link, html))
     return _CARD_RE.sub(card, html)  # last: its image is already a link of the site

@@ -4,12 +4,16 @@ bounds. A malformed request is an Invalid (422) naming what is wrong, never a 50
 from __future__ import annotations
 
 import json
+import re
 
 from flask import request
 
 from app.errors import Invalid
 
 INT64 = 2**63
+# "\ud800" unpaired: json reads it into a str that no UTF-8 writer downstream (SQLite, a
+# file, a page) can encode. Only a body with such an escape is walked to find out.
+SURROGATE_ESCAPE = re.compile(r"\\u[dD][89a-fA-F]")
 
 
 def _no_constant(name: str):
@@ -36,13 +40,27 @@ def json_body() -> dict:
     if not request.is_json:
         raise Invalid("send a JSON object with Content-Type: application/json")
     try:
-        data = json.loads(request.get_data(cache=True), parse_constant=_no_constant,
-                          parse_float=_finite, parse_int=_int64)
+        # Strict UTF-8, as JSON between systems is: json.loads of the bytes would also take
+        # UTF-16, and a surrogate's own bytes (surrogatepass), as text.
+        text = request.get_data(cache=True).decode("utf-8-sig")
+        data = json.loads(text, parse_constant=_no_constant, parse_float=_finite,
+                          parse_int=_int64)
     except (ValueError, RecursionError) as exc:
         raise Invalid(f"the body is not JSON: {exc}") from None
     if not isinstance(data, dict):
         raise Invalid("the body must be a JSON object")
+    if SURROGATE_ESCAPE.search(text) and not _encodable(data):
+        raise Invalid("the body holds a lone UTF-16 surrogate (\\ud800 to \\udfff), "
+                      "which is not text")
     return data
+
+
+def _encodable(data) -> bool:
+    try:
+        json.dumps(data, ensure_ascii=False).encode()
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 def int_arg(name: str, default: int, low: int, high: int) -> int:

@@ -33,6 +33,9 @@ def title_from(text: str) -> tuple[str, str]:
 
 
 def _clean(line: str) -> str:
+    # A title holds no control characters (the server refuses them): a first line piped
+    # from a coloured terminal loses its escape sequences, not the capture.
+    line = re.sub(r"[\x00-\x1f\x7f-\x9f]", " ", re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", line))
     line = re.sub(r"\[\[([^\]|]+)\|([^\]]+)\]\]", r"\2", line)
     line = re.sub(r"\[\[([^\]]+)\]\]", r"\1", line)
     line = re.sub(r"(?<!\S)#[A-Za-z][\w/-]*", "", line)
@@ -57,9 +60,9 @@ def day(value: str | None) -> str | None:
 
 def _text(ctx: Ctx, words: tuple[str, ...]) -> str:
     if words:
-        return " ".join(words)
+        return _utf8(" ".join(words).encode("utf-8", "surrogateescape"))
     if not sys.stdin.isatty():
-        return sys.stdin.read()
+        return _utf8(sys.stdin.buffer.read())
     try:
         return run_editor("", "cpl-note-", ctx.config)
     except EditorFailed as exc:
@@ -135,7 +138,19 @@ def note(ctx: Ctx, text, title, date, tags, draft, as_json):
         out.line(ctx.api.absolute(entry["url"]))
 
 
-def keep_capture(text: str) -> str:
+def _utf8(raw: bytes) -> str:
+    """The capture's text, or a refusal that keeps its bytes: text that is not UTF-8 (a
+    Latin-1 file) is the server's to refuse, and a pipe cannot be read twice."""
+    try:
+        return raw.decode("utf-8")
+    except UnicodeDecodeError as exc:
+        kept = keep_capture(raw)
+        raise CplError(f"the text is not UTF-8 (byte 0x{raw[exc.start]:02x} at offset "
+                       f"{exc.start}); it is kept as it came in {kept}: convert it (iconv -f "
+                       "latin1 -t utf-8) and capture it again", exit_code=USAGE) from None
+
+
+def keep_capture(text: str | bytes) -> str:
     path = drafts_dir() / f"capture-{dt.datetime.now():%Y%m%dT%H%M%S%f}.md"
     write_private(path, text)
     return str(path)

@@ -12,6 +12,7 @@ import sys
 import time
 from pathlib import Path
 
+from app.port_holder import port_problem
 from tests.helpers import ROOT, free_port, stop_process, wait_for_http
 
 BOUND = 60  # seconds any wait may take before the test gives up
@@ -35,6 +36,19 @@ def test_up_on_a_busy_port_says_what_holds_it_and_starts_nothing(data_dir):
     assert f"port {port} is already in use, by process {os.getpid()}" in done.stderr
     assert "running at" not in done.stdout
     assert not (data_dir / "gunicorn.ctl").exists()
+
+
+def test_up_on_an_address_without_a_usable_port_says_so_and_starts_nothing(data_dir):
+    done = subprocess.run([sys.executable, "-m", "app.cli", "up"], cwd=ROOT,
+                          env={**up_env(data_dir, 0), "COMMONPLACE_BIND": "127.0.0.1:99999"},
+                          capture_output=True, text=True, timeout=BOUND)
+    assert done.returncode == 2, done.stderr
+    assert "COMMONPLACE_BIND=127.0.0.1:99999 does not end in a port number from 1 to 65535" \
+        in done.stderr and "Traceback" not in done.stderr
+    assert "running at" not in done.stdout and not (data_dir / "gunicorn.ctl").exists()
+    # without a port, gunicorn would have taken 8000, whoever held it
+    for bind in ("localhost", "127.0.0.1:", "[::1]", "127.0.0.1:0", "127.0.0.1:８０００"):
+        assert "does not end in a port number" in port_problem(bind), bind
 
 
 def processes_in_group(pgid: int) -> list[int]:

@@ -10,6 +10,7 @@ import json
 import re
 import signal
 import stat
+import sys
 import urllib.request
 
 import pytest
@@ -90,6 +91,19 @@ def test_capture_from_argv_a_pipe_and_a_file(cpl, server, tmp_path):
     as_json = cpl("note", "--json", "a capture as JSON").json()
     assert {"id", "title", "url", "body", "revision", "tags"} <= set(as_json)
     assert as_json["url"].startswith(server.base)
+
+
+def test_a_capture_that_is_not_utf8_is_refused_and_kept_as_it_came(cpl, server, tmp_path):
+    source = tmp_path / "latin1.md"
+    source.write_bytes("caf\u00e9 in Latin-1 #reading\n".encode("latin-1"))
+    before = api(server.base, "/api/v1/entries?limit=500")[1]["entries"]
+    with source.open("rb") as handle:
+        piped = cpl("note", stdin=handle)
+    assert piped.rc == 2, piped.err
+    assert "not UTF-8 (byte 0xe9 at offset 3)" in piped.err
+    kept = re.search(r"kept as it came in (\S+):", piped.err)[1]
+    assert open(kept, "rb").read() == source.read_bytes()
+    assert api(server.base, "/api/v1/entries?limit=500")[1]["entries"] == before
 
 
 def test_the_offline_queue_sends_each_capture_once(cpl, server):
@@ -177,6 +191,18 @@ def test_week_edit_no_change_change_and_a_conflict(cpl, server, tmp_path):
     assert "- theirs: from the web" in body and "- mine: from the terminal" in body
     assert "<<<<<<<" not in body
     assert not list((cpl.state / "drafts").glob("*.md"))
+
+
+def test_an_edit_saved_in_another_encoding_is_kept_and_not_sent(cpl, server, tmp_path):
+    made = cpl("note", "--title", "Encoded", "--json", input="plain text\n").json()
+    latin1 = tmp_path / "latin1_editor.py"
+    latin1.write_text("import sys\nopen(sys.argv[1], 'wb').write('caf\\u00e9\\n'"
+                      ".encode('latin-1'))\n")
+    edited = cpl("edit", str(made["id"]), env={"EDITOR": f"{sys.executable} {latin1}"})
+    assert edited.rc == 1 and "not UTF-8 (byte 0xe9 at offset 3)" in edited.err, edited.err
+    kept = re.search(r"kept as it was in (\S+)", edited.err)[1]
+    assert open(kept, "rb").read() == "caf\u00e9\n".encode("latin-1")  # nothing typed is lost
+    assert entry_at(server, made["url"])["body"] == "plain text"
 
 
 def test_overwrite_after_a_conflict_keeps_theirs_in_the_history(cpl, server, tmp_path):

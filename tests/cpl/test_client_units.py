@@ -24,6 +24,9 @@ from tests.client_helpers import Terminal
     ("# Standup\n\n- shipped the runner", "Standup", "- shipped the runner"),
     ("# Only a heading", "Only a heading", "# Only a heading"),
     ("word " * 40, ("word " * 16).strip() + "…", "word " * 40),
+    # what a coloured terminal pipes: no control character reaches the title
+    ("\x1b[31mFAILED\x1b[0m\ttest_x \x07\nlog", "FAILED test_x",
+     "\x1b[31mFAILED\x1b[0m\ttest_x \x07\nlog"),
 ])
 def test_a_capture_without_a_title_gets_one(text, title, body):
     assert title_from(text) == (title, body)

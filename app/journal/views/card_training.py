@@ -155,6 +155,8 @@ def per_step(strategies: list[dict]) -> str:
                                      lambda v: f"{v:.3g}"))]
     numbers = "".join(
         f"<dt>{escape(_name(s))}</dt><dd>"
+        # the card's details count every timed step: say when these are the first ones
+        + (f"the first 12 of {n} timed steps: " if (n := len(_per_step(s))) > 12 else "")
         + escape(", ".join(seconds(num(p, "time_s")) + (" (outlier)" if p.get("outlier")
                                                         else "") for p in _per_step(s)[:12]))
         + "; loss " + escape(", ".join(f"{v:.4g}" if (v := num(p, "loss")) is not None

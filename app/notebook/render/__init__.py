@@ -16,6 +16,8 @@ from typing import TYPE_CHECKING
 from .rendered import Rendered, Resolved, WikiLink, hide_draft_links
 
 if TYPE_CHECKING:
+    from collections.abc import Callable
+
     from .lists import Fence
 
 # Raised whenever a change here alters the HTML a note renders to: entries store their HTML
@@ -54,6 +56,14 @@ def excerpt(html: str, fragment: str | None) -> str | None:
     return part(html, fragment)
 
 
+def flatten_embeds(html: str, keep: Callable[[str], bool]) -> str:
+    """Stored HTML with each embedded note that `keep` refuses (given the HTML of its
+    source line, the link to it) reduced to that line (transclusion.flatten)."""
+    from .transclusion import flatten
+
+    return flatten(html, keep)
+
+
 def fenced_blocks(text: str) -> list[Fence]:
     """The text's fenced blocks (code, and embeds such as ```` ```run ````) at the top level
     and in list items, by the grammar the pipeline reads them with (lists.Fence: where
@@ -64,4 +74,4 @@ def fenced_blocks(text: str) -> list[Fence]:
 
 
 __all__ = ["VERSION", "Rendered", "Resolved", "WikiLink", "excerpt", "fenced_blocks",
-           "hide_draft_links", "pygments_css", "render"]
+           "flatten_embeds", "hide_draft_links", "pygments_css", "render"]

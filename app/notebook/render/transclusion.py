@@ -10,6 +10,7 @@ embeds itself (or a cycle of notes) shows one copy with a link.
 from __future__ import annotations
 
 import re
+from collections.abc import Callable
 
 from .anchors import fragment_anchor
 from .plaintext import _TAG_RE as TAG_RE
@@ -58,8 +59,9 @@ def excerpt(html: str, fragment: str | None) -> str | None:
     return None
 
 
-def flatten(html: str) -> str:
-    """Embedded HTML with each embed in it reduced to the link to its note."""
+def flatten(html: str, keep: Callable[[str], bool] | None = None) -> str:
+    """Embedded HTML with each embed in it reduced to the link to its note; or, given
+    `keep`, those whose source line (its HTML) it does not keep."""
     if _FRAME_CLASS not in html:
         return html
     out, at = [], 0
@@ -68,6 +70,8 @@ def flatten(html: str) -> str:
             continue
         end = _end_of(html, m)
         source = _SOURCE_RE.search(html, m.end(), end)
+        if keep is not None and source and keep(source[0]):
+            continue
         out.append(html[at : m.start()])
         out.append(source[0] if source else "")
         at = end

@@ -287,9 +287,7 @@ def preview_schedule():
     if len(text) > 200 or len(timezone) > 64:
         raise Invalid("cron and timezone are short texts", "cron")
     cron = cron_phrases.to_cron(text)
-    fires = schedules.next_fires(cron, timezone, 5)
-    if not fires:
-        raise Invalid(f"cron {cron!r} never fires", "cron")
+    fires = schedules.allowed_fires(cron, timezone)[:5]
     return jsonify(cron=cron, timezone=timezone,
                    next_fires=[iso(t.astimezone(dt.UTC).replace(tzinfo=None)) for t in fires],
                    next_fires_local=[t.isoformat() for t in fires],

@@ -17,7 +17,8 @@ def p(type_: str, default: Any, description: str, **extra: Any) -> dict[str, Any
 # Shared parameters: one meaning per name, whichever experiment uses it.
 COMMON: dict[str, dict[str, Any]] = {
     "world_size": p("int", 2, "Number of ranks (processes; one GPU each on CUDA).", min=1, max=8),
-    "steps": p("int", 5, "Timed optimizer steps per strategy (after warm-up).", min=1, max=1000),
+    "steps": p("int", 5, "Timed optimizer steps per strategy (after warm-up), at least: more "
+               "are timed while the times are still noisy, within a cap.", min=1, max=1000),
     "warmup": p("int", 2, "Untimed warm-up steps per strategy.", min=0, max=100),
     "batch_size": p("int", 8, "Global batch in sequences per optimizer step.", min=1, max=4096),
     "seq_len": p("int", 32, "Tokens per sequence.", min=4, max=8192),
@@ -222,6 +223,7 @@ EXPERIMENTS: dict[str, dict[str, Any]] = {
             "steps", "warmup", "seq_len", "hidden", "layers", "heads", "vocab", "device",
             "dtype", "seed",
             world_size=p("int", 1, "Single process.", min=1, max=1),
+            steps={"description": "Timed optimizer steps (after warm-up)."},
             batch_size=p("int", 4, "Sequences per step.", min=1, max=4096),
             peak_tflops=p("float", 0.0, "Peak to divide by (TFLOP/s); 0 = the dense bf16 "
                            "datasheet peak for bf16 on H100/H200 (989) or A100 (312), else "

@@ -91,6 +91,16 @@ def test_per_step_curves_and_numbers_are_in_the_card(tmp_path_factory):
     assert f"{first['per_step'][-1]['loss']:.4g}" in html
 
 
+def test_the_numbers_step_by_step_say_when_they_are_the_first_ones():
+    def timed(name, n):
+        return {"strategy": name, "per_step": [{"step": i, "time_s": 0.01 * (i + 1),
+                                                "loss": 4 - i / 10} for i in range(n)]}
+    html = card_training.per_step([timed("ddp", 20), timed("zero1", 12)])
+    ddp, zero1 = re.findall(r"<dd>(.*?)</dd>", html)
+    assert ddp.startswith("the first 12 of 20 timed steps: 10 ms, 20 ms,") and "130 ms" not in ddp
+    assert zero1.startswith("10 ms, 20 ms,") and "of 12" not in zero1
+
+
 def test_an_invalid_mfu_and_an_outlier_are_said_so_not_published(tmp_path_factory):
     """As the owner saw it: the peak probed at 17.8 GFLOP/s, MFU 445%; one step of 721 ms
     among quick ones. The figures are set so; the rest is the run's own."""

@@ -38,11 +38,12 @@ def utc(*args):
     ({"timezone": "Mars/Olympus"}, "timezone"), ({"experiment": "nope"}, "experiment"),
     ({"params": {"world_size": 100}}, "world_size"), ({"enabled": "yes"}, "enabled"),
     ({"misfire_grace_s": -1}, "misfire_grace_s"), ({"colour": "red"}, "colour"),
+    ({"name": "nightly \udc00"}, None),
 ])
 def test_bad_schedules_are_refused(client, db, body, field):
     base = {"experiment": "collectives", "cron": "0 2 * * *", "timezone": "UTC"}
     r = client.post("/api/v1/schedules", json={**base, **body})
-    assert r.status_code == 422 and r.get_json()["error"]["field"] == field
+    assert r.status_code == 422 and r.get_json()["error"].get("field") == field
     assert count(db, Schedule) == 0
     s = new_schedule(client)
     r = client.put(f"/api/v1/schedules/{s['id']}", json=body)
@@ -138,6 +139,20 @@ def test_crontab_day_numbers_mean_what_crontab_says():
     assert days["0 2 * * 5-7"] == {"Fri", "Sat", "Sun"}
 
 
+def test_two_day_fields_fire_on_either_as_in_crontab(client):
+    # Crontab: with both day-of-month and day-of-week restricted, a day matching either.
+    assert new_schedule(client, cron="0 9 1 * mon")["cron"] == "0 9 1 * mon"
+    after = dt.datetime(2026, 11, 30, 12, tzinfo=dt.UTC)  # a Monday, past 09:00
+    days = [t.strftime("%a %d") for t in schedules.next_fires("0 9 1 * mon", "UTC", 3, after)]
+    assert days == ["Tue 01", "Mon 07", "Mon 14"]
+    # Feb 29th or a Monday of February: the Mondays come long before a leap day's Monday.
+    leap = schedules.next_fires("0 0 29 2 1", "UTC", 1, after)
+    assert leap == [utc(2027, 2, 1)]
+    # A day field starting with "*" restricts nothing in crontab's reading: both must match.
+    days = {t.strftime("%a") for t in schedules.next_fires("0 2 */2 * 1", "UTC", 6, after)}
+    assert days == {"Mon"}
+
+
 @pytest.mark.parametrize("phrase", ["every blue moon", "every day at 25:00", "every 0 hours",
                                     "sundays at 13pm", "every month on the 32nd"])
 def test_phrases_it_cannot_read_are_refused_and_say_what_it_can(client, db, phrase):
@@ -166,6 +181,18 @@ def test_a_schedule_fires_at_most_every_ten_minutes(client, db, cron, every):
 
 
 # -- all schedules together ----------------------------------------------------------------
+
+
+def test_the_forms_preview_refuses_what_a_save_refuses(client):
+    # Shown as one types: a line the save would refuse is said to be refused there.
+    for cron in ("every minute", "*/5 * * * *", "0 2 31 2 *"):
+        preview = client.get("/api/v1/schedules/preview", query_string={"cron": cron})
+        saved = client.post("/api/v1/schedules", json={"experiment": "collectives",
+                                                       "cron": cron, "timezone": "UTC"})
+        assert preview.status_code == saved.status_code == 422, cron
+        assert preview.get_json()["error"] == saved.get_json()["error"]
+    ok = client.get("/api/v1/schedules/preview", query_string={"cron": "every 10 minutes"})
+    assert ok.status_code == 200 and len(ok.get_json()["next_fires"]) == 5
 
 
 def test_schedules_together_start_at_most_the_cap_a_minute_and_skip_the_rest(client, db):

@@ -91,7 +91,8 @@ def test_index_follows_edits_in_the_same_transaction(notebook):
 @pytest.mark.parametrize("q", [
     '"unbalanced', "OR", "pipeline OR", "OR pipeline", "AND", "pipeline NOT gpipe",
     "-gpipe", "***", "tag:", "from:yesterday", "to:2024-13-01", "week:2024-13",
-    "kind:letter", "x" * 501, "(", ")", "'", "- -", "title:pipeline", "col:umn",
+    "week:2024-W99", "week:2025-W53", "kind:letter", "x" * 501, "(", ")", "'", "- -",
+    "title:pipeline", "col:umn",
 ])
 def test_malformed_queries_give_a_clear_message(notebook, q):
     with pytest.raises(errors.BadQuery) as caught, notebook.read() as session:

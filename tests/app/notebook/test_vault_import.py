@@ -148,10 +148,12 @@ def test_hostile_files_fail_alone_and_every_other_file_imports(tmp_path, make_ap
     write(folder, "bomb.md", ALIAS_BOMB)
     write(folder, "deep.md", ">" * 5000 + " x")
     write(folder, "also good.md", "[[good]] #fine")
+    write(folder, "bell\x07name.md", "a control character in its name")
     db = make_app().extensions["db"]
     report = IMPORTS[way](db, folder)
     titles = by_title(db)
-    assert {"2024-02-01 good", "also good", "bomb"} <= set(titles)
+    assert {"2024-02-01 good", "also good", "bomb", "bellname"} <= set(titles)
+    assert [w for w in report.warnings if "control characters left out of the title" in w]
     assert [s for s in report.skipped if "2024-02-01-fifo.md: not a regular file" in s]
     assert [e for e in report.errors if "huge.md: " in e and "a note is at most" in e]
     # the alias bomb is not expanded: its front matter is kept as text, and said so
@@ -231,6 +233,24 @@ def test_an_export_is_a_vault_that_imports_back_as_the_same_notebook(tmp_path, m
 
     assert notebook(back.extensions["db"]) == notebook(db)
     assert "cssclasses:\n- wide\nrating: 5\n" in (out / "Projects/Plan.md").read_text()
+
+
+def test_an_export_writes_notes_whose_names_are_long_in_bytes(tmp_path, make_app):
+    """A file name is at most 255 bytes: an imported one near that, and a title of 120 CJK
+    characters (360 bytes), are written all the same, and read back as the same notes."""
+    folder = tmp_path / "vault"
+    write(folder, "x" * 250 + ".md", "a long file name")
+    db = make_app().extensions["db"]
+    transfer.import_folder(db, folder, workers=0)
+    with db.write() as session:
+        entries.create(session, author="x", date="2024-03-01", title="\u6587" * 120,
+                       body="long in bytes")
+    out = tmp_path / "out"
+    assert vault.export_vault(db, out) == (2, 0)
+    assert sorted(p.name for p in out.rglob("*.md")) == ["x" * 250 + ".md",
+                                                         "\u6587" * 66 + ".md"]
+    report = transfer.import_folder(db, out, workers=0)
+    assert (report.created, report.updated, report.unchanged, report.errors) == (0, 0, 2, [])
 
 
 @pytest.mark.parametrize("way", IMPORTS)

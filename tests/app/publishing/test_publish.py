@@ -158,6 +158,28 @@ def test_the_site_holds_the_public_entries_and_nothing_private(notebook, tmp_pat
     assert "2024-W13" in sitemap and "#parallelism" in sitemap and "#gpu" in sitemap
 
 
+def test_an_embedded_note_that_is_not_public_stays_out_of_the_site(make_app, tmp_path):
+    """![[Note]] copies the note's text into the embedding entry when it is saved: a public
+    letter embedding a private note must not carry that text out."""
+    app = make_app()
+    with app.extensions["db"].write() as s:
+        new = lambda **f: entries.create(s, author=OWNER, **f)  # noqa: E731
+        new(date="2024-03-29", title="Zanzibar plan", body="quokkaword")
+        new(date="2024-03-29", title="Marmalade diary", tags=["private"], publish=True,
+            body="## Mood\n\nxylophone")
+        new(date="2024-03-29", title="Pipeline bubbles", publish=True, body="the bubble idles")
+        new(date="2024-03-31", kind="week", title="Week 13", publish=True,
+            body="![[Zanzibar plan]]\n\n![[Marmalade diary#Mood]]\n\n![[Pipeline bubbles]]\n")
+    folder = tmp_path / "site"
+    publish(app, folder, BASE, "Working Notes", serve=False)
+    for name, data in site_files(folder).items():
+        for word in ("quokkaword", "xylophone"):
+            assert word.encode() not in data, (word, name)
+    week = (folder / "weeks" / "2024-W13.html").read_text()
+    assert '<span class="unlinked">Zanzibar plan</span>' in week
+    assert "the bubble idles" in week  # a public note embedded stays whole
+
+
 def test_every_relative_link_leads_to_a_file_of_the_site(notebook, tmp_path):
     app, _ = notebook
     folder = tmp_path / "site"

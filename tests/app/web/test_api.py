@@ -9,6 +9,7 @@ from app.models import Attachment, Entry, Revision
 from app.notebook import isoweeks
 from tests.helpers import count
 
+JSON = "application/json"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
 
 
@@ -146,6 +147,9 @@ BAD_CREATES = [
     ("unknown field", {"json": {"title": "t", "kind": "week"}}),
     ("huge body", {"json": {"title": "t", "body": "x" * 1_000_001}}),
     ("too many tags", {"json": {"title": "t", "tags": [f"t{i}" for i in range(31)]}}),
+    ("lone surrogate", {"json": {"title": "t\ud800"}}),
+    ("surrogate bytes", {"data": b'{"title": "t\xed\xa0\x80"}', "content_type": JSON}),
+    ("utf-16 body", {"data": '{"title": "t"}'.encode("utf-16"), "content_type": JSON}),
 ]
 
 
@@ -155,6 +159,14 @@ def test_bad_creates_are_4xx_json_and_change_nothing(client, db, name, kwargs):
     assert 400 <= r.status_code < 500
     assert r.get_json()["error"]["message"]
     assert count(db, Entry) == 0 and count(db, Revision) == 0
+
+
+def test_escaped_text_is_taken_when_it_is_text(client):
+    r = client.post("/api/v1/entries", content_type="application/json",
+                    data=b'{"title": "\\ud83e\\uddea lab", "body": "a \\\\ud800 in code"}')
+    assert r.status_code == 201
+    got = client.get(f"/api/v1/entries/{r.get_json()['id']}").get_json()
+    assert (got["title"], got["body"]) == ("\U0001f9ea lab", "a \\ud800 in code")
 
 
 @pytest.mark.parametrize("body", [

@@ -2,11 +2,15 @@
 entries only, with their content, links and tags."""
 
 import re
+from xml.etree import ElementTree as ET
 
 import feedparser
+import sqlalchemy as sa
 
+from app.models import Entry
 from app.notebook import atom
 from app.notebook.isoweeks import iso_week, today
+from tests.helpers import count
 
 
 def this_week() -> str:
@@ -70,3 +74,25 @@ def test_absolute_leaves_other_sites_and_protocol_relative_addresses_alone():
                    '<a class="headerlink" href="https://n.test/weeks/2026-W49#h-a">¶</a>'
                    '<img src="https://n.test/runs/1/card.svg" alt="">'
                    '<a href="mailto:me@example.org">m</a>')
+
+
+def test_the_feed_stays_xml_whatever_the_text_holds(client, db):
+    """A note pasted with U+FFFE in it, and a title stored with a NUL before titles refused
+    control characters, are left out of the feed rather than making it unreadable."""
+    made = client.post("/api/v1/entries", json={"title": "Pasted", "body": "a \ufffe b \uffff c"})
+    assert made.status_code == 201
+    with db.write() as session:
+        session.execute(sa.update(Entry).where(Entry.id == made.get_json()["id"])
+                        .values(title="Old\x00title"))
+    raw = client.get("/feed.atom").data
+    ET.fromstring(raw)  # expat refuses what is not XML 1.0
+    item = next(e for e in feedparser.parse(raw).entries if e.title == "Oldtitle")
+    assert "a  b  c" in item.content[0].value
+
+
+def test_a_title_with_a_control_character_is_refused(client, db):
+    for title in ("nul\x00byte", "\x00", "bell\x07", "esc\x1b[31m", "x\uffff"):
+        r = client.post("/api/v1/entries", json={"title": title})
+        assert r.status_code == 422 and r.get_json()["error"]["field"] == "title", title
+    assert count(db, Entry) == 0
+    assert client.post("/api/v1/entries", json={"title": "tab\tand\nline"}).status_code == 201
