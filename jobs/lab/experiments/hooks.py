@@ -46,8 +46,10 @@ class WorkTimeline(Timeline):
 def tiny_spec(spec: TrainSpec) -> TrainSpec:
     """The run's spec with tiny widths and every count kept: the same blocks, heads,
     micro-batches and batch; the hidden size divisible by the heads and the
-    tensor-parallel degree, the vocabulary by that degree."""
-    c, t = spec.cfg, spec.params.get("tp", 1)
+    tensor-parallel degree (a mesh's tp, else at most the world), the vocabulary by
+    that degree."""
+    c = spec.cfg
+    t = spec.params.get("tp") or spec.params.get("world_size", 1)
     widths = {"hidden": 2 * c.heads * t, "seq_len": min(c.seq_len, 4), "vocab": 16 * t}
     return dataclasses.replace(spec, cfg=dataclasses.replace(c, **widths),
                                params={**spec.params, **widths})

@@ -60,9 +60,11 @@ def test_a_phase_s_own_work_is_its_span_less_the_spans_inside_it():
     assert sum(own.values()) == pytest.approx(12.0)
 
 
-@pytest.mark.parametrize("tp", [1, 2])
-def test_tiny_widths_keep_every_count(tp):
-    spec = spec_from({**TINY, "seed": 0, "micro_batches": 2, "tp": tp})
+@pytest.mark.parametrize(("given", "tp"), [({"tp": 1, "world_size": 4}, 1),
+                                          ({"tp": 2, "world_size": 8}, 2),
+                                          ({"world_size": 2}, 2)])  # tp_dtensor: the world
+def test_tiny_widths_keep_every_count(given, tp):
+    spec = spec_from({**TINY, "seed": 0, "micro_batches": 2, **given})
     tiny = hooks.tiny_spec(spec)
     for field in ("layers", "heads", "kind", "dtype", "experts"):
         assert getattr(tiny.cfg, field) == getattr(spec.cfg, field)
