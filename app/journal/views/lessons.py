@@ -17,7 +17,8 @@ from app.journal.views.advice import communication
 
 TERMS = {"gemm": "matrix multiplies", "attention": "attention", "op_overhead":
          "per-operator overhead", "memory_traffic": "memory traffic", "comm":
-         "communication", "bubble": "the pipeline bubble"}
+         "communication", "bubble": "the pipeline bubble",
+         "hooks": "the wrapper's own Python (its hooks)"}
 MAX_STRATEGIES = 32
 
 
@@ -255,7 +256,7 @@ def _change_training(result: dict, runs: list[Timed]) -> str | None:
     m, p = num(params, "micro_batches"), num(params, "world_size")
     device = name_of((result.get("environment") or {}).get("device") or "device"
                      if isinstance(result.get("environment"), dict) else "device")
-    if term in ("op_overhead", "memory_traffic") and hidden:
+    if term in ("op_overhead", "memory_traffic", "hooks") and hidden:
         more = f"hidden {hidden:g} → {hidden * 4:g}" + (f" or batch_size {batch:g} → "
                                                           f"{batch * 4:g}" if batch else "")
         tail = (f"; then more micro-batches shrink the bubble (p−1)/(m+p−1) from "

@@ -28,7 +28,7 @@ from jobs.lab.components.census import LiveStorage, OpCensus, freeze_startup
 from jobs.lab.components.context import Context
 from jobs.lab.components.instrument import SavedActivations
 from jobs.lab.components.model import ModelConfig, make_batch
-from jobs.lab.experiments import timing
+from jobs.lab.experiments import hooks, timing
 from jobs.lab.experiments.probes import calibrate, concurrency, peak_sample
 from jobs.lab.experiments.recompute_versus import add_versus_single
 from jobs.lab.experiments.summary import counted_kinds, summarise
@@ -204,7 +204,7 @@ def timed_report(ctx: Context, state: dict, cal, params: dict) -> None:
     # thread got `share` of a core while it wanted one (the kernel's count, over the
     # timed steps: eight ranks on two cores get about a quarter each)
     share = cpu_share(*state["sched"]) if state.get("sched") else 1.0
-    mine = {ph: cal.compute({ph: v}, share=share)
+    mine = {ph: cal.compute({ph: v}, share=share, hooks=cal.hooks.get(name))
             for ph, v in state["census"]["phases"].items()}
     compute = [c for c in ctx.gather(mine if active else None) if c is not None]
     shares = [x for x in ctx.gather(share if active else None) if x is not None]
@@ -357,6 +357,9 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
         census_step(ctx, st, batch)
     cal, overhead = calibrate(ctx, {**needs_of(ctx, timed), "kind": spec.cfg.kind},
                               spec.cfg.dtype, spec.precision)
+    for st in timed:  # what a wrapper's own Python costs, on the wrapper itself
+        if strategies.get(st["name"]).hook_probe:
+            cal.hooks[st["name"]] = hooks.probe(ctx, cal, st["name"], spec)
     shared = concurrency(ctx) if ctx.world > 1 else None
     ctx.log(f"calibrated: {len(cal.gemm_s)} GEMM shapes, per-operator overhead "
             f"{cal.op_s * 1e6:.1f} us, copy {cal.bandwidth / 1e9:.1f} GB/s; "

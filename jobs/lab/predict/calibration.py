@@ -71,6 +71,12 @@ def after_compute_shares(collectives: dict, world: int) -> dict[str, float]:
     return {key: a / total for key, (a, total) in calls.items() if total}
 
 
+def operators(phase: dict) -> int:
+    """Operators a census phase ran: each costs the per-operator overhead (DTensor-level
+    ones DTensor's dispatch too), and a strategy's hooks are priced per operator."""
+    return phase["ops"] + phase["views"] + phase["dtensor_ops"]
+
+
 def fit_link(op: str, n: int, samples: list[tuple[float, float]]) -> LinkFit:
     """Fit t = alpha + f*S/W over (S, t) samples by least squares on the *relative*
     error (weights 1/t^2), so that sizes spanning decades all count; report how far the
@@ -120,6 +126,11 @@ class Calibration:
     # {link key: share of a strategy's calls that come after compute}: set per strategy
     # from its census (for_census); none (every call priced as in a burst) until then
     after_compute: dict[str, float] = field(default_factory=dict)
+    # {strategy: {phase: seconds per operator}} of the strategy's own Python beyond its
+    # operators (FSDP2's hooks, DTensor's redistributions and module hooks): probed on the
+    # strategy itself over a model of tiny widths (jobs/lab/experiments/hooks.py), for the
+    # strategies that declare it
+    hooks: dict[str, dict[str, float]] = field(default_factory=dict)
 
     def for_census(self, collectives: dict) -> Calibration:
         """This calibration for the strategy whose census counted these collectives: each
@@ -163,12 +174,14 @@ class Calibration:
         return total
 
     def compute(self, phases: dict, only: tuple[str, ...] | None = None,
-                share: float = 1.0) -> dict[str, float]:
+                share: float = 1.0, hooks: dict[str, float] | None = None) -> dict[str, float]:
         """Seconds per compute term of a census's phases (all, or those named); with
-        host_overlaps, op_overhead is the host's time beyond the device's, so the terms
-        add up to max(host, device). On CPU the probes count CPU time: a rank whose thread
-        got `share` of a core while it wanted one takes 1/share as long."""
-        out = dict.fromkeys(COMPUTE_TERMS, 0.0)
+        host_overlaps, op_overhead (and hooks) is the host's time beyond the device's, so
+        the terms add up to max(host, device). On CPU the probes count CPU time: a rank
+        whose thread got `share` of a core while it wanted one takes 1/share as long.
+        `hooks` ({phase: seconds per operator}, a strategy's entry of ``self.hooks``)
+        adds a `hooks` term: the strategy's own Python, per operator of each phase."""
+        out = dict.fromkeys(COMPUTE_TERMS, 0.0) | ({"hooks": 0.0} if hooks is not None else {})
         for name, ph in phases.items():
             if only is not None and name not in only:
                 continue
@@ -178,9 +191,15 @@ class Calibration:
             out["op_overhead"] += ((ph["ops"] + ph["views"]) * self.op_s
                                    + ph["dtensor_ops"] * self.dtensor_op_s)
             out["memory_traffic"] += ph["bytes"] / self.bandwidth
+            if hooks is not None:
+                out["hooks"] += operators(ph) * hooks.get(name, 0.0)
         if self.host_overlaps:  # only the host's time beyond the device's shows
             device = out["gemm"] + out["attention"] + out["memory_traffic"]
-            out["op_overhead"] = max(0.0, out["op_overhead"] - device)
+            host = out["op_overhead"] + out.get("hooks", 0.0)
+            shown = max(0.0, host - device) / host if host else 0.0
+            for k in ("op_overhead", "hooks"):
+                if k in out:
+                    out[k] *= shown
         elif share < 1.0:
             out = {k: v / max(share, 1e-3) for k, v in out.items()}
         return out
@@ -196,7 +215,8 @@ class Calibration:
                               "median": statistics.median(self.op_samples),
                               "max": max(self.op_samples), "kept": "calibration"}
                 if self.op_samples else None,
-                "dtensor_op_s": self.dtensor_op_s, "bandwidth_Bps": self.bandwidth,
+                "dtensor_op_s": self.dtensor_op_s, "hooks_per_op_s": self.hooks,
+                "bandwidth_Bps": self.bandwidth,
                 "host_overlaps": self.host_overlaps,
                 "gemm_shapes": len(self.gemm_s), "attention_shapes": len(self.attention_s),
                 "links": {k: {"alpha_s": v.alpha, "busbw_Bps": v.bandwidth,

@@ -131,6 +131,9 @@ class Strategy:
     # what a wrapper adds to parameter names ("module." for DDP), stripped so that they
     # are the reference's names
     name_prefix: ClassVar[str] = ""
+    # a wrapper that runs Python of its own around the operators (FSDP2's hooks, DTensor's
+    # redistributions): the run probes it on the strategy itself (experiments/hooks.py)
+    hook_probe: ClassVar[bool] = False
     # what the step-time model knows it leaves out (the card shows it beside the residual)
     unmodelled: ClassVar[tuple[str, ...]] = (
         "Python between the operators beyond the probe's average (hooks, the step's code)",)
@@ -221,7 +224,8 @@ class Strategy:
 
     def predict(self, cal: calibration.Calibration, compute: list[dict]) -> dict[str, Any]:
         """Step time from every rank's census, priced (compute[r]: phase -> terms)."""
-        totals = [{k: sum(ph[k] for ph in c.values()) for k in cost.COMPUTE_TERMS}
+        terms = dict.fromkeys(k for c in compute for ph in c.values() for k in ph)
+        totals = [{k: sum(ph.get(k, 0.0) for ph in c.values()) for k in terms}
                   for c in compute]
         return cost.predict_flat(totals, self.priced_comm(cal),
                                       self.overlap_s(cal, compute))

@@ -28,6 +28,7 @@ class DTensorTP(MegatronTP):
     label = "torch DTensor ColwiseParallel/RowwiseParallel"
     builtin = True
     instrumented = False
+    hook_probe = True  # DTensor's module hooks and redistributions around each linear
 
     def __init__(self, ctx, spec) -> None:
         Strategy.__init__(self, ctx, spec)

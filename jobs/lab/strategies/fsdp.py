@@ -24,7 +24,7 @@ class TorchFSDP2(Strategy):
     label = "torch FSDP2 fully_shard (ZeRO-3)"
     builtin = True
     instrumented = False
-    unmodelled = Strategy.unmodelled + ("FSDP2's hooks (unshard, reshard, copy-in/out)",)
+    hook_probe = True  # its hooks: unshard, reshard, copy-in/out, reduce-scatter scheduling
 
     def __init__(self, ctx, spec) -> None:
         super().__init__(ctx, spec)

@@ -49,8 +49,7 @@ class TorchDataTensor(Strategy):
     label = "torch DeviceMesh 2-D: fully_shard on dp, parallelize_module on tp"
     builtin = True
     instrumented = False
-    unmodelled = Strategy.unmodelled + ("FSDP2's hooks (unshard, reshard, copy-in/out)",
-                                        "DTensor's dispatch")
+    hook_probe = True  # FSDP2's hooks and DTensor's redistributions on the 2-D mesh
 
     def __init__(self, ctx, spec) -> None:
         super().__init__(ctx, spec)

@@ -377,3 +377,19 @@ def test_a_card_renders_whatever_a_runner_sent(app, client, db, result):
     page = client.get(f"/runs/{run_id}")
     assert page.status_code == 200
     assert client.get(f"/runs/{run_id}/card.svg").status_code in (200, 404)
+
+
+def test_a_wrapper_whose_own_python_dominated_is_told_to_give_each_operator_more_work(
+        tmp_path_factory):
+    """FSDP2's hooks (the hook probe's term) outweigh everything else in the slowest step;
+    times and terms set so, the rest is the run's own."""
+    result = copy.deepcopy(result_of(tmp_path_factory, "zero"))
+    for s in result["strategies"]:
+        s["step_time_s"]["median"] = s["prediction"]["step_time_s"] = 0.010
+        s["prediction"]["terms_s"] = {"gemm": 0.005, "comm": 0.005}
+    fsdp2 = next(s for s in result["strategies"] if s["strategy"] == "fsdp2")
+    fsdp2["step_time_s"]["median"] = fsdp2["prediction"]["step_time_s"] = 0.050
+    fsdp2["prediction"]["terms_s"] = {"gemm": 0.005, "hooks": 0.030, "comm": 0.015}
+    said = " ".join(lessons.training(result))
+    assert "the wrapper's own Python (its hooks) (30 ms)" in said
+    assert "give each operator more work (hidden" in said

@@ -333,3 +333,31 @@ def test_the_kernel_counts_this_threads_time_on_a_cpu():
         a = torch.tanh(a @ a)
     after = timers.sched()
     assert after[0] > before[0] and after[1] >= before[1]
+
+
+def test_a_wrapper_s_hooks_are_priced_per_operator_of_each_phase():
+    # {phase: seconds per operator} as the hook probe measured it on the wrapper itself
+    fwd = {"gemm": {"g": 1}, "attention": {}, "ops": 10, "views": 6, "dtensor_ops": 4,
+           "bytes": 0}
+    bwd = {**fwd, "ops": 30, "views": 8, "dtensor_ops": 2}
+    rate = {"forward": 2e-6, "backward": 1e-6}
+    kw = {"flops": 1, "peak_flops": 1, "op_s": 1e-6, "gemm_s": {"g": 1e-4}}
+    cpu = calibration.Calibration(**kw)
+    priced = cpu.compute({"forward": fwd, "backward": bwd}, hooks=rate)
+    assert priced["hooks"] == pytest.approx(20 * 2e-6 + 40 * 1e-6)
+    assert "hooks" not in cpu.compute({"forward": fwd})  # no probe: no such term
+    # a CPU rank with half a core takes twice as long over its hooks too
+    assert cpu.compute({"forward": fwd}, share=0.5, hooks=rate)["hooks"] == \
+        pytest.approx(2 * 20 * 2e-6)
+    # on a GPU the hooks are the host's, like the per-operator overhead: only what the
+    # host takes beyond the device's work shows, and the terms add up to max(host, device)
+    gpu = calibration.Calibration(**kw, host_overlaps=True)
+    for device_s in (1e-5, 1e-3):
+        gpu.gemm_s["g"] = device_s
+        t = gpu.compute({"forward": fwd}, hooks=rate)
+        host = 16 * 1e-6 + 20 * 2e-6  # operators (DTensor's dispatch unprobed), hooks
+        assert sum(t.values()) == pytest.approx(max(host, device_s))
+        if host > device_s:  # shared between the two host terms as they were priced
+            assert t["hooks"] / t["op_overhead"] == pytest.approx(40 / 16)
+        else:
+            assert t["hooks"] == t["op_overhead"] == 0.0
