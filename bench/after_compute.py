@@ -68,7 +68,7 @@ def rank_main(rank: int, world: int, port: int, n: int, op: str, nbytes: int,
             torch.mm(a, a)
 
     got: dict[str, list[float]] = {"burst": [], "difference": [], "direct": [],
-                                   "segment CPU": []}
+                                   "segment CPU": [], "send first": []}
     for _ in range(3):
         call()
     for _ in range(calls // 4):
@@ -92,7 +92,18 @@ def rank_main(rank: int, world: int, port: int, n: int, op: str, nbytes: int,
             segment()
         got["difference"].append((mixed - (time.perf_counter() - t0)) / 4)
         got["direct"] += direct
-    worst_t = torch.tensor([expected(v) for v in got.values()], dtype=torch.float64)
+        if op == "send_recv":  # each send posted before the compute, the receive after it
+            dist.barrier()
+            for _ in range(4):
+                sent = dist.batch_isend_irecv([dist.P2POp(dist.isend, x, nxt, mine)])
+                segment()
+                c0 = time.perf_counter()
+                for w in dist.batch_isend_irecv([dist.P2POp(dist.irecv, y, prv, mine)]):
+                    w.wait()
+                got["send first"].append(time.perf_counter() - c0)
+                sent[0].wait()
+    worst_t = torch.tensor([expected(v) if v else 0.0 for v in got.values()],
+                           dtype=torch.float64)
     dist.all_reduce(worst_t, op=dist.ReduceOp.MAX)  # the slowest rank's
     if rank == 0:
         worst = dict(zip(got, worst_t.tolist(), strict=True))

@@ -137,6 +137,17 @@ def after_compute_calls(ctx: Context, fns: list[Callable[[], None]],
     return out
 
 
+def back_to_back_calls(ctx: Context, fns: list[Callable[[], None]]) -> list[float]:
+    """Seconds of each call of `fns` made one after another after a barrier (CPU)."""
+    ctx.barrier()
+    out = []
+    for fn in fns:
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
 def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
                burst: int = 4, group: tuple[Any, list[int]] | None = None,
                segment_s: float | None = None
@@ -150,16 +161,16 @@ def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
     error against the expected times (``expected``).
 
     On CPU also the link as a call that comes after compute sees it (the second fit; None
-    on CUDA): ``after_compute_calls``, each after `segment_s` of compute
-    (``compute_segment``). Such a call does not find its peers already in the
-    collective: each arrives from computing of its own, and on shared cores its gloo
-    threads wake from sleep (docs/EXPERIMENTS.md, *The cost model*, has what that costs
-    here); a pipeline stage's receive is such a call too. Never below the burst's
-    price."""
+    on CUDA and for point-to-point, whose wait a pipeline's schedule prices):
+    ``after_compute_calls``, each after `segment_s` of compute (``compute_segment``).
+    Such a call does not find its peers already in the collective: each arrives from
+    computing of its own, and on shared cores its gloo threads wake from sleep
+    (docs/EXPERIMENTS.md, *The cost model*, has what that costs here). Never below the
+    burst's price."""
     fns = {S: [collective(ctx, op, S, group=group) for _ in range(burst)] for S in sizes}
     times: dict[int, list[float]] = {S: [] for S in sizes}
     after: dict[int, list[float]] = {S: [] for S in sizes}  # each call after compute
-    probe_after = not ctx.is_cuda
+    probe_after = not ctx.is_cuda and op != "send_recv"  # a pipeline's wait is its schedule's
     segment = compute_segment(ctx, segment_s)
 
     def run(S: int) -> Callable[[], None]:
@@ -188,38 +199,40 @@ def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
 
 
 
-class AfterComputeDrift:
-    """The calls after compute again, between timed rounds (CPU): a link probed before
-    the steps can read twice or half what the same calls cost while the steps run, as a
-    shared host's load and its threads' wake-ups come and go. Each round times `burst`
-    calls of every after-compute link at the largest message its steps send, each after
-    the calibration's segment (``after_compute_calls``); the slowest rank's time per call
-    over the link's price at that size is the round's ratio, and the median round's ratio
-    scales that link's price (calibration.Calibration.after_scale; every ratio is kept)."""
+class LinkDrift:
+    """The links again, between timed rounds (CPU): a link probed once before the steps
+    can read twice or half what the same calls cost while the steps run, as a shared
+    host's load and its threads' wake-ups come and go. Each round times `burst` calls of
+    every link at the largest message its steps send, as they are priced: after the
+    calibration's segment where an after-compute link was probed (``after_compute_calls``),
+    else back to back (point-to-point); the slowest rank's time per call over the link's
+    price at that size is the round's ratio, and the median round's ratio scales that
+    price (calibration.Calibration.after_scale; every ratio is kept)."""
 
     def __init__(self, ctx: Context, cal: calibration.Calibration, needs: dict,
                  burst: int = 4) -> None:
-        self.items: list[tuple[str, list[Callable[[], None]], Callable[[], None], float]] = []
+        self.items: list[tuple[str, list[Callable[[], None]], Callable[[], None] | None,
+                               float]] = []
         if ctx.is_cuda or ctx.world == 1:
             return
         for key, largest in sorted(needs["links"].items()):
-            fit = cal.links.get(key + calibration.AFTER_COMPUTE)
-            if fit is None:
-                continue
+            after = cal.links.get(key + calibration.AFTER_COMPUTE)
+            if after is None and key != "send_recv":
+                continue  # (CUDA: no link after compute; a collective's burst is not drifted)
             op, _, size = key.partition("@")
             n = int(size or ctx.world)
             group = subgroups(ctx, n) if size else None
             fns = [collective(ctx, op, largest, group=group) for _ in range(burst)]
-            priced = fit.per_call(op, message_bytes(op, largest, n), n)
-            self.items.append((key, fns, compute_segment(ctx, cal.segment_s.get(key)),
-                               priced))
+            priced = (after or cal.links[key]).per_call(op, message_bytes(op, largest, n), n)
+            segment = compute_segment(ctx, cal.segment_s.get(key)) if after else None
+            self.items.append((key, fns, segment, priced))
         self.ratios: dict[str, list[float]] = {key: [] for key, *_ in self.items}
 
     def sample(self, ctx: Context) -> None:
         if not self.items:
             return
-        mine = [expected(after_compute_calls(ctx, fns, segment))
-                for _, fns, segment, _ in self.items]
+        mine = [expected(after_compute_calls(ctx, fns, segment) if segment else
+                         back_to_back_calls(ctx, fns)) for _, fns, segment, _ in self.items]
         every = ctx.gather(mine)
         for i, (key, _, _, priced) in enumerate(self.items):
             self.ratios[key].append(max(r[i] for r in every) / priced)

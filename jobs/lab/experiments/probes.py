@@ -246,17 +246,16 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
 
 def segments_of(census: dict, world: int) -> dict[str, tuple[dict, int]]:
     """{link key: (the census's phases, how many of its calls come after compute)} for
-    every link a strategy calls after compute (every point-to-point message: a stage
-    computes, then waits for its neighbour): the calibration probes such calls after as
-    much compute as the step runs before one (probes.segment_seconds)."""
+    every collective a strategy calls after compute (not point-to-point: links.py): the
+    calibration probes such calls after as much compute as the step runs before one
+    (``segment_seconds``)."""
     colls = census["collectives"]
     calls = sum(sum(c.get("after_compute_by_size", {}).values()) for c in colls.values())
     if not calls:
         return {}
-    keys = {"send_recv" if kind in ("send", "recv") else calibration.link_key(kind, n, world)
-            for kind, c in colls.items()
-            for n, k in c.get("after_compute_by_size", {}).items()
-            if k or kind in ("send", "recv")}
+    keys = {calibration.link_key(kind, n, world) for kind, c in colls.items()
+            if kind not in ("send", "recv")
+            for n, k in c.get("after_compute_by_size", {}).items() if k}
     return {key: (census["phases"], calls) for key in keys}
 
 

@@ -29,7 +29,7 @@ from jobs.lab.components.context import Context
 from jobs.lab.components.instrument import SavedActivations
 from jobs.lab.components.model import ModelConfig, make_batch
 from jobs.lab.experiments import timing
-from jobs.lab.experiments.links import AfterComputeDrift
+from jobs.lab.experiments.links import LinkDrift
 from jobs.lab.experiments.probes import calibrate, concurrency, peak_sample, segments_of
 from jobs.lab.experiments.recompute_versus import add_versus_single
 from jobs.lab.experiments.summary import counted_kinds, summarise
@@ -165,7 +165,7 @@ def time_step(ctx: Context, state: dict, i: int, warmup: int, spec: TrainSpec, b
 
 
 def timing_rounds(ctx: Context, timed: list[dict], cal, overhead, warmup: int, steps: int,
-                  dtype: str, step, drift: AfterComputeDrift | None = None) -> None:
+                  dtype: str, step, drift: LinkDrift | None = None) -> None:
     """Round-robin: step i of every strategy before step i+1 of any, so that a noisy
     machine slows all of them alike and their ratios stay meaningful; past the steps
     asked, only the strategies whose times have not settled go on (timing.verdict, on
@@ -184,7 +184,7 @@ def timing_rounds(ctx: Context, timed: list[dict], cal, overhead, warmup: int, s
             samples.append(peak_sample(ctx, dtype))
         if i >= warmup:
             op_samples.append(overhead.sample(ctx))
-            if drift:  # and the calls after compute, which price with it (links.py)
+            if drift:  # and the links, whose prices it scales (links.py)
                 drift.sample(ctx)
         i += 1
         if i < warmup + steps:
@@ -375,7 +375,7 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
                         f"(fit rms {f.rms_rel_error:.0%})" for op, f in cal.links.items()))
     timing_rounds(ctx, timed, cal, overhead, warmup, steps, spec.cfg.dtype,
                   lambda st, i: time_step(ctx, st, i, warmup, spec, batch, progress),
-                  AfterComputeDrift(ctx, cal, needs))
+                  LinkDrift(ctx, cal, needs))
     for st in timed:
         timed_report(ctx, st, cal, params)
     for st in states:

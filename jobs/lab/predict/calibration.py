@@ -56,15 +56,14 @@ AFTER_COMPUTE = "+after_compute"  # a link's key + this: its calls probed after 
 def after_compute_shares(collectives: dict, world: int) -> dict[str, float]:
     """{link key: the share of its calls that come after compute} from a census's
     collectives (census.py counts, per group size, the calls with a matrix multiply or
-    attention since the collective before). Point-to-point, all of it: a pipeline stage
-    computes, then posts its receive (with the sends of the compute before it) and waits
-    - every message is a call after compute, whatever the census saw between a batch's
-    send and its receive (the wait for the neighbour's compute beyond that is the
-    schedule's bubble)."""
+    attention since the collective before). Point-to-point is left out: a pipeline's
+    receive waits for its neighbour's compute, and the schedule's formula (its slots and
+    bubble) prices that wait; the message itself is priced as a transfer (a receive
+    probed after compute priced the pipelines well above their steps: docs/EXPERIMENTS.md,
+    *Calls after compute, measured*)."""
     calls: dict[str, list[int]] = {}
     for kind, c in collectives.items():
         if kind in ("send", "recv"):
-            calls["send_recv"] = [1, 1]
             continue
         after = c.get("after_compute_by_size", {})
         for n, count in c.get("count_by_size", {}).items():
@@ -126,13 +125,14 @@ class Calibration:
     # {link key: CPU seconds of compute the steps run before a call after compute}: what
     # the after-compute links were probed after (probes.segment_seconds)
     segment_s: dict[str, float] = field(default_factory=dict)
-    # {link key: every timed round's ratio of its calls after compute to their price}
-    # (experiments/links.py, AfterComputeDrift); the median scales the after-compute price
+    # {link key: every timed round's ratio of its calls to their price} (experiments/
+    # links.py, LinkDrift); the median scales the price they were sampled at
     after_ratios: dict[str, list[float]] = field(default_factory=dict)
 
     def after_scale(self, key: str) -> float:
-        """How far the calls after compute of link `key` moved from their calibrated price
-        while the steps ran: the median timed round's ratio (1.0 where none was taken)."""
+        """How far the calls of link `key` moved from their calibrated price while the
+        steps ran - after compute where such a link was probed, else back to back - the
+        median timed round's ratio (1.0 where none was taken)."""
         rounds = self.after_ratios.get(key)
         return statistics.median(rounds) if rounds else 1.0
 
@@ -157,8 +157,8 @@ class Calibration:
         world's when None): priced with that group size's own link when one was
         calibrated (a 2-rank all-reduce is not an 8-rank one), else the world's; the
         share of them that comes after compute (``after_compute``) with that link as
-        probed after compute - scaled by how far such calls moved while the steps ran
-        (``after_scale``) - the rest as probed back to back."""
+        probed after compute, the rest as probed back to back; the calls of a link sampled
+        again while the steps ran scaled by how far they moved (``after_scale``)."""
         n = self.n if n is None else n
         if S <= 0 or count == 0 or self.n == 1 or n == 1:
             return 0.0  # one rank moves nothing (and no link was calibrated)
@@ -166,9 +166,10 @@ class Calibration:
         burst = self.links.get(key) or self.links[op]
         after = self.links.get(key + AFTER_COMPUTE) or burst
         share = self.after_compute.get(key, 0.0)
-        moved = self.after_scale(key) if key + AFTER_COMPUTE in self.links else 1.0
+        if key + AFTER_COMPUTE not in self.links:  # sampled again (if at all) back to back
+            return count * self.after_scale(key) * burst.per_call(op, S / count, n)
         return count * ((1 - share) * burst.per_call(op, S / count, n)
-                        + share * moved * after.per_call(op, S / count, n))
+                        + share * self.after_scale(key) * after.per_call(op, S / count, n))
 
     def comm(self, comm: dict, n: int | None = None) -> float:
         """Seconds of a {kind: {bytes, count}} table (send and recv ride one link), over a
@@ -216,8 +217,8 @@ class Calibration:
                 "dtensor_op_s": self.dtensor_op_s, "bandwidth_Bps": self.bandwidth,
                 "host_overlaps": self.host_overlaps,
                 "segment_s": self.segment_s,
-                "after_compute_drift": {k: {"ratios": v, "scale": self.after_scale(k)}
-                                        for k, v in self.after_ratios.items()},
+                "link_drift": {k: {"ratios": v, "scale": self.after_scale(k)}
+                               for k, v in self.after_ratios.items()},
                 "gemm_shapes": len(self.gemm_s), "attention_shapes": len(self.attention_s),
                 "links": {k: {"alpha_s": v.alpha, "busbw_Bps": v.bandwidth,
                               "rms_rel_error": v.rms_rel_error,

@@ -268,8 +268,8 @@ def test_calls_after_compute_are_priced_with_the_link_probed_after_compute():
               "recv": {"bytes": 1, "count": 1, "count_by_size": {2: 1},
                        "after_compute_by_size": {2: 0}}}
     priced = cal.for_census(census)
-    # a pipeline's messages all come after compute, whatever came between send and receive
-    assert priced.after_compute == {"all_reduce@2": 0.75, "all_reduce": 0.0, "send_recv": 1.0}
+    # a pipeline's sends and receives: its schedule prices the wait for the neighbour
+    assert priced.after_compute == {"all_reduce@2": 0.75, "all_reduce": 0.0}
     assert cal.after_compute == {}  # the run's calibration is not changed
     S = 1 << 16
     one_burst, one_after = burst.time("all_reduce", S, 2), after.time("all_reduce", S, 2)
@@ -283,29 +283,29 @@ def test_calls_after_compute_are_priced_with_the_link_probed_after_compute():
         pytest.approx(4 * one_burst)
 
 
-def test_a_pipeline_receive_is_priced_as_a_call_after_compute():
-    # a stage computes, then waits for its neighbour's message: the link probed after
-    # compute prices it; the run's calibration as such (back_to_back_s) keeps the burst's
-    burst = calibration.LinkFit(alpha=0.5e-3, bandwidth=1e9)
-    after = calibration.LinkFit(alpha=3e-3, bandwidth=1e9)
-    cal = calibration.Calibration(flops=1, peak_flops=1, n=2, links={
-        "send_recv": burst, "send_recv" + calibration.AFTER_COMPUTE: after})
-    census = {"send": {"bytes": 4 << 14, "count": 4, "count_by_size": {2: 4},
-                       "after_compute_by_size": {2: 4}},
-              "recv": {"bytes": 4 << 14, "count": 4, "count_by_size": {2: 4},
-                       "after_compute_by_size": {2: 0}}}
+def test_a_link_sampled_again_between_timed_rounds_is_priced_as_far_as_it_moved():
+    # while the steps ran, a pipeline's exchange took 0.5, 2 and 1.5 times its burst's
+    # price and a 2-rank all-reduce after compute 3 times its after-compute price: the
+    # median round's ratio scales the price the calls were sampled at
+    p2p = calibration.LinkFit(alpha=0.5e-3, bandwidth=1e9)
+    burst = calibration.LinkFit(alpha=0.3e-3, bandwidth=1e9)
+    after = calibration.LinkFit(alpha=1.8e-3, bandwidth=1e9)
+    cal = calibration.Calibration(flops=1, peak_flops=1, n=8, links={
+        "send_recv": p2p, "all_reduce@2": burst,
+        "all_reduce@2" + calibration.AFTER_COMPUTE: after},
+        after_compute={"all_reduce@2": 0.5})
     S = 1 << 14
-    assert cal.for_census(census).coll("send_recv", S) == pytest.approx(
-        after.time("send_recv", S, 2))
-    assert cal.coll("send_recv", S) == pytest.approx(burst.time("send_recv", S, 2))
-    # while the steps ran, the same calls took 0.5, 2 and 1.5 times their price: the
-    # median round's ratio scales the price of calls after compute, not the burst's
-    cal.after_ratios = {"send_recv": [0.5, 2.0, 1.5]}
-    assert cal.for_census(census).coll("send_recv", S) == pytest.approx(
-        1.5 * after.time("send_recv", S, 2))
-    assert cal.coll("send_recv", S) == pytest.approx(burst.time("send_recv", S, 2))
-    assert cal.as_dict()["after_compute_drift"] == {
-        "send_recv": {"ratios": [0.5, 2.0, 1.5], "scale": 1.5}}
+    assert cal.coll("send_recv", S) == pytest.approx(p2p.time("send_recv", S, 2))
+    assert cal.coll("all_reduce", 2 * S, 2, n=2) == pytest.approx(
+        burst.time("all_reduce", S, 2) + after.time("all_reduce", S, 2))
+    cal.after_ratios = {"send_recv": [0.5, 2.0, 1.5], "all_reduce@2": [3.0]}
+    assert cal.coll("send_recv", S) == pytest.approx(1.5 * p2p.time("send_recv", S, 2))
+    # the back-to-back half of the all-reduces was not sampled again: not scaled
+    assert cal.coll("all_reduce", 2 * S, 2, n=2) == pytest.approx(
+        burst.time("all_reduce", S, 2) + 3 * after.time("all_reduce", S, 2))
+    assert cal.as_dict()["link_drift"] == {
+        "send_recv": {"ratios": [0.5, 2.0, 1.5], "scale": 1.5},
+        "all_reduce@2": {"ratios": [3.0], "scale": 3.0}}
 
 
 def test_the_census_counts_the_collectives_that_come_after_compute(tmp_path):
