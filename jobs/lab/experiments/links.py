@@ -206,8 +206,8 @@ class LinkDrift:
     every link at the largest message its steps send, as they are priced: after the
     calibration's segment where an after-compute link was probed (``after_compute_calls``),
     else back to back (point-to-point); the slowest rank's time per call over the link's
-    price at that size is the round's ratio, and the median round's ratio scales that
-    price (calibration.Calibration.after_scale; every ratio is kept)."""
+    price at that size is the round's ratio, every one kept beside the calibration
+    (calibration.Calibration.link_ratios), which prices."""
 
     def __init__(self, ctx: Context, cal: calibration.Calibration, needs: dict,
                  burst: int = 4) -> None:
@@ -233,10 +233,8 @@ class LinkDrift:
             return
         mine = []
         for _, fns, segment, _ in self.items:
-            # one call untimed first: a link's threads asleep through the round and the
-            # probes before it wake slower than a step's, whose calls come one after
-            # another, or the sweep's, whose bursts follow the same size's (every round
-            # read about 1.3x without it)
+            # one call untimed first: the sweep's calls follow the same size's burst,
+            # these would follow a round and the probes after it
             fns[0]()
             mine.append(expected(after_compute_calls(ctx, fns, segment) if segment else
                                  back_to_back_calls(ctx, fns)))

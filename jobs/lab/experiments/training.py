@@ -184,7 +184,7 @@ def timing_rounds(ctx: Context, timed: list[dict], cal, overhead, warmup: int, s
             samples.append(peak_sample(ctx, dtype))
         if i >= warmup:
             op_samples.append(overhead.sample(ctx))
-            if drift:  # and the links, whose prices it scales (links.py)
+            if drift:  # and the links, to record how far they moved (links.py)
                 drift.sample(ctx)
         i += 1
         if i < warmup + steps:
@@ -203,7 +203,7 @@ def timing_rounds(ctx: Context, timed: list[dict], cal, overhead, warmup: int, s
     rounds = ctx.gather((samples, op_samples))
     cal.add_peak_samples([min(r[0][j] for r in rounds) for j in range(len(samples))])
     cal.add_op_samples([max(r[1][j] for r in rounds) for j in range(len(op_samples))])
-    cal.after_ratios = drift.ratios if drift else {}
+    cal.link_ratios = drift.ratios if drift else {}
 
 
 def timed_report(ctx: Context, state: dict, cal, params: dict) -> None:

@@ -126,15 +126,10 @@ class Calibration:
     # the after-compute links were probed after (probes.segment_seconds)
     segment_s: dict[str, float] = field(default_factory=dict)
     # {link key: every timed round's ratio of its calls to their price} (experiments/
-    # links.py, LinkDrift); the median scales the price they were sampled at
-    after_ratios: dict[str, list[float]] = field(default_factory=dict)
-
-    def after_scale(self, key: str) -> float:
-        """How far the calls of link `key` moved from their calibrated price while the
-        steps ran - after compute where such a link was probed, else back to back - the
-        median timed round's ratio (1.0 where none was taken)."""
-        rounds = self.after_ratios.get(key)
-        return statistics.median(rounds) if rounds else 1.0
+    # links.py, LinkDrift): how far a link moved while the steps ran, kept to say how far
+    # its price can be trusted (pricing with the median ratio did not bring the
+    # predictions closer: docs/EXPERIMENTS.md, *Calls after compute, measured*)
+    link_ratios: dict[str, list[float]] = field(default_factory=dict)
 
     def for_census(self, collectives: dict) -> Calibration:
         """This calibration for the strategy whose census counted these collectives: each
@@ -157,8 +152,7 @@ class Calibration:
         world's when None): priced with that group size's own link when one was
         calibrated (a 2-rank all-reduce is not an 8-rank one), else the world's; the
         share of them that comes after compute (``after_compute``) with that link as
-        probed after compute, the rest as probed back to back; the calls of a link sampled
-        again while the steps ran scaled by how far they moved (``after_scale``)."""
+        probed after compute, the rest as probed back to back."""
         n = self.n if n is None else n
         if S <= 0 or count == 0 or self.n == 1 or n == 1:
             return 0.0  # one rank moves nothing (and no link was calibrated)
@@ -166,10 +160,8 @@ class Calibration:
         burst = self.links.get(key) or self.links[op]
         after = self.links.get(key + AFTER_COMPUTE) or burst
         share = self.after_compute.get(key, 0.0)
-        if key + AFTER_COMPUTE not in self.links:  # sampled again (if at all) back to back
-            return count * self.after_scale(key) * burst.per_call(op, S / count, n)
         return count * ((1 - share) * burst.per_call(op, S / count, n)
-                        + share * self.after_scale(key) * after.per_call(op, S / count, n))
+                        + share * after.per_call(op, S / count, n))
 
     def comm(self, comm: dict, n: int | None = None) -> float:
         """Seconds of a {kind: {bytes, count}} table (send and recv ride one link), over a
@@ -217,8 +209,10 @@ class Calibration:
                 "dtensor_op_s": self.dtensor_op_s, "bandwidth_Bps": self.bandwidth,
                 "host_overlaps": self.host_overlaps,
                 "segment_s": self.segment_s,
-                "link_drift": {k: {"ratios": v, "scale": self.after_scale(k)}
-                               for k, v in self.after_ratios.items()},
+                "link_drift": {k: {"ratios": v, "n": len(v), "min": min(v),
+                                   "median": statistics.median(v), "max": max(v),
+                                   "kept": "calibration"}
+                               for k, v in self.link_ratios.items() if v},
                 "gemm_shapes": len(self.gemm_s), "attention_shapes": len(self.attention_s),
                 "links": {k: {"alpha_s": v.alpha, "busbw_Bps": v.bandwidth,
                               "rms_rel_error": v.rms_rel_error,
