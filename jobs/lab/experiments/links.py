@@ -137,17 +137,6 @@ def after_compute_calls(ctx: Context, fns: list[Callable[[], None]],
     return out
 
 
-def back_to_back_calls(ctx: Context, fns: list[Callable[[], None]]) -> list[float]:
-    """Seconds of each call of `fns` made one after another after a barrier (CPU)."""
-    ctx.barrier()
-    out = []
-    for fn in fns:
-        t0 = time.perf_counter()
-        fn()
-        out.append(time.perf_counter() - t0)
-    return out
-
-
 def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
                burst: int = 4, group: tuple[Any, list[int]] | None = None,
                segment_s: float | None = None
@@ -197,6 +186,8 @@ def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
     return fit, calibration.fit_link(op, n, later)
 
 
+def nothing() -> None:
+    """No compute: point-to-point's calls are sampled back to back."""
 
 
 class LinkDrift:
@@ -218,7 +209,7 @@ class LinkDrift:
         for key, largest in sorted(needs["links"].items()):
             after = cal.links.get(key + calibration.AFTER_COMPUTE)
             if after is None and key != "send_recv":
-                continue  # (CUDA: no link after compute; a collective's burst is not drifted)
+                continue  # a collective is sampled as it is priced after compute
             op, _, size = key.partition("@")
             n = int(size or ctx.world)
             group = subgroups(ctx, n) if size else None
@@ -236,8 +227,7 @@ class LinkDrift:
             # one call untimed first: the sweep's calls follow the same size's burst,
             # these would follow a round and the probes after it
             fns[0]()
-            mine.append(expected(after_compute_calls(ctx, fns, segment) if segment else
-                                 back_to_back_calls(ctx, fns)))
+            mine.append(expected(after_compute_calls(ctx, fns, segment or nothing)))
         every = ctx.gather(mine)
         for i, (key, _, _, priced) in enumerate(self.items):
             self.ratios[key].append(max(r[i] for r in every) / priced)
