@@ -87,6 +87,14 @@ def price_shapes(ctx: Context, cal: Calibration, phases: dict) -> None:
             cal.attention_s[(way, shape, dt)] = max(r[1][i][way] for r in every)
 
 
+def probe_wrappers(ctx: Context, cal: Calibration, names: list[str], spec: TrainSpec
+                   ) -> dict[str, dict[str, float]]:
+    """probe() for each of `names` that declares it (hook_probe): what a wrapper's own
+    Python costs, on the wrapper itself."""
+    return {name: probe(ctx, cal, name, spec) for name in names
+            if strategies.get(name).hook_probe}
+
+
 def probe(ctx: Context, cal: Calibration, name: str, spec: TrainSpec,
           iters: int = 8) -> dict[str, float]:
     """{phase: seconds per operator} of strategy `name`'s own Python beyond its priced

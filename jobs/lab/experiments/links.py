@@ -4,7 +4,7 @@ after compute (jobs/lab/experiments/probes.py's ``calibrate`` asks for them)."""
 
 from __future__ import annotations
 
-import statistics
+import time
 from collections.abc import Callable
 from typing import Any
 
@@ -93,8 +93,53 @@ def subgroups(ctx: Context, n: int) -> tuple[Any, list[int]]:
 SEGMENT_EDGE, SEGMENT_CALLS = 160, 3  # the compute before each call of the after-compute probe
 
 
+SLICE_EDGE = 64  # a timed segment's GEMMs: small, so that it stops near its CPU time
+
+
+def compute_segment(ctx: Context, seconds: float | None = None) -> Callable[[], None]:
+    """The compute each rank runs before a call of the after-compute probe: `seconds` of
+    this thread's CPU time (the step's own compute before such a call, as the census
+    prices it: probes.segment_seconds), or SEGMENT_CALLS GEMMs of SEGMENT_EDGE where that
+    is not known. Its length matters: a call after a longer segment finds its peer later
+    and its gloo threads longer asleep (bench/after_compute.py --gemms)."""
+    if seconds is None:
+        a = torch.randn(SEGMENT_EDGE, SEGMENT_EDGE, device=ctx.device)
+
+        def segment() -> None:
+            for _ in range(SEGMENT_CALLS):
+                torch.mm(a, a)
+        return segment
+    b = torch.randn(SLICE_EDGE, SLICE_EDGE, device=ctx.device)
+
+    def timed() -> None:
+        t0 = time.thread_time()
+        while time.thread_time() - t0 < seconds:
+            torch.mm(b, b)
+    return timed
+
+
+def after_compute_calls(ctx: Context, fns: list[Callable[[], None]],
+                        segment: Callable[[], None]) -> list[float]:
+    """Seconds of each call of `fns` (CPU: done when it returns) that every rank makes
+    after a segment of compute, each timed by itself from its start to its return - as
+    the counting wrapper times a step's calls, the wait for a peer still computing
+    included. Not (segments and calls) less (segments alone): with more ranks than cores
+    a rank asleep in a call hands its core to the others, whose segments then run faster
+    than alone, so that difference undercounts the calls (bench/after_compute.py prints
+    both)."""
+    ctx.barrier()
+    out = []
+    for fn in fns:
+        segment()
+        t0 = time.perf_counter()
+        fn()
+        out.append(time.perf_counter() - t0)
+    return out
+
+
 def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
-               burst: int = 4, group: tuple[Any, list[int]] | None = None
+               burst: int = 4, group: tuple[Any, list[int]] | None = None,
+               segment_s: float | None = None
                ) -> tuple[calibration.LinkFit, calibration.LinkFit | None]:
     """alpha and W of `op`, fitted to the time per call of bursts of `burst` calls in a
     row on as many different buffers - as a step issues them back to back: one after
@@ -105,45 +150,31 @@ def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
     error against the expected times (``expected``).
 
     On CPU also the link as a call that comes after compute sees it (the second fit; None
-    on CUDA and for point-to-point, whose wait a pipeline's schedule prices): each call
-    preceded on every rank by a few GEMMs (SEGMENT_*), less those GEMMs timed alone right
-    after (the median of such differences). Such a call does not find its peers already
-    in the collective: each arrives from computing of its own, and on shared cores its
-    gloo threads wake from sleep (docs/EXPERIMENTS.md, *The cost model*, has what that
-    costs here). Never below the burst's price."""
+    on CUDA and for point-to-point, whose wait a pipeline's schedule prices):
+    ``after_compute_calls``, each after `segment_s` of compute (``compute_segment``).
+    Such a call does not find its peers already in the collective: each arrives from
+    computing of its own, and on shared cores its gloo threads wake from sleep
+    (docs/EXPERIMENTS.md, *The cost model*, has what that costs here). Never below the
+    burst's price."""
     fns = {S: [collective(ctx, op, S, group=group) for _ in range(burst)] for S in sizes}
     times: dict[int, list[float]] = {S: [] for S in sizes}
-    after: dict[int, list[float]] = {S: [] for S in sizes}  # per call, less its GEMMs
+    after: dict[int, list[float]] = {S: [] for S in sizes}  # each call after compute
     probe_after = not ctx.is_cuda and op != "send_recv"  # a pipeline's wait is its schedule's
-    a = torch.randn(SEGMENT_EDGE, SEGMENT_EDGE, device=ctx.device)
+    segment = compute_segment(ctx, segment_s)
 
-    def segment() -> None:
-        for _ in range(SEGMENT_CALLS):
-            torch.mm(a, a)
-
-    def run(S: int, computed: bool = False) -> Callable[[], None]:
+    def run(S: int) -> Callable[[], None]:
         def calls() -> None:
             for fn in fns[S]:
-                if computed:
-                    segment()
                 fn()
         return calls
-
-    def segments() -> None:
-        for _ in range(burst):
-            segment()
 
     for r in range(repeats):
         for S in (sizes if r % 2 == 0 else sizes[::-1]):
             times[S] += [t / burst for t in time_fn(ctx, run(S), 2, warmup=1)]
-            if probe_after:  # each burst after compute less its GEMMs timed next to it
-                mixed = time_fn(ctx, run(S, True), 2, warmup=0)
-                alone = time_fn(ctx, segments, 2, warmup=0)
-                after[S] += [(m - g) / burst for m, g in zip(mixed, alone, strict=True)]
-    # after compute: the median difference, as a difference of two times on a shared
-    # host is thrown by a preemption of either, which a mean would take for the cost
-    means = ctx.gather([(expected(times[S]), statistics.median(after[S]) if probe_after
-                         else 0.0) for S in sizes])
+            if probe_after:  # one burst a visit: a step's segment can be long
+                after[S] += after_compute_calls(ctx, fns[S], segment)
+    means = ctx.gather([(expected(times[S]), expected(after[S]) if probe_after else 0.0)
+                        for S in sizes])
     n = len(group[1]) if group else ctx.world
     moved = [message_bytes(op, S, n) for S in sizes]
     samples = [(moved[i], max(m[i][0] for m in means)) for i in range(len(sizes))]
@@ -155,3 +186,48 @@ def sweep_link(ctx: Context, op: str, sizes: list[int], repeats: int = 4,
     return fit, calibration.fit_link(op, n, later)
 
 
+def nothing() -> None:
+    """No compute: point-to-point's calls are sampled back to back."""
+
+
+class LinkDrift:
+    """The links again, between timed rounds (CPU): a link probed once before the steps
+    can read twice or half what the same calls cost while the steps run, as a shared
+    host's load and its threads' wake-ups come and go. Each round times `burst` calls of
+    every link at the largest message its steps send, as they are priced: after the
+    calibration's segment where an after-compute link was probed (``after_compute_calls``),
+    else back to back (point-to-point); the slowest rank's time per call over the link's
+    price at that size is the round's ratio, every one kept beside the calibration
+    (calibration.Calibration.link_ratios), which prices."""
+
+    def __init__(self, ctx: Context, cal: calibration.Calibration, needs: dict,
+                 burst: int = 4) -> None:
+        self.items: list[tuple[str, list[Callable[[], None]], Callable[[], None] | None,
+                               float]] = []
+        if ctx.is_cuda or ctx.world == 1:
+            return
+        for key, largest in sorted(needs["links"].items()):
+            after = cal.links.get(key + calibration.AFTER_COMPUTE)
+            if after is None and key != "send_recv":
+                continue  # a collective is sampled as it is priced after compute
+            op, _, size = key.partition("@")
+            n = int(size or ctx.world)
+            group = subgroups(ctx, n) if size else None
+            fns = [collective(ctx, op, largest, group=group) for _ in range(burst)]
+            priced = (after or cal.links[key]).per_call(op, message_bytes(op, largest, n), n)
+            segment = compute_segment(ctx, cal.segment_s.get(key)) if after else None
+            self.items.append((key, fns, segment, priced))
+        self.ratios: dict[str, list[float]] = {key: [] for key, *_ in self.items}
+
+    def sample(self, ctx: Context) -> None:
+        if not self.items:
+            return
+        mine = []
+        for _, fns, segment, _ in self.items:
+            # one call untimed first: the sweep's calls follow the same size's burst,
+            # these would follow a round and the probes after it
+            fns[0]()
+            mine.append(expected(after_compute_calls(ctx, fns, segment or nothing)))
+        every = ctx.gather(mine)
+        for i, (key, _, _, priced) in enumerate(self.items):
+            self.ratios[key].append(max(r[i] for r in every) / priced)

@@ -14,6 +14,7 @@ exactly the shapes and message sizes the run's strategies use (their census)."""
 
 from __future__ import annotations
 
+import dataclasses
 import statistics
 from collections.abc import Callable
 
@@ -186,19 +187,11 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
     """What this run's step times are priced with, measured for what its strategies run
     (``needs``: the same on every rank - links {op: largest message}, gemm and attention
     keys from the census, the model kind, whether DTensor is used, the mean bytes of an
-    operator): a link fit per collective, a time per GEMM and attention shape, the
-    per-operator overhead from a tiny step of the same kind of model (its measured time,
-    less what its GEMMs, attention and bytes cost, per operator), and the copy bandwidth
-    at the size of an operator's tensors."""
-    links = {}
-    if ctx.world > 1:
-        for key, largest in sorted(needs["links"].items()):  # op, or op@n for n ranks
-            op, _, n = key.partition("@")
-            group = subgroups(ctx, int(n)) if n else None
-            links[key], later = sweep_link(ctx, op, link_sizes(largest, int(n or ctx.world)),
-                                           group=group)
-            if later is not None:
-                links[key + calibration.AFTER_COMPUTE] = later
+    operator, the compute before the calls that come after compute: ``segment_seconds``):
+    a link fit per collective (and, on CPU, one of its calls after that compute), a time
+    per GEMM and attention shape, the per-operator overhead from a tiny step of the same
+    kind of model (its measured time, less what its GEMMs, attention and bytes cost, per
+    operator), and the copy bandwidth at the size of an operator's tensors."""
     tiny, tiny_phase = tiny_step(ctx, needs["kind"], precision)
     gemms = sorted(set(needs["gemm"]) | set(tiny_phase["gemm"]))
     attns = sorted({(k[1], k[2]) for k in set(needs["attention"]) | set(tiny_phase["attention"])})
@@ -223,6 +216,21 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
     probe = OverheadProbe(tiny, t["gemm"] + t["attention"] + t["memory_traffic"],
                           tiny_phase["ops"] + tiny_phase["views"])
     op_s = max(tiny_s - probe.priced_s, 0.0) / probe.ops
+    dtensor_op_s = max(r["dtensor"] for r in everyone)
+    # the links last: a call after compute is probed after as much compute as the step
+    # runs before one, priced with what was just probed
+    segments = segment_seconds(dataclasses.replace(priced, op_s=op_s,
+                                                   dtensor_op_s=dtensor_op_s),
+                               needs.get("segments", {}))
+    links = {}
+    if ctx.world > 1:
+        for key, largest in sorted(needs["links"].items()):  # op, or op@n for n ranks
+            op, _, n = key.partition("@")
+            group = subgroups(ctx, int(n)) if n else None
+            links[key], later = sweep_link(ctx, op, link_sizes(largest, int(n or ctx.world)),
+                                           group=group, segment_s=segments.get(key))
+            if later is not None:
+                links[key + calibration.AFTER_COMPUTE] = later
     big = max(gemms, key=lambda k: gemm_s[k], default=None)
     rate = 2 * _mnk(big) / gemm_s[big] if big else 0.0
     peak, name = peak_for(ctx, dtype)
@@ -232,8 +240,34 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
         flops=rate, peak_flops=max(peak, rate) if name.startswith("measured") else peak,
         peak_samples=[peak] if name.startswith("measured") else [],
         links=links, n=ctx.world, peak_name=name, gemm_s=gemm_s, attention_s=attention_s,
-        op_s=op_s, dtensor_op_s=max(r["dtensor"] for r in everyone), bandwidth=bandwidth,
+        op_s=op_s, dtensor_op_s=dtensor_op_s, bandwidth=bandwidth, segment_s=segments,
         host_overlaps=ctx.is_cuda), probe
+
+
+def segments_of(census: dict, world: int) -> dict[str, tuple[dict, int]]:
+    """{link key: (the census's phases, how many of its calls come after compute)} for
+    every collective a strategy calls after compute (not point-to-point: links.py): the
+    calibration probes such calls after as much compute as the step runs before one
+    (``segment_seconds``)."""
+    colls = census["collectives"]
+    calls = sum(sum(c.get("after_compute_by_size", {}).values()) for c in colls.values())
+    if not calls:
+        return {}
+    keys = {calibration.link_key(kind, n, world) for kind, c in colls.items()
+            if kind not in ("send", "recv")
+            for n, k in c.get("after_compute_by_size", {}).items() if k}
+    return {key: (census["phases"], calls) for key in keys}
+
+
+def segment_seconds(priced: calibration.Calibration,
+                    segments: dict[str, list[tuple[dict, int]]]) -> dict[str, float]:
+    """{link key: CPU seconds of compute a step runs before each of its calls that come
+    after compute} from ``segments`` ({link key: [(a census's phases, how many of its
+    calls come after compute)]}, one row per strategy and rank that uses the link): each
+    row's priced compute over its calls, the median row's."""
+    return {key: statistics.median(sum(priced.compute(phases).values()) / calls
+                                   for phases, calls in rows)
+            for key, rows in segments.items() if rows}
 
 
 def _mnk(key: tuple) -> int:

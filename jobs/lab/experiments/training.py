@@ -29,7 +29,8 @@ from jobs.lab.components.context import Context
 from jobs.lab.components.instrument import SavedActivations
 from jobs.lab.components.model import ModelConfig, make_batch
 from jobs.lab.experiments import hooks, timing
-from jobs.lab.experiments.probes import calibrate, concurrency, peak_sample
+from jobs.lab.experiments.links import LinkDrift
+from jobs.lab.experiments.probes import calibrate, concurrency, peak_sample, segments_of
 from jobs.lab.experiments.recompute_versus import add_versus_single
 from jobs.lab.experiments.summary import counted_kinds, summarise
 from jobs.lab.experiments.timers import cpu_share, sched
@@ -101,7 +102,7 @@ def census_step(ctx: Context, state: dict, batch) -> None:
 def needs_of(ctx: Context, states: list[dict]) -> dict:
     """What the calibration must measure for these strategies, the same on every rank."""
     mine: dict[str, Any] = {"links": {}, "gemm": set(), "attention": set(), "ops": 0,
-                            "bytes": 0, "dtensor": False}
+                            "bytes": 0, "dtensor": False, "segments": {}}
     for st in states:
         census = st["census"]
         for phase in census["phases"].values():
@@ -116,12 +117,19 @@ def needs_of(ctx: Context, states: list[dict]) -> dict:
                 # a subgroup's collective gets its own link; the world's and p2p the world's
                 key = link_key(op, n, ctx.world)
                 mine["links"][key] = max(mine["links"].get(key, 0), largest)
+        for key, row in segments_of(census, ctx.world).items():
+            mine["segments"].setdefault(key, []).append(row)
     every = ctx.gather(mine)
     links: dict[str, int] = {}
     for r in every:
         for op, largest in r["links"].items():
             links[op] = max(links.get(op, 0), largest)
-    return {"links": links, "gemm": set().union(*(r["gemm"] for r in every)),
+    segments: dict[str, list] = {}
+    for r in every:
+        for key, rows in r["segments"].items():
+            segments.setdefault(key, []).extend(rows)
+    return {"links": links, "segments": segments,
+            "gemm": set().union(*(r["gemm"] for r in every)),
             "attention": set().union(*(r["attention"] for r in every)),
             "dtensor": any(r["dtensor"] for r in every),
             "op_bytes": sum(r["bytes"] for r in every) / max(1, sum(r["ops"] for r in every))}
@@ -157,7 +165,7 @@ def time_step(ctx: Context, state: dict, i: int, warmup: int, spec: TrainSpec, b
 
 
 def timing_rounds(ctx: Context, timed: list[dict], cal, overhead, warmup: int, steps: int,
-                  dtype: str, step) -> None:
+                  dtype: str, step, drift: LinkDrift | None = None) -> None:
     """Round-robin: step i of every strategy before step i+1 of any, so that a noisy
     machine slows all of them alike and their ratios stay meaningful; past the steps
     asked, only the strategies whose times have not settled go on (timing.verdict, on
@@ -176,6 +184,8 @@ def timing_rounds(ctx: Context, timed: list[dict], cal, overhead, warmup: int, s
             samples.append(peak_sample(ctx, dtype))
         if i >= warmup:
             op_samples.append(overhead.sample(ctx))
+            if drift:  # and the links, to record how far they moved (links.py)
+                drift.sample(ctx)
         i += 1
         if i < warmup + steps:
             continue
@@ -193,6 +203,7 @@ def timing_rounds(ctx: Context, timed: list[dict], cal, overhead, warmup: int, s
     rounds = ctx.gather((samples, op_samples))
     cal.add_peak_samples([min(r[0][j] for r in rounds) for j in range(len(samples))])
     cal.add_op_samples([max(r[1][j] for r in rounds) for j in range(len(op_samples))])
+    cal.link_ratios = drift.ratios if drift else {}
 
 
 def timed_report(ctx: Context, state: dict, cal, params: dict) -> None:
@@ -355,18 +366,17 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
     progress(counted=False, phase="calibrating")
     for st in timed:
         census_step(ctx, st, batch)
-    cal, overhead = calibrate(ctx, {**needs_of(ctx, timed), "kind": spec.cfg.kind},
-                              spec.cfg.dtype, spec.precision)
-    for st in timed:  # what a wrapper's own Python costs, on the wrapper itself
-        if strategies.get(st["name"]).hook_probe:
-            cal.hooks[st["name"]] = hooks.probe(ctx, cal, st["name"], spec)
+    needs = {**needs_of(ctx, timed), "kind": spec.cfg.kind}
+    cal, overhead = calibrate(ctx, needs, spec.cfg.dtype, spec.precision)
+    cal.hooks.update(hooks.probe_wrappers(ctx, cal, [st["name"] for st in timed], spec))
     shared = concurrency(ctx) if ctx.world > 1 else None
     ctx.log(f"calibrated: {len(cal.gemm_s)} GEMM shapes, per-operator overhead "
             f"{cal.op_s * 1e6:.1f} us, copy {cal.bandwidth / 1e9:.1f} GB/s; "
             + ", ".join(f"{op}: alpha={f.alpha * 1e3:.3f} ms W={f.bandwidth / 1e9:.3f} GB/s "
                         f"(fit rms {f.rms_rel_error:.0%})" for op, f in cal.links.items()))
     timing_rounds(ctx, timed, cal, overhead, warmup, steps, spec.cfg.dtype,
-                  lambda st, i: time_step(ctx, st, i, warmup, spec, batch, progress))
+                  lambda st, i: time_step(ctx, st, i, warmup, spec, batch, progress),
+                  LinkDrift(ctx, cal, needs))
     for st in timed:
         timed_report(ctx, st, cal, params)
     for st in states:

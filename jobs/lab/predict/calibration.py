@@ -58,7 +58,9 @@ def after_compute_shares(collectives: dict, world: int) -> dict[str, float]:
     collectives (census.py counts, per group size, the calls with a matrix multiply or
     attention since the collective before). Point-to-point is left out: a pipeline's
     receive waits for its neighbour's compute, and the schedule's formula (its slots and
-    bubble) prices that wait; the message itself is priced as a transfer."""
+    bubble) prices that wait; the message itself is priced as a transfer (a receive
+    probed after compute priced the pipelines well above their steps: docs/EXPERIMENTS.md,
+    *Calls after compute, measured*)."""
     calls: dict[str, list[int]] = {}
     for kind, c in collectives.items():
         if kind in ("send", "recv"):
@@ -131,6 +133,14 @@ class Calibration:
     # strategy itself over a model of tiny widths (jobs/lab/experiments/hooks.py), for the
     # strategies that declare it
     hooks: dict[str, dict[str, float]] = field(default_factory=dict)
+    # {link key: CPU seconds of compute the steps run before a call after compute}: what
+    # the after-compute links were probed after (probes.segment_seconds)
+    segment_s: dict[str, float] = field(default_factory=dict)
+    # {link key: every timed round's ratio of its calls to their price} (experiments/
+    # links.py, LinkDrift): how far a link moved while the steps ran, kept to say how far
+    # its price can be trusted (pricing with the median ratio did not bring the
+    # predictions closer: docs/EXPERIMENTS.md, *Calls after compute, measured*)
+    link_ratios: dict[str, list[float]] = field(default_factory=dict)
 
     def for_census(self, collectives: dict) -> Calibration:
         """This calibration for the strategy whose census counted these collectives: each
@@ -218,6 +228,11 @@ class Calibration:
                 "dtensor_op_s": self.dtensor_op_s, "hooks_per_op_s": self.hooks,
                 "bandwidth_Bps": self.bandwidth,
                 "host_overlaps": self.host_overlaps,
+                "segment_s": self.segment_s,
+                "link_drift": {k: {"ratios": v, "n": len(v), "min": min(v),
+                                   "median": statistics.median(v), "max": max(v),
+                                   "kept": "calibration"}
+                               for k, v in self.link_ratios.items() if v},
                 "gemm_shapes": len(self.gemm_s), "attention_shapes": len(self.attention_s),
                 "links": {k: {"alpha_s": v.alpha, "busbw_Bps": v.bandwidth,
                               "rms_rel_error": v.rms_rel_error,

@@ -283,6 +283,19 @@ def test_calls_after_compute_are_priced_with_the_link_probed_after_compute():
         pytest.approx(4 * one_burst)
 
 
+def test_how_far_a_link_moved_between_timed_rounds_is_recorded_not_priced():
+    # while the steps ran, a pipeline's exchange took 0.5, 2 and 1.5 times its price:
+    # kept with its spread, beside the calibration, which prices
+    p2p = calibration.LinkFit(alpha=0.5e-3, bandwidth=1e9)
+    cal = calibration.Calibration(flops=1, peak_flops=1, n=2, links={"send_recv": p2p})
+    S = 1 << 14
+    cal.link_ratios = {"send_recv": [0.5, 2.0, 1.5], "all_reduce": []}
+    assert cal.coll("send_recv", S) == pytest.approx(p2p.time("send_recv", S, 2))
+    assert cal.as_dict()["link_drift"] == {"send_recv": {
+        "ratios": [0.5, 2.0, 1.5], "n": 3, "min": 0.5, "median": 1.5, "max": 2.0,
+        "kept": "calibration"}}
+
+
 def test_the_census_counts_the_collectives_that_come_after_compute(tmp_path):
     # a real one-rank gloo group: matmul, all-reduce (after compute), an elementwise op
     # and another all-reduce (back to back: no matmul between), matmul, all-reduce

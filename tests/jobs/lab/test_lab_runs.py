@@ -216,6 +216,19 @@ def test_pipeline_matches_reference_and_holds_expected_activations(pp2):
     assert pp2.strategy("gpipe")["bubble"]["measured_idle_fraction"] is not None
 
 
+def test_pipeline_exchange_is_sampled_again_after_every_timed_round(pp2):
+    # the send/recv link probed once before the steps can read half or twice what the
+    # steps' exchanges cost: timed again after every timed round, recorded with its
+    # spread; a pipeline's messages are priced back to back (no link after compute)
+    cal = pp2.result["calibration"]
+    assert "send_recv+after_compute" not in cal["links"]
+    drift = cal["link_drift"]["send_recv"]
+    assert drift["n"] == len(drift["ratios"]) >= PARAMS["pipeline"]["steps"]
+    assert 0 < drift["min"] <= drift["median"] <= drift["max"]
+    for name in ("gpipe", "1f1b", "torch_1f1b"):
+        assert "send_recv" not in pp2.strategy(name)["prediction"]["after_compute_share"]
+
+
 def test_pipeline_four_stages_one_f_one_b_in_flight(pp4):
     _assert_all_passed(pp4)
     inflight = {n: [e["max_in_flight"] for e in pp4.strategy(n)["extra"]]
