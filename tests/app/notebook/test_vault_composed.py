@@ -11,7 +11,7 @@ import pytest
 import sqlalchemy as sa
 
 from app.models import Attachment, Entry
-from app.notebook import attachments, browse, transfer
+from app.notebook import attachments, browse
 from tests.app.notebook.test_vault_import import IMPORTS, PNG, linked, write
 
 
