@@ -1,15 +1,18 @@
-"""link keys and imported paths composed (NFC). macOS writes "é" in a file name as "e" and
-an accent (NFD), where a link typed there holds one character: a vault's "Café notes.md"
-came in under a key no [[Café notes]] matched, and its "Résumé.png" under a path no
-![[Résumé.png]] found. models.link_key now composes what it makes; the keys stored before
-(titles, file names, aliases, link targets) and the imported paths (an entry's
-source_path, an attachment's path, by which the next import finds them again) are
-composed here, and the stored HTML is rendered again (rerender runs when the renderer's
-version is unknown) so the links it showed as missing resolve.
+"""link keys, imported paths and titles composed (NFC). macOS writes "é" in a file name
+as "e" and an accent (NFD), where a link typed there holds one character: a vault's
+"Café notes.md" came in under a key no [[Café notes]] matched, and its "Résumé.png"
+under a path no ![[Résumé.png]] found. models.link_key now composes what it makes, and an
+import the names it reads (note_paths.in_folder). Composed here: the keys stored before
+(titles, file names, aliases, link targets), the imported paths (an entry's source_path,
+an attachment's path, by which the next import finds them again) and the titles (with
+their rows in the search index), so the next import of the vault changes nothing; and
+the stored HTML is rendered again (rerender runs when the renderer's version is
+unknown), so the links it showed as missing resolve. A revision keeps its title as saved.
 
-Downgrade changes nothing: the composed forms are what the earlier code makes of a link
-typed composed, so it reads them as before, and the decomposed forms are not kept to be
-put back (an import of the folder finds its files again under either form).
+Downgrade changes nothing, because nothing records which values were decomposed: the
+earlier code reads the composed keys as it reads any (a link typed composed reaches
+them), but its import of a Mac folder reads the names decomposed again, so it would not
+find the entries those files made.
 
 Revision ID: 0018
 Revises: 0017
@@ -28,7 +31,8 @@ depends_on = None
 
 # (table, row identity, column): the columns that hold a key or an imported path
 _COLUMNS = [
-    ("entry", "id", "title_key"), ("entry", "id", "name_key"), ("entry", "id", "source_path"),
+    ("entry", "id", "title"), ("entry", "id", "title_key"), ("entry", "id", "name_key"),
+    ("entry", "id", "source_path"),
     ("link", "id", "target_key"),
     ("attachment", "id", "path"), ("attachment", "id", "name_key"),
 ]
@@ -55,6 +59,11 @@ def upgrade() -> None:
         if changed:
             conn.execute(sa.text(f"UPDATE {table} SET {column} = :value WHERE {key} = :id"),
                          changed)
+        if changed and column == "title" and conn.dialect.name == "sqlite":
+            # entry_fts_heads follows entry by its trigger; these two hold their own text
+            for index in ("entry_fts", "entry_fts_recent"):
+                conn.execute(sa.text(f"UPDATE {index} SET title = :value WHERE rowid = :id"),
+                             changed)
     # an alias is part of its row's key: composed, it may equal one the entry has already
     aliases = conn.execute(sa.text("SELECT entry_id, key FROM entry_alias")).all()
     present = {(entry_id, key) for entry_id, key in aliases}

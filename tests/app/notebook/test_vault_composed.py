@@ -74,10 +74,15 @@ def test_migration_0018_composes_the_keys_and_paths_an_older_import_stored(tmp_p
                      "size, created_at) VALUES ('ab', 'x.png', ?, ?, 'image/png', 1, "
                      "'2024-01-01 00:00:00')", (nfd("Résumé.png"), nfd("résumé.png")))
         conn.execute("INSERT INTO setting (key, value) VALUES ('render_version', '1')")
+        conn.execute("INSERT INTO entry_fts (rowid, title, tags, body, kind) VALUES "
+                     "(1, ?, '', '', '')", (cafe,))
     upgrades.upgrade(db, tmp_path / "backups")
     with sqlite3.connect(db.sqlite_path) as conn:
-        assert conn.execute("SELECT title_key, name_key, source_path FROM entry WHERE id = 1"
-                            ).fetchone() == ("café notes", "café notes", "Café notes.md")
+        assert conn.execute("SELECT title, title_key, name_key, source_path FROM entry "
+                            "WHERE id = 1").fetchone() == (
+            "Café notes", "café notes", "café notes", "Café notes.md")
+        assert conn.execute("SELECT title FROM entry_fts WHERE rowid = 1").fetchone() == (
+            "Café notes",)
         assert conn.execute("SELECT key FROM entry_alias").fetchall() == [("café",)]
         assert conn.execute("SELECT target_key FROM link").fetchall() == [("café notes",)]
         assert conn.execute("SELECT path, name_key FROM attachment").fetchone() == (
