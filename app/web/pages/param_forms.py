@@ -143,9 +143,9 @@ class ParamForm:
         return {f.name for f in self.fields}
 
 
-def refuse_unknown(described: dict, form: MultiDict) -> str | None:
-    """Why the form cannot be taken, if it sends a param.<name> the experiment has no
-    parameter of: dropped, a typo would run with the default in its place (the API refuses
+def unknown_params(described: dict, form: MultiDict) -> str | None:
+    """Why the form is refused if it sends a param.<name> the experiment has no parameter
+    of, else None: dropped, a typo would run with the default in its place (the API refuses
     such a name too)."""
     unknown = sorted(k for k in form if k.startswith(PREFIX)
                      and k.removeprefix(PREFIX) not in described["params"])

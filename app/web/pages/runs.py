@@ -22,7 +22,7 @@ from app.web.access import author, require_owner
 from app.web.pages import learning
 from app.web.pages import run_summary as summary
 from app.web.pages.blueprints import experiments as bp
-from app.web.pages.param_forms import ParamForm, fmt, refuse_unknown
+from app.web.pages.param_forms import ParamForm, fmt, unknown_params
 from app.web.parsing import int_arg
 from base import statuses
 from jobs.lab.catalogue import registry
@@ -105,7 +105,7 @@ def new_run(name: str):
     given = {f.name: f.value for f in asked.fields if f.input_name in request.args}
     form = ParamForm.initial(spec, given)
     form.errors = {k: v for k, v in asked.errors.items() if k in given}
-    unknown = refuse_unknown(spec, request.args)
+    unknown = unknown_params(spec, request.args)
     if unknown:
         return form_page(spec, form, message=unknown, status=422)
     if not form.errors:
@@ -123,7 +123,7 @@ def new_run(name: str):
 def create_run(name: str):
     spec = experiment_or_404(name)
     form, params = ParamForm.parse(spec, request.form)
-    unknown = refuse_unknown(spec, request.form)
+    unknown = unknown_params(spec, request.form)
     if unknown:
         return form_page(spec, form, message=unknown, status=422)
     if form.errors:
