@@ -21,7 +21,7 @@ import sqlalchemy as sa
 from sqlalchemy.orm import Session
 
 from app.errors import Invalid
-from app.models import Run, Runner
+from app.models import Run, RunMetric, Runner
 from jobs.lab.catalogue import own, registry
 
 MAX_REPORTED = own.MAX_FILES
@@ -118,6 +118,25 @@ def check_filter(session: Session, name: str) -> None:
     said = (f"did you mean {' or '.join(close)}?" if close
             else f"the experiments are {', '.join(sorted(known))}")
     raise Invalid(f"no experiment {name[:100]!r}: {said}", "experiment")
+
+
+def check_sort(session: Session, key: str) -> None:
+    """Invalid unless runs may be sorted by `key` (run_metrics.check_sort_key's form): a
+    result alone, or after a strategy or collective that an experiment offers (a choice of
+    a list parameter: strategies, ops) or that a run reported. As with check_filter, a typo
+    must not read as "no runs"."""
+    group, dot, _ = key.rpartition(".")
+    if not dot:
+        return
+    offered = {choice for experiment in catalogue(session)
+               for spec in experiment["params"].values() if spec["type"] == "str_list"
+               for choice in spec.get("choices", ())}
+    if group in offered or session.scalar(
+            sa.select(RunMetric.run_id).where(RunMetric.key == key).limit(1)) is not None:
+        return
+    close = difflib.get_close_matches(group, sorted(offered), n=3, cutoff=0.5)
+    said = f"did you mean {' or '.join(close)}?" if close else "none offers it"
+    raise Invalid(f"no strategy or collective {group[:40]!r} to sort by: {said}", "sort")
 
 
 def titles(session: Session) -> dict[str, str]:

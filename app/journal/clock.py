@@ -130,8 +130,7 @@ class Clock:
     # -- running --------------------------------------------------------------------------
 
     def start(self) -> None:
-        log.info("the web at %s is %s", self.web.url or "(not reachable from here)",
-                 self.web.state())
+        self.web.first_look()
         self.work("start")
         self.sync()
         self.clock.add_job(self.sync, "interval", seconds=SYNC_S, id="sync")

@@ -13,7 +13,9 @@ time is worse than a question.
 
 from __future__ import annotations
 
+import functools
 import re
+import zoneinfo
 from zoneinfo import ZoneInfo, ZoneInfoNotFoundError
 
 from apscheduler.triggers.base import BaseTrigger
@@ -26,6 +28,10 @@ DAYS = ("sun", "mon", "tue", "wed", "thu", "fri", "sat")  # crontab numbers them
 TIME_RE = re.compile(
     r"(?:at\s+)?(?P<time>noon|midnight|(?P<h>\d{1,2})(?::(?P<m>\d{2}))?\s*(?P<ampm>am|pm|h)?)$")
 EVERY_RE = re.compile(r"every\s+(?:(?P<n>\d{1,3})\s+)?(?P<unit>minute|hour|day)s?$")
+# Files of the zone database that name no place, which ZoneInfo opens all the same:
+# Factory (a zone whose abbreviation is "-00", "local time zone must be set"), posixrules
+# (the rules a POSIX TZ string borrows) and localtime (this host's own, whatever it is).
+NOT_ZONES = frozenset({"Factory", "posixrules", "localtime"})
 HELP = ("say e.g. 'every Sunday 02:00', 'weekdays at 9', 'every day at 7:30', "
         "'every 6 hours', 'every 15 minutes', 'every month on the 1st at 03:00', "
         "or cron's five fields: minute hour day-of-month month day-of-week")
@@ -154,6 +160,19 @@ def _day_number(text: str) -> int:
 
 
 # -- a crontab line as APScheduler's trigger ------------------------------------------------
+
+
+@functools.cache
+def zones() -> frozenset[str]:
+    """The time zones a schedule may name: the zone database's, less NOT_ZONES."""
+    return frozenset(zoneinfo.available_timezones()) - NOT_ZONES
+
+
+def check_zone(timezone: object) -> None:
+    """Invalid unless `timezone` is one of zones(): what a save and the preview check (the
+    scheduler's clock opens a stored zone as it is, so an older schedule still fires)."""
+    if not isinstance(timezone, str) or timezone not in zones():
+        raise Invalid(f"unknown time zone {str(timezone)[:60]!r}", "timezone")
 
 
 def trigger(cron: str, timezone: str) -> BaseTrigger:

@@ -45,9 +45,21 @@ class WebWatch:
         except (OSError, ValueError):
             up = False
         if up:
+            if not self.seen_up:
+                log.info("the web at %s answers", self.url)
             self.seen_up = True
             return "up"
         return "down" if self.seen_up else "unknown"
+
+    def first_look(self) -> None:
+        """Say at start what the reaper knows of the web. Started together (`up`), the
+        scheduler usually looks before the web answers: that is said as what it is, not as
+        a web gone missing, and the web's first answer is logged when it comes."""
+        if self.url is None:
+            log.info("the web is not reachable from here: leases are reaped as they run out")
+        elif self.state() != "up":
+            log.info("the web at %s does not answer yet (still starting?): leases are reaped "
+                     "as they run out until it does", self.url)
 
     def reap(self, reap: Callable[[bool], bool]) -> None:
         """Reap unless the web is down: `reap(amnesty)` gives every active lease one TTL

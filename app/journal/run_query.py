@@ -191,9 +191,11 @@ HEADLINE_KEYS = ("step_time_s", "tokens_per_s", "mfu", "peak_memory_bytes", "bus
                  "peak_flops", "copy_bandwidth_Bps")
 
 
-def recent(session: Session, experiment: str, limit: int) -> list[tuple[sa.Row, dict]]:
-    """The experiment's latest runs, newest first, each with its headline results by key
-    (from run_metric rows: no result JSON is read)."""
+def recent(session: Session, experiment: str,
+           limit: int) -> list[tuple[sa.Row, dict[str, tuple[float, str]]]]:
+    """The experiment's latest runs, newest first, each with its headline results by key:
+    (value, the strategy or collective it is the best of, "" for a run-wide number). From
+    run_metric rows: no result JSON is read."""
     rows = list(session.execute(
         sa.select(Run.id, Run.status, Run.reason, Run.trigger, Run.created_at,
                   Run.finished_at, Run.param_key)
@@ -202,10 +204,24 @@ def recent(session: Session, experiment: str, limit: int) -> list[tuple[sa.Row, 
     for run_id_, key, value in session.execute(
             sa.select(RunMetric.run_id, RunMetric.key, RunMetric.value)
             .where(RunMetric.run_id.in_([r.id for r in rows]),
-                   RunMetric.key.in_(HEADLINE_KEYS))):
+                   RunMetric.key.in_(HEADLINE_KEYS) | RunMetric.key.contains("."))):
         found.setdefault(run_id_, {})[key] = value
-    return [(r, {k: found[r.id][k] for k in HEADLINE_KEYS if k in found.get(r.id, {})})
-            for r in rows]
+    return [(r, headlines(found.get(r.id, {}))) for r in rows]
+
+
+def headlines(metrics: dict[str, float]) -> dict[str, tuple[float, str]]:
+    """A run's headline numbers, each with the group whose number it is: a headline is the
+    best group's (run_metrics.derive), and "tokens/s 7.1 ktok/s" alone does not say which
+    strategy reached it. The reference ("single") is never the headline's."""
+    named: dict[str, tuple[float, str]] = {}
+    for key in HEADLINE_KEYS:
+        if key not in metrics:
+            continue
+        groups = sorted(k.rpartition(".")[0] for k, v in metrics.items()
+                        if k.rpartition(".")[2] == key and v == metrics[key]
+                        and k.rpartition(".")[0] not in ("", "single"))
+        named[key] = (metrics[key], groups[0] if groups else "")
+    return named
 
 
 def compared_sets(session: Session, experiment: str, limit: int) -> list[sa.Row]:

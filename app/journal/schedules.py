@@ -90,6 +90,7 @@ def _clean(session: Session, data: dict, current: Schedule | None = None) -> dic
 def allowed_fires(cron: str, timezone: str) -> list[dt.datetime]:
     """The next fires of a crontab line, or Invalid if it never fires or fires more often
     than a schedule may: what a save checks, and what the form's preview shows."""
+    cron_phrases.check_zone(timezone)
     fires = next_fires(cron, timezone, FIRES_CHECKED)
     if not fires:
         raise Invalid(f"cron {cron!r} never fires", "cron")

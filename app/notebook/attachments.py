@@ -12,6 +12,7 @@ import os
 import re
 import stat
 import tempfile
+import unicodedata
 from collections.abc import Callable
 from pathlib import Path
 from typing import NamedTuple
@@ -21,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from app.errors import Invalid, TooLarge, Unsupported
 from app.models import Attachment, Entry
-from app.notebook import vault_uploads
+from app.notebook import note_paths, vault_uploads
 
 MAX_BYTES = 10 * 1024 * 1024
 IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp", "image/svg+xml"}
@@ -178,7 +179,7 @@ def import_file(session: Session, data_dir: Path, root: Path, path: Path, *,
     if content_type is None:
         raise ValueError(f"not a kind of file kept (only {KINDS})")
     sha = hashlib.sha256(data).hexdigest()
-    where = path.relative_to(root).as_posix()
+    where = note_paths.in_folder(path, root)
     row = session.scalar(sa.select(Attachment).where(Attachment.path == where))
     if row is not None and row.sha256 == sha:
         return "unchanged"
@@ -193,12 +194,18 @@ def import_file(session: Session, data_dir: Path, root: Path, path: Path, *,
     if row is None:
         session.add(Attachment(entry_id=None, sha256=sha, filename=safe_filename(path.name),
                                content_type=content_type, size=len(data), path=where,
-                               name_key=path.name.lower()))
+                               name_key=file_key(where.rsplit("/", 1)[-1])))
         session.flush()
         return "added"
     row.sha256, row.content_type, row.size = sha, content_type, len(data)
     session.flush()
     return "updated"
+
+
+def file_key(name: str) -> str:
+    """What ![[name]] and an imported file's name_key match on: lowered and composed (NFC),
+    as link_key (a decomposed macOS name is the one typed composed)."""
+    return unicodedata.normalize("NFC", name.lower())
 
 
 def _nearest(key: str, found: list) -> Attachment | None:
@@ -214,7 +221,7 @@ def find(session: Session, name: str) -> Attachment | None:
     folder, or by its file name, case aside (the shortest path among several); else the
     newest upload of that file name, case aside (uploads keep a safe form of their name,
     so the name written is compared in that form)."""
-    key = name.strip().lstrip("/").lower()
+    key = file_key(name.strip().lstrip("/"))
     found = _nearest(key, session.scalars(sa.select(Attachment).where(
         Attachment.name_key == key.rsplit("/", 1)[-1])).all())
     if found is not None or "/" in key:
@@ -244,7 +251,7 @@ class Index:
             self.named.setdefault(found[0] or "", []).append(_Row(*found[1:]))
 
     def url(self, name: str) -> str | None:
-        key = name.strip().lstrip("/").lower()
+        key = file_key(name.strip().lstrip("/"))
         found = _nearest(key, self.named.get(key.rsplit("/", 1)[-1], []))
         return url_for_attachment(found) if found is not None else None
 

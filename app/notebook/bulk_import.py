@@ -100,7 +100,7 @@ def run(db, root: Path, paths: list[Path], report: ImportReport, *, author: str 
         mapped = pool.map(reading, paths, chunksize=64) if pool else map(reading, paths)
         existing = import_plan.existing(db)
         committed = {id(known): known.copy() for known in existing}  # before planning
-        in_folder = {path.relative_to(root).as_posix() for path in paths}
+        in_folder = {note_paths.in_folder(path, root) for path in paths}
         ops, untouched = import_plan.plan(mapped, existing, author, report, in_folder)
         if dry_run:
             report.plan += [import_plan.describe(op, root) for op in ops]

@@ -65,6 +65,15 @@ FIELDS = ("date", "title", "body", "tags", "status", "publish")
 # -- validation ---------------------------------------------------------------------------
 
 
+def check_base(entry: Entry, base_revision: int) -> None:
+    """Invalid for a base the entry never had: ahead of it (a client's mistake, not an edit
+    that crossed another) or below zero. A base behind the current one is stale (Conflict,
+    or a merge), never Invalid."""
+    if not 0 <= base_revision <= entry.revision:
+        raise Invalid(f"base_revision {base_revision} is not a revision of entry {entry.id} "
+                      f"(it is at revision {entry.revision})", "base_revision")
+
+
 def stale(entry: Entry, base_revision: int, **merge) -> Conflict:
     """The refusal of a save based on an older revision, with the entry as it is now."""
     return Conflict(
@@ -110,7 +119,8 @@ def merge_stale(session: Session, entry: Entry, mine: dict,
     the revision note."""
     base = session.scalar(sa.select(Revision).where(Revision.entry_id == entry.id,
                                                     Revision.number == base_revision))
-    if base is None or base_revision > entry.revision:
+    check_base(entry, base_revision)
+    if base is None:
         raise stale(entry, base_revision)
     merged, conflicts = merge.merge_fields(values(base), values(entry), mine)
     if conflicts:

@@ -19,6 +19,7 @@ import os
 import re
 import stat
 import threading
+import unicodedata
 from dataclasses import dataclass, field
 from pathlib import Path
 
@@ -27,7 +28,7 @@ import yaml
 from sqlalchemy.orm import Session
 
 from app.models import Entry
-from app.notebook import embeds, vault_uploads
+from app.notebook import embeds, note_paths, vault_uploads
 from base.durable import write_atomic
 
 log = logging.getLogger(__name__)
@@ -330,10 +331,10 @@ def parse_file(path: Path, follow_symlinks: bool = True, root: Path | None = Non
     text, mtime = read_note(path, follow_symlinks)
     warnings: list[str] = []
     meta, body = _front_matter(text, warnings)
-    source = path.relative_to(root).as_posix() if root is not None else path.name
+    source = note_paths.in_folder(path, root) if root is not None else path.name
     # less what an export wrote for the vault: the notes' own text, as the app keeps it
     body = vault_uploads.from_vault(embeds.without_shown(body), source)
-    stem = path.stem
+    stem = unicodedata.normalize("NFC", path.stem)  # as note_paths.in_folder
     letter = LETTER_FILE_RE.match(stem)
     kind = meta.get("kind") or ("week" if letter else "entry")
     if kind not in ("entry", "week"):

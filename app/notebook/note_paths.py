@@ -7,9 +7,18 @@ browse.reached_by (backlinks) all choose with `best`, so the three agree.
 
 from __future__ import annotations
 
+import unicodedata
 from collections.abc import Iterable
+from pathlib import Path
 
 from app.models import link_key
+
+
+def in_folder(path: Path, root: Path) -> str:
+    """A file's path inside an imported folder, as the notebook keeps it (source_path, an
+    attachment's path): composed (NFC), as Obsidian names its files, so a macOS folder's
+    decomposed "Café.md" is the note [[Café]] reaches and that a later import finds again."""
+    return unicodedata.normalize("NFC", path.relative_to(root).as_posix())
 
 
 def path_key(source_path: str) -> str:

@@ -99,6 +99,7 @@ def prepare_update(reader: Session, entry_id: int, changes: dict, *, base_revisi
         raise Invalid("base_revision (an integer) is required", "base_revision")
     refuse_unknown(changes, FIELDS)
     mine = entries.checked(changes)
+    entries.check_base(entry, base_revision)
     if base_revision != entry.revision:
         mine, merged_note = entries.merge_stale(reader, entry, mine, base_revision)
         note = f"{note}; {merged_note}" if note else merged_note
@@ -136,6 +137,7 @@ def prepare_restore(reader: Session, entry_id: int, number: int, *,
     if base_revision != entry.revision:
         if isinstance(base_revision, bool) or not isinstance(base_revision, int):
             raise Invalid("base_revision (an integer) is required", "base_revision")
+        entries.check_base(entry, base_revision)
         raise entries.stale(entry, base_revision)
     old = reader.scalar(
         sa.select(Revision).where(Revision.entry_id == entry.id, Revision.number == number))
@@ -154,6 +156,7 @@ def prepare_delete(reader: Session, entry_id: int, *, base_revision=None) -> Pre
     entries that link to it rendered anew: their links go nowhere now."""
     entry = entries.get(reader, entry_id)
     if base_revision is not None and base_revision != entry.revision:
+        entries.check_base(entry, base_revision)
         raise entries.stale(entry, base_revision)
     keys = entries.keys_of(entry, entries.alias_keys(reader, entry.id))
     return Prepared(entry.id, entry.kind, entry.revision, None,

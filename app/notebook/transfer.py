@@ -35,6 +35,7 @@ from app.notebook import (
     entries,
     import_plan,
     mirror,
+    note_paths,
     vault_uploads,
 )
 from app.notebook.import_plan import ImportReport
@@ -89,7 +90,7 @@ def import_attachments(db, folder: Path, paths: list[Path], report: ImportReport
                 report.skipped.append(f"{path}: {exc}")
                 continue
             report.attachments[done] = report.attachments.get(done, 0) + 1
-            where = path.relative_to(folder).as_posix()
+            where = note_paths.in_folder(path, folder)
             exported = vault_uploads.HASH_FOLDER_RE.fullmatch(where)
             if exported and done != "unchanged" and not dry_run and session.scalar(
                     sa.select(Attachment.sha256).where(Attachment.path == where)) != exported[1]:
@@ -98,7 +99,7 @@ def import_attachments(db, folder: Path, paths: list[Path], report: ImportReport
                     "notes that link to it show the file the export held, where the notebook "
                     "has it")
             if dry_run and done != "unchanged":
-                report.plan.append(f"attach {path.relative_to(folder).as_posix()} ({done})")
+                report.plan.append(f"attach {where} ({done})")
         if dry_run:
             session.rollback()
 
@@ -125,7 +126,7 @@ def import_folder_slowly(db, folder: Path, author: str = "import") -> ImportRepo
     notes, others = folder_files(folder, report)
     import_attachments(db, folder, others, report)
     parsed = [bulk_render.read(path, folder) for path in notes]
-    in_folder = {path.relative_to(folder).as_posix() for path in notes}
+    in_folder = {note_paths.in_folder(path, folder) for path in notes}
     ops, _ = import_plan.plan(parsed, import_plan.existing(db), author, report, in_folder)
     for op in ops:
         known = op.after

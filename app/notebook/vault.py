@@ -2,7 +2,8 @@
 `commonplace import` reads back as the same notebook.
 
 A file per entry, named by its title (characters no file name may hold left out, a
-number added where two would share a name), an imported note at its own path again (so
+number added where two would share a name, a device's name Windows keeps made one it can
+create: windows_safe), an imported note at its own path again (so
 its [[links]] reach it as they did), a letter by its week ([[2024-W13]]); front matter
 with its title, date, tags, status and aliases (mirror.to_text's, which import reads);
 attachments beside the notes, an imported one at its own path, an upload under
@@ -39,6 +40,26 @@ def file_name(title: str) -> str:
     name = " ".join(_FORBIDDEN_RE.sub(" ", title).split()).strip(". ")[:120]
     name = name.encode()[:MAX_NAME_BYTES].decode(errors="ignore").rstrip(". ")
     return name or "Untitled"
+
+
+# What Windows keeps for its devices, whatever follows a dot ("CON.md" is CON, as is
+# "aux.txt.md"): no file or folder may be so named there.
+_DEVICE_RE = re.compile(r"(?i)(?:con|prn|aux|nul|com[1-9]|lpt[1-9]) *(?:\..*)?")
+
+
+def windows_safe(path: str) -> str:
+    """A note's path as Windows can create it: a part named as a device gets "_" after
+    its name ("CON_.md"), a folder ending in a dot or a space loses them (a file name
+    ends in ".md"). Its title stays in its front matter, so it imports as the same note."""
+    parts = path.split("/")
+    for i, part in enumerate(parts):
+        if i < len(parts) - 1:
+            part = part.rstrip(". ") or "_"
+        if _DEVICE_RE.fullmatch(part):
+            name, dot, rest = part.partition(".")
+            part = f"{name.rstrip()}_{dot}{rest}"
+        parts[i] = part
+    return "/".join(parts)
 
 
 def _inside(path: str) -> bool:
@@ -127,7 +148,7 @@ def export_vault(db, folder: Path) -> tuple[int, int]:
                 wanted = f"{entry.iso_week}.md"
             else:
                 wanted = f"{file_name(entry.title)}.md"
-            placed.append((entry, names.take(wanted)))
+            placed.append((entry, names.take(windows_safe(wanted))))
         anchored: dict[str, str] = {}  # anchor -> the first file that shows it (a run's card)
         for entry, path in placed:
             for anchor in embeds.anchors(entry.body_md):

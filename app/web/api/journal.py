@@ -151,6 +151,8 @@ def list_runs():
     found = run_query.listing(request.args, current_app.config["TIMEZONE"])
     if run_query.arg(request.args, "experiment"):
         known.check_filter(get_session(), run_query.arg(request.args, "experiment"))
+    if found.sort:
+        known.check_sort(get_session(), found.sort)
     rows, cursor = found.page(get_session(), limit, offset=offset)
     items = []
     for run, value in rows:

@@ -143,6 +143,15 @@ class ParamForm:
         return {f.name for f in self.fields}
 
 
+def unknown_params(described: dict, form: MultiDict) -> str | None:
+    """Why the form is refused if it sends a param.<name> the experiment has no parameter
+    of, else None: dropped, a typo would run with the default in its place (the API refuses
+    such a name too)."""
+    unknown = sorted(k for k in form if k.startswith(PREFIX)
+                     and k.removeprefix(PREFIX) not in described["params"])
+    return f"{unknown[0][:60]}: not a parameter of {described['name']}" if unknown else None
+
+
 def convert(spec: dict, form: MultiDict, key: str) -> Any:
     """One field's text → the JSON type the schema asks for (ValueError with a message)."""
     kind = spec["type"]

@@ -22,7 +22,8 @@ from app.web.access import author, require_owner
 from app.web.pages import learning
 from app.web.pages import run_summary as summary
 from app.web.pages.blueprints import experiments as bp
-from app.web.pages.param_forms import ParamForm, fmt
+from app.web.pages.param_forms import ParamForm, fmt, unknown_params
+from app.web.parsing import int_arg
 from base import statuses
 from jobs.lab.catalogue import registry
 
@@ -104,11 +105,9 @@ def new_run(name: str):
     given = {f.name: f.value for f in asked.fields if f.input_name in request.args}
     form = ParamForm.initial(spec, given)
     form.errors = {k: v for k, v in asked.errors.items() if k in given}
-    unknown = sorted(k for k in request.args if k.startswith("param.")
-                     and k.removeprefix("param.") not in spec["params"])
+    unknown = unknown_params(spec, request.args)
     if unknown:
-        return form_page(spec, form, message=f"{unknown[0]}: not a parameter of {name}",
-                         status=422)
+        return form_page(spec, form, message=unknown, status=422)
     if not form.errors:
         try:
             known.validate(get_session(), name, given)
@@ -124,6 +123,9 @@ def new_run(name: str):
 def create_run(name: str):
     spec = experiment_or_404(name)
     form, params = ParamForm.parse(spec, request.form)
+    unknown = unknown_params(spec, request.form)
+    if unknown:
+        return form_page(spec, form, message=unknown, status=422)
     if form.errors:
         return form_page(spec, form, message=next(iter(form.errors.values())), status=422)
     session = get_session()
@@ -168,7 +170,10 @@ def run_list():
         found = run_query.listing(request.args, current_app.config["TIMEZONE"])
         if filters["experiment"]:
             known.check_filter(get_session(), filters["experiment"])
-        rows, cursor = found.page(get_session(), PAGE)
+        if found.sort:
+            known.check_sort(get_session(), found.sort)
+        # the API's bound; ignored, a limit typed wrong would show a page of another size
+        rows, cursor = found.page(get_session(), int_arg("limit", PAGE, 1, 500))
     except Invalid as exc:
         error = exc.message
     schedule = None
@@ -186,7 +191,8 @@ def run_list():
         schedule=schedule, filtered=any(filters.values()) or bool(named), sort=sort,
         sorts=sorts, order=found.order if found else "", shown=run_metrics.shown,
         sort_label=sorts.get(sort, sort),
-        active={**{k: v for k, v in filters.items() if v}, **named},
+        active={**{k: v for k, v in filters.items() if v}, **named,
+                **({"limit": request.args["limit"]} if "limit" in request.args else {})},
     )
     return body, 400 if error else 200
 

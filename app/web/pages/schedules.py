@@ -23,7 +23,7 @@ from app.journal import runs, schedules
 from app.models import Run, Schedule
 from app.web.access import require_owner
 from app.web.pages.blueprints import experiments as bp
-from app.web.pages.param_forms import ParamForm, ScheduleDraft
+from app.web.pages.param_forms import ParamForm, ScheduleDraft, unknown_params
 from jobs.lab.catalogue import registry
 
 RECENT_FIRES = 12
@@ -94,6 +94,9 @@ def read_form() -> tuple[ScheduleDraft, ParamForm, dict | None, dict, str]:
     params_form, params = ParamForm.parse(spec, request.form)
     data, errors = draft.data(params)
     errors.update({k: v for k, v in params_form.errors.items()})
+    unknown = unknown_params(spec, request.form)
+    if unknown:
+        errors["form"] = unknown
     return draft, params_form, (None if errors else data), errors, ""
 
 

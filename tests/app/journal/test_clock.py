@@ -4,6 +4,7 @@ jobs and edits take effect without a restart; a fire, a reap after an outage and
 through the real child process (`python -m app.scheduler JOB`)."""
 
 import datetime as dt
+import http.server
 import logging
 import os
 import sqlite3
@@ -21,7 +22,7 @@ from app.journal import alerts, posting, reaping, runs, schedules
 from app.journal.clock import Clock
 from app.journal.waiting import JUDGE_WINDOW, Waiting
 from app.models import Judgement, Run, Schedule, utcnow
-from tests.helpers import ROOT, SMALL, load, stop_process
+from tests.helpers import ROOT, SMALL, free_port, load, stop_process
 
 NOW = utcnow()
 MAX_AGE_S = 24 * 3600.0
@@ -114,6 +115,32 @@ def test_only_a_sqlite_file_is_read(tmp_path):
     for url in ("postgresql://db/notes", "sqlite://", "sqlite:///:memory:"):
         with pytest.raises(SystemExit, match="SQLite file"):
             Waiting.at(url)
+
+
+def test_a_web_still_starting_is_said_to_be_starting_then_its_first_answer(caplog):
+    port = free_port()
+    watch = reaping.WebWatch(f"127.0.0.1:{port}")
+    with caplog.at_level(logging.INFO, logger="commonplace.scheduler"):
+        watch.first_look()  # nothing listens yet: the web of `up` before it answers
+        assert "does not answer yet (still starting?)" in caplog.text
+        assert "unknown" not in caplog.text and watch.state() == "unknown"
+
+        class Healthy(http.server.BaseHTTPRequestHandler):
+            def do_GET(self):
+                self.send_response(200 if self.path == "/healthz" else 404)
+                self.end_headers()
+
+            def log_message(self, *args):
+                pass
+
+        server = http.server.HTTPServer(("127.0.0.1", port), Healthy)
+        threading.Thread(target=server.serve_forever, daemon=True).start()
+        try:
+            assert watch.state() == "up" and watch.state() == "up"
+        finally:
+            server.shutdown()
+            server.server_close()
+    assert caplog.text.count(f"the web at http://127.0.0.1:{port}/healthz answers") == 1
 
 
 @pytest.fixture

@@ -196,6 +196,8 @@ def test_sort_by_a_result_best_first_and_either_way(client, db):
     assert ids(client.get("/api/v1/runs?sort=1f1b.bubble")) == [b, a]  # only 1f1b runs
     assert ids(client.get("/api/v1/runs?sort=step_time_s&status=queued")) == []
     assert ids(client.get("/api/v1/runs?sort=zero3.mfu")) == []  # nobody ran it
+    mine = make(db, result=training(strategy("mine", 0.05)))  # an own experiment's
+    assert ids(client.get("/api/v1/runs?sort=mine.step_time_s")) == [mine]
 
 
 def test_keyset_paging_through_a_sorted_list_with_ties(client, db):
@@ -240,7 +242,8 @@ def test_the_page_pages_a_sorted_list(client, db):
 
 @pytest.mark.parametrize("query, field", [
     ("sort=nope", "sort"), ("sort=1f1b.", "sort"), ("sort=a.b.mfu", "sort"),
-    ("sort=%20.mfu", "sort"), ("order=up&sort=mfu", "order"),
+    ("sort=%20.mfu", "sort"), ("order=up&sort=mfu", "order"), ("sort=nope.step_time_s", "sort"),
+    ("sort=1f1x.bubble", "sort"),
     ("sort=mfu&cursor=abc", "cursor"), ("sort=mfu&cursor=nan,3", "cursor"),
     ("sort=mfu&cursor=0.1,x", "cursor"), ("sort=mfu&cursor=0.1," + "9" * 25, "cursor"),
     ("sort=mfu&cursor=inf,3", "cursor"), ("cursor=0.1,3", "cursor"),
@@ -250,6 +253,7 @@ def test_the_page_pages_a_sorted_list(client, db):
     ("&".join(f"param.p{i}=1" for i in range(9)), "params"),
     ("status=nope", "status"), ("schedule=" + "9" * 30, "schedule"),
     ("week=2024-W99", "week"), ("limit=0", "limit"), ("limit=x", "limit"),
+    ("limit=-1", "limit"),
 ])
 def test_bad_arguments_are_refused_naming_them(client, db, query, field):
     make(db, result=training(strategy("1f1b", 0.01)))
@@ -257,10 +261,9 @@ def test_bad_arguments_are_refused_naming_them(client, db, query, field):
     response = client.get(f"/api/v1/runs?{query}")
     assert response.status_code == 422, response.get_json()
     assert response.get_json()["error"]["field"] == field
-    if field != "limit":
-        page = client.get(f"/runs?{query}")
-        assert page.status_code == 400 and "Can't filter like that" in page.text
-        assert_strict_page(page)
+    page = client.get(f"/runs?{query}")
+    assert page.status_code == 400 and "Can't filter like that" in page.text
+    assert_strict_page(page)
     assert (count(db, Run), count(db, RunMetric), count(db, RunParam)) == before
 
 

@@ -36,6 +36,8 @@ def utc(*args):
     ({"cron": "61 * * * *"}, "cron"), ({"cron": "* * *"}, "cron"), ({"cron": ""}, "cron"),
     ({"cron": "0 2 31 2 *"}, "cron"), ({"cron": "0 2 * * funday"}, "cron"),
     ({"timezone": "Mars/Olympus"}, "timezone"), ({"experiment": "nope"}, "experiment"),
+    ({"timezone": "posixrules"}, "timezone"), ({"timezone": "Factory"}, "timezone"),
+    ({"timezone": "localtime"}, "timezone"), ({"timezone": 3}, "timezone"),
     ({"params": {"world_size": 100}}, "world_size"), ({"enabled": "yes"}, "enabled"),
     ({"misfire_grace_s": -1}, "misfire_grace_s"), ({"colour": "red"}, "colour"),
     ({"name": "nightly \udc00"}, None),

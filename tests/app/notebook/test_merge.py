@@ -114,7 +114,10 @@ def test_overlapping_api_saves_answer_the_hunks_and_an_offer_that_loses_nothing(
     assert again.status_code == 200 and again.get_json()["body"] == error["offered"]["body"]
 
 
-def test_a_base_that_is_not_a_revision_is_a_plain_conflict(client):
+def test_a_base_that_is_not_a_revision_is_a_plain_conflict_or_a_bad_input(client):
     created = client.post("/api/v1/entries", json={"title": "X", "body": "b"}).get_json()
-    r = client.put(f"/api/v1/entries/{created['id']}", json={"body": "c", "base_revision": 7})
+    r = client.put(f"/api/v1/entries/{created['id']}", json={"body": "c", "base_revision": 0})
     assert r.status_code == 409 and "conflicts" not in r.get_json()["error"]
+    # ahead of the entry, it is no edit that crossed another: the client's mistake
+    r = client.put(f"/api/v1/entries/{created['id']}", json={"body": "c", "base_revision": 7})
+    assert r.status_code == 422 and r.get_json()["error"]["field"] == "base_revision"

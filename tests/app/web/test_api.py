@@ -58,6 +58,19 @@ def test_stale_put_is_409_with_the_current_text(client, db):
     assert count(db, Entry) == 1 and count(db, Revision) == 2
 
 
+def test_a_base_revision_ahead_of_the_entry_is_a_bad_input_not_a_conflict(client, db):
+    entry = post(client, {"title": "Ahead", "body": "base"}).get_json()
+    url = f"/api/v1/entries/{entry['id']}"
+    for r in (client.put(url, json={"body": "from the future", "base_revision": 5}),
+              client.put(url, json={"body": "below", "base_revision": -1}),
+              client.post(f"{url}/restore", json={"revision": 1, "base_revision": 2}),
+              client.delete(f"{url}?base_revision=3")):
+        assert r.status_code == 422, r.get_json()
+        assert r.get_json()["error"]["field"] == "base_revision"
+    got = client.get(url).get_json()
+    assert (got["body"], got["revision"]) == ("base", 1) and count(db, Revision) == 1
+
+
 def test_a_hubs_backlinks_come_a_page_at_a_time(client):
     hub = post(client, {"date": "2024-01-01", "title": "Hub", "body": "x"}).get_json()
     sources = [post(client, {"date": f"2024-02-{i + 1:02d}", "title": f"Source {i}",

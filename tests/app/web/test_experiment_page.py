@@ -12,6 +12,7 @@ from app.models import Run, Schedule
 from app.web.pages import learning
 from jobs.lab.catalogue import own, registry
 from tests.app.journal.test_own_catalogue import EXAMPLE
+from tests.app.journal.test_run_query import make, strategy, training
 from tests.app.journal.test_trends import SMALL, collectives_result, finished
 from tests.helpers import OWNER, VIEWER, Elements, add_token, bearer, schedule_form
 from tests.strict_pages import assert_strict_page
@@ -58,13 +59,27 @@ def test_recent_runs_show_their_numbers_and_link_their_trends(client, db):
                                                                page.index("recent-runs"))]
     linked = [int(a["href"].rsplit("/", 1)[1]) for a, _ in Elements(recent).all("a")]
     assert linked == [other, *reversed(ids)]  # newest first
-    assert f"bus bandwidth {run_metrics.shown('busbw_Bps', 30e9)}" in recent
+    assert f"bus bandwidth {run_metrics.shown('busbw_Bps', 30e9)} (all_reduce)" in recent
     for key in keys:
         assert f'href="/trends/{key}"' in page
     assert f"max_bytes={1 << 17:,}</a>" in page  # a set told apart by what differs
     assert f'2 successful runs, the latest <a href="/runs/{ids[1]}">#{ids[1]}</a>' in page
     assert f'href="/schedules/{schedule_id}/trend">Schedule “Sunday sweep”</a>' in page
     assert 'href="/runs?experiment=collectives"' in page
+
+
+def test_a_recent_runs_numbers_name_the_strategy_each_is_the_best_of(client, db):
+    run_id = make(db, "pipeline", training(strategy("single", 0.001, mfu=0.9),
+                                           strategy("1f1b", 0.01), strategy("gpipe", 0.02,
+                                                                              mfu=0.3)))
+    page = client.get("/experiments/pipeline").text
+    recent = page[page.index('class="recent-runs"'):page.index("</ul>",
+                                                               page.index("recent-runs"))]
+    assert f'href="/runs/{run_id}"' in recent
+    # the reference is faster still, but it is the yardstick, not the headline
+    assert f"step time {run_metrics.shown('step_time_s', 0.01)} (1f1b)" in recent
+    assert f"tokens/s {run_metrics.shown('tokens_per_s', 25600)} (1f1b)" in recent
+    assert "MFU 30% (gpipe)" in recent
 
 
 def test_a_parameter_set_says_how_many_of_its_differences_are_not_shown(client, db):

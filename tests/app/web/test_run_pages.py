@@ -359,6 +359,8 @@ def test_the_run_list_pages_by_run_id(client, db):
     second = client.get("/runs?before=6").text
     assert 'href="/runs/5"' in second and 'href="/runs/1"' in second
     assert 'href="/runs/6"' not in second and "Older runs" not in second
+    ten = client.get("/runs?limit=10").text  # the API's limit, kept by the next link
+    assert 'href="/runs/46"' in ten and 'href="/runs/45"' not in ten and "limit=10" in ten
 
 
 # -- every page ---------------------------------------------------------------------------

@@ -60,6 +60,8 @@ def test_a_bad_cron_is_refused_next_to_the_field(client, db, cron, message):
 
 @pytest.mark.parametrize("fields,input_id,message", [
     ({"timezone": "Mars/Olympus"}, "s-timezone", "unknown time zone"),
+    ({"timezone": "Factory"}, "s-timezone", "unknown time zone"),
+    ({"timezone": "posixrules"}, "s-timezone", "unknown time zone"),
     ({"misfire_grace_hours": "soon"}, "s-grace", "number of hours"),
     ({"misfire_grace_hours": "1000"}, "s-grace", "0 to 168 hours"),
     ({"param.world_size": "1"}, "p-world_size", "at least 2 ranks"),

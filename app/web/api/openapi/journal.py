@@ -114,7 +114,8 @@ def paths() -> dict:
                                        "description": "a scalar result: " +
                                        ", ".join(run_metrics.METRICS) + "; alone (the "
                                        "run's best correct strategy) or after a strategy "
-                                       "or collective: 1f1b.step_time_s"}),
+                                       "or collective that an experiment offers or a run "
+                                       "reported: 1f1b.step_time_s"}),
                         query("order", {"type": "string", "enum": ["asc", "desc"],
                                         "description": "default: best first"}),
                         query("cursor", {"type": "string", "description": "next_cursor of "

@@ -77,7 +77,8 @@ def paths() -> dict:
                                "merged with that save line by line (the answer then has "
                                "merged_with: the revision merged with); only changes to the "
                                "same lines (or the same field) answer 409 with the "
-                               "conflicting hunks and a merge that keeps both sides.",
+                               "conflicting hunks and a merge that keeps both sides. A "
+                               "base_revision ahead of the entry's is a bad input (422).",
                 "requestBody": {"required": True, "content": {"application/json": {
                     "schema": {"type": "object", "required": ["base_revision"],
                                "additionalProperties": False, "properties": {
