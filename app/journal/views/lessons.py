@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from app.journal.numbers import finite, percent, ratio, seconds, si
-from app.journal.views.advice import communication
+from app.journal.views.advice import bubble, communication
 
 TERMS = {"gemm": "matrix multiplies", "attention": "attention", "op_overhead":
          "per-operator overhead", "memory_traffic": "memory traffic", "comm":
@@ -268,9 +268,10 @@ def _change_training(result: dict, runs: list[Timed]) -> str | None:
         return communication(found.subject.name, found.subject.raw.get("comm"), value,
                              batch)
     if term == "bubble" and m and p:
-        return (f"The bubble ({seconds(value)}) dominates: raise micro_batches from {m:g} to "
-                f"{4 * m:g} and the formula's idle share falls from "
-                f"{percent((p - 1) / (m + p - 1))} to {percent((p - 1) / (4 * m + p - 1))}.")
+        naive = next((t for t in runs if t.name == "naive_mp"), None)
+        lost = naive is not None and any(t.step > naive.step for t in runs if t is not naive)
+        shared = (num(result, "calibration", "concurrency", "slowdown_all_at_once") or 1) > 1.5
+        return bubble(found.subject.name, value, m, p, batch, lost, shared)
     return None
 
 

@@ -212,6 +212,39 @@ def test_a_pipeline_slower_than_the_saving_it_was_priced_says_its_stages_did_not
                         "formula assumes, as when other work shares the cores.")
 
 
+def _pipeline_result(steps: dict[str, float], slowdown: float = 1.0,
+                     gpipe_priced: float = 0.110) -> dict:
+    """The default pipeline run as a learner saw it (naive_mp 40.9 ms, gpipe 133 ms),
+    naive_mp explained worst and its bubble its largest term."""
+    priced = {"naive_mp": (0.0758, {"gemm": 0.010, "op_overhead": 0.030, "bubble": 0.0311}),
+              "gpipe": (gpipe_priced, {"gemm": 0.010, "op_overhead": 0.082, "bubble": 0.026})}
+    return {"params": {"world_size": 2, "micro_batches": 4, "batch_size": 8, "hidden": 64},
+            "calibration": {"concurrency": {"slowdown_all_at_once": slowdown}},
+            "strategies": [{"strategy": name, "correctness": {"passed": True},
+                            "step_time_s": {"median": step},
+                            "prediction": {"step_time_s": priced[name][0],
+                                           "terms_s": priced[name][1]}}
+                           for name, step in steps.items()]}
+
+
+def test_the_bubble_advice_never_contradicts_the_pipeline_story():
+    told = lessons.training(_pipeline_result({"naive_mp": 0.0409, "gpipe": 0.133}))
+    assert told[0].startswith("gpipe is slower than naive model parallel here")
+    assert told[-1] == ("The bubble dominates naive_mp (31.1 ms), but in this run "
+                        "micro-batching cost more than it saved, so more micro-batches would "
+                        "not help: give each more work (batch_size 8 → 32, micro_batches "
+                        "still 4) so that its compute outweighs its per-operator overhead.")
+    shared = lessons.training(_pipeline_result({"naive_mp": 0.0409, "gpipe": 0.133}, 3.7))
+    assert "cannot run the stages at once" in shared[0]
+    assert "take turns on the cores, so no micro-batching can shrink it" in shared[-1]
+    # naive model parallelism has no micro-batches: micro_batches does not move its bubble
+    won = lessons.training(_pipeline_result({"naive_mp": 0.0409, "gpipe": 0.030},
+                                            gpipe_priced=0.030))
+    assert won[-1].startswith("naive_mp's bubble (31.1 ms) is (p−1)/p = 50% of its step "
+                              "whatever micro_batches says")
+    assert "from 20% at m=4 to 6% at m=16" in won[-1]
+
+
 def test_the_pipeline_card_shows_bubble_layers_and_activations_per_stage(tmp_path_factory):
     result = result_of(tmp_path_factory, "pipeline")
     html = card_training.pipeline(result["strategies"])
