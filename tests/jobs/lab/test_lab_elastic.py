@@ -5,6 +5,7 @@ its own under plain torchrun."""
 from __future__ import annotations
 
 import json
+import os
 import subprocess
 import sys
 
@@ -60,6 +61,33 @@ def test_cuda_ranks_start_by_forkserver_when_nvml_cannot_answer(tmp_path):
         assert rank["parent"] != agent
         assert "forkserver" in rank["parent_cmdline"]
         assert "jobs.lab.experiments.training" in rank["modules"]
+
+
+PRELOAD = """
+import importlib, torch
+asked = []
+for name in ("is_available", "device_count", "init", "_lazy_init", "current_device",
+             "get_device_name", "get_device_properties", "set_device"):
+    real = getattr(torch.cuda, name)
+    setattr(torch.cuda, name, lambda *a, _real=real, _name=name, **k:
+            asked.append(_name) or _real(*a, **k))
+from jobs.lab.launcher import elastic, worker
+for module in [elastic.AGENT, elastic.WORKER, *worker.IMPLEMENTATIONS.values()]:
+    importlib.import_module(module)
+print("asked", sorted(set(asked)))
+"""
+
+
+def test_what_the_forkserver_preloads_never_asks_cuda():
+    """The forkserver imports the agent, the worker and every experiment before it forks a
+    rank: were any of them to ask torch.cuda at import, CUDA would be initialised in the
+    forkserver (NVML failing) and every rank forked from it broken. This CPU build cannot
+    initialise CUDA, so the test records what is asked."""
+    proc = subprocess.run([sys.executable, "-c", PRELOAD], cwd=ROOT, capture_output=True,
+                          text=True, timeout=240,
+                          env={**os.environ, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "asked []"
 
 
 def test_the_start_method_forks_only_where_no_rank_can_touch_cuda():
