@@ -80,12 +80,18 @@ def _failed(result: dict) -> str | None:
             f"correctness gate and {'was' if len(bad) == 1 else 'were'} not timed: {reason}.")
 
 
+def _slower_than_naive(runs: list[Timed]) -> tuple[Timed | None, list[Timed]]:
+    """naive_mp, and the micro-batched schedules slower than it (single has none either)."""
+    naive = next((t for t in runs if t.name == "naive_mp"), None)
+    return naive, [t for t in runs if naive is not None and t.name not in ("naive_mp", "single")
+                   and t.step > naive.step]
+
+
 def _pipeline(runs: list[Timed], m: float | None, slowdown: float | None) -> str | None:
     """Micro-batches against no micro-batches: the overhead they add vs the bubble they
     save - or, when the ranks took turns on shared cores, that no schedule can overlap
     stages here."""
-    naive = next((t for t in runs if t.name == "naive_mp"), None)
-    split = [t for t in runs if t.name != "naive_mp" and t.step > (naive.step if naive else 0)]
+    naive, split = _slower_than_naive(runs)
     if naive is None or not split or not m or m < 2:
         return None
     slow = max(split, key=lambda t: t.step)
@@ -268,9 +274,8 @@ def _change_training(result: dict, runs: list[Timed]) -> str | None:
         return communication(found.subject.name, found.subject.raw.get("comm"), value,
                              batch)
     if term == "bubble" and m and p:
-        naive = next((t for t in runs if t.name == "naive_mp"), None)
-        lost = naive is not None and any(t.step > naive.step for t in runs if t is not naive)
         shared = (num(result, "calibration", "concurrency", "slowdown_all_at_once") or 1) > 1.5
+        lost = bool(_slower_than_naive(runs)[1])
         return bubble(found.subject.name, value, m, p, batch, lost, shared)
     return None
 

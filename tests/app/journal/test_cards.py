@@ -243,6 +243,15 @@ def test_the_bubble_advice_never_contradicts_the_pipeline_story():
     assert won[-1].startswith("naive_mp's bubble (31.1 ms) is (p−1)/p = 50% of its step "
                               "whatever micro_batches says")
     assert "from 20% at m=4 to 6% at m=16" in won[-1]
+    # the one-device reference has no micro-batches either: slower than naive, it is no loss
+    single = _pipeline_result({"naive_mp": 0.0409, "gpipe": 0.030}, gpipe_priced=0.030)
+    single["strategies"].append({**single["strategies"][1], "strategy": "single",
+                                 "step_time_s": {"median": 0.060},
+                                 "prediction": {"step_time_s": 0.060,
+                                                "terms_s": {"gemm": 0.050}}})
+    told = lessons.training(single)
+    assert not any("single is slower" in t for t in told), told
+    assert told[-1].startswith("naive_mp's bubble (31.1 ms)"), told
 
 
 def test_the_pipeline_card_shows_bubble_layers_and_activations_per_stage(tmp_path_factory):
