@@ -11,9 +11,17 @@ from __future__ import annotations
 from app.journal.numbers import finite, percent, seconds
 
 
-def communication(name: str, comm, value: float, batch: float | None) -> str:
+def communication(name: str, comm, value: float, batch: float | None, off=None) -> str:
     """Advice for a strategy whose communication dominated (value seconds a step),
-    specific to how it talks; comm: its result's "comm" (whatever a runner sent)."""
+    specific to how it talks; comm: its result's "comm" (whatever a runner sent). Where
+    the run found communication off (`off`: its prediction's "off") and measured it far
+    below its price, it did not dominate the step, and the card says so instead."""
+    measured = finite(off.get("measured_s")) if isinstance(off, dict) and \
+        off.get("term") == "communication" else None
+    if measured is not None and 1.5 * measured < value:
+        return (f"Communication did not dominate {name} as measured: {seconds(measured)} a "
+                f"step against the {seconds(value)} it was priced at, so cutting it would "
+                "gain little here; its timeline shows where the step went.")
     rows = comm.get("per_rank") if isinstance(comm, dict) else None
     kinds = rows[0].get("per_step") if isinstance(rows, list) and rows and \
         isinstance(rows[0], dict) else None

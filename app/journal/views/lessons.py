@@ -272,7 +272,7 @@ def _change_training(result: dict, runs: list[Timed]) -> str | None:
                 f"compute, not {TERMS[term]} ({seconds(value)}), fills the {device}{tail}.")
     if term == "comm" or term.endswith("_comm"):
         return communication(found.subject.name, found.subject.raw.get("comm"), value,
-                             batch)
+                             batch, (found.subject.raw.get("prediction") or {}).get("off"))
     if term == "bubble" and m and p:
         shared = (num(result, "calibration", "concurrency", "slowdown_all_at_once") or 1) > 1.5
         lost = bool(_slower_than_naive(runs)[1])

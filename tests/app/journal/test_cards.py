@@ -180,6 +180,21 @@ def test_communication_advice_is_the_strategys_own(name, words):
     assert advice.communication(name, "hostile", 0.001, None)  # whatever a runner sent
 
 
+def test_communication_priced_far_above_what_was_measured_is_not_said_to_dominate():
+    # zero3 in a default ZeRO run: "off on communication: 0.375 ms measured against 29.9 ms
+    # predicted", then "Communication (28.7 ms a step) dominates zero3"
+    off = {"term": "communication", "measured_s": 0.000375, "predicted_s": 0.0299}
+    text = advice.communication("zero3", {}, 0.0287, 8, off)
+    assert text.startswith("Communication did not dominate zero3 as measured: 375 µs a step "
+                           "against the 28.7 ms it was priced at")
+    assert "dominates" not in text
+    near = {**off, "measured_s": 0.025}  # measured close to its price: it did dominate
+    assert advice.communication("zero3", {}, 0.0287, 8, near).startswith(
+        "Communication (28.7 ms a step) dominates zero3")
+    compute = {**off, "term": "compute"}
+    assert "dominates zero3" in advice.communication("zero3", {}, 0.0287, 8, compute)
+
+
 def test_on_shared_cores_the_pipeline_lesson_says_the_host_cannot_show_it(tmp_path_factory):
     result = copy.deepcopy(result_of(tmp_path_factory, "pipeline"))
     result["calibration"]["concurrency"]["slowdown_all_at_once"] = 3.7  # 8 users, 2 cores
