@@ -13,7 +13,7 @@ import math
 from dataclasses import dataclass
 
 from app.journal.numbers import finite, percent, ratio, seconds, si
-from app.journal.views.advice import communication
+from app.journal.views.advice import bubble, communication
 
 TERMS = {"gemm": "matrix multiplies", "attention": "attention", "op_overhead":
          "per-operator overhead", "memory_traffic": "memory traffic", "comm":
@@ -81,12 +81,18 @@ def _failed(result: dict) -> str | None:
             f"correctness gate and {'was' if len(bad) == 1 else 'were'} not timed: {reason}.")
 
 
+def _slower_than_naive(runs: list[Timed]) -> tuple[Timed | None, list[Timed]]:
+    """naive_mp, and the micro-batched schedules slower than it (single has none either)."""
+    naive = next((t for t in runs if t.name == "naive_mp"), None)
+    return naive, [t for t in runs if naive is not None and t.name not in ("naive_mp", "single")
+                   and t.step > naive.step]
+
+
 def _pipeline(runs: list[Timed], m: float | None, slowdown: float | None) -> str | None:
     """Micro-batches against no micro-batches: the overhead they add vs the bubble they
     save - or, when the ranks took turns on shared cores, that no schedule can overlap
     stages here."""
-    naive = next((t for t in runs if t.name == "naive_mp"), None)
-    split = [t for t in runs if t.name != "naive_mp" and t.step > (naive.step if naive else 0)]
+    naive, split = _slower_than_naive(runs)
     if naive is None or not split or not m or m < 2:
         return None
     slow = max(split, key=lambda t: t.step)
@@ -267,11 +273,11 @@ def _change_training(result: dict, runs: list[Timed]) -> str | None:
                 f"compute, not {TERMS[term]} ({seconds(value)}), fills the {device}{tail}.")
     if term == "comm" or term.endswith("_comm"):
         return communication(found.subject.name, found.subject.raw.get("comm"), value,
-                             batch)
+                             batch, (found.subject.raw.get("prediction") or {}).get("off"))
     if term == "bubble" and m and p:
-        return (f"The bubble ({seconds(value)}) dominates: raise micro_batches from {m:g} to "
-                f"{4 * m:g} and the formula's idle share falls from "
-                f"{percent((p - 1) / (m + p - 1))} to {percent((p - 1) / (4 * m + p - 1))}.")
+        shared = (num(result, "calibration", "concurrency", "slowdown_all_at_once") or 1) > 1.5
+        lost = bool(_slower_than_naive(runs)[1])
+        return bubble(found.subject.name, value, m, p, batch, lost, shared)
     return None
 
 

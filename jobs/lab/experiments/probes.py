@@ -16,6 +16,7 @@ from __future__ import annotations
 
 import dataclasses
 import statistics
+import time
 from collections.abc import Callable
 
 import torch
@@ -34,10 +35,11 @@ DENSE_BF16_PEAKS = {"H100": 989e12, "H200": 989e12, "A100": 312e12}
 
 
 def gemm_flops(ctx: Context, M: int, N: int, K: int, dtype: torch.dtype = torch.float32,
-               iters: int = 5) -> tuple[float, list[float]]:
+               iters: int = 5, clock: Callable[[], float] = time.perf_counter,
+               ) -> tuple[float, list[float]]:
     a = torch.randn(M, K, device=ctx.device, dtype=dtype)
     b = torch.randn(K, N, device=ctx.device, dtype=dtype)
-    times = time_fn(ctx, lambda: torch.mm(a, b), iters, warmup=2, fence=False)
+    times = time_fn(ctx, lambda: torch.mm(a, b), iters, warmup=2, fence=False, clock=clock)
     return 2 * M * N * K / statistics.median(times), times
 
 
@@ -67,9 +69,13 @@ PEAK_EDGE = {True: 4096, False: 512}  # by is_cuda
 
 def peak_sample(ctx: Context, dtype: str) -> float:
     """One try at the measured peak: a square GEMM's FLOP/s on this rank. The run takes
-    several, between its timed steps, and keeps the best (see training.py)."""
+    several, between its timed steps, and keeps the best (see training.py). Timed by the
+    clock the model's GEMMs are priced by (compute_clock: on CPU the thread's own time),
+    so the tries and the GEMM rate that bounds the peak (calibrate) measure the same
+    thing: a core's throughput, not the share of it a busy host left the probe."""
     edge = PEAK_EDGE[ctx.is_cuda]
-    return gemm_flops(ctx, edge, edge, edge, dtype=getattr(torch, dtype), iters=3)[0]
+    return gemm_flops(ctx, edge, edge, edge, dtype=getattr(torch, dtype), iters=3,
+                      clock=compute_clock(ctx))[0]
 
 
 def concurrency(ctx: Context, edge: int = 384, iters: int = 5,
@@ -235,10 +241,9 @@ def calibrate(ctx: Context, needs: dict, dtype: str = "float32",
     rate = 2 * _mnk(big) / gemm_s[big] if big else 0.0
     peak, name = peak_for(ctx, dtype)
     peak = min(p for p in ctx.gather(peak))
+    peak, tries, name = measured_peak(peak, name, rate)
     return calibration.Calibration(
-        op_samples=[op_s],
-        flops=rate, peak_flops=max(peak, rate) if name.startswith("measured") else peak,
-        peak_samples=[peak] if name.startswith("measured") else [],
+        op_samples=[op_s], flops=rate, peak_flops=peak, peak_samples=tries,
         links=links, n=ctx.world, peak_name=name, gemm_s=gemm_s, attention_s=attention_s,
         op_s=op_s, dtensor_op_s=dtensor_op_s, bandwidth=bandwidth, segment_s=segments,
         host_overlaps=ctx.is_cuda), probe
@@ -268,6 +273,17 @@ def segment_seconds(priced: calibration.Calibration,
     return {key: statistics.median(sum(priced.compute(phases).values()) / calls
                                    for phases, calls in rows)
             for key, rows in segments.items() if rows}
+
+
+def measured_peak(peak: float, name: str, rate: float) -> tuple[float, list[float], str]:
+    """The MFU denominator, its tries and its name. A datasheet or given peak is what it
+    is; a measured one is the best of its tries, the model's own GEMM rate among them (a
+    square GEMM need not be the fastest shape), so it is never below a rate the steps
+    reached, and the spread recorded is that of the figure used."""
+    if not name.startswith("measured"):
+        return peak, [], name
+    tries = [t for t in (peak, rate) if t > 0]
+    return max(tries), tries, f"{name} or the model's own GEMM, the faster"
 
 
 def _mnk(key: tuple) -> int:

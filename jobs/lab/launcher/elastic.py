@@ -60,6 +60,7 @@ from jobs.lab.launcher import worker  # noqa: E402
 
 WORKER = "jobs.lab.launcher.worker"
 AGENT = "jobs.lab.launcher.elastic"
+FORKSERVER = "jobs.lab.launcher.forkserver"  # imported by the forkserver only, first
 RDZV_FD_ENV = "COMMONPLACE_RDZV_FD"  # launch.py's: node 0's reserved listening socket
 RESERVED = "reserved-static"
 
@@ -111,7 +112,7 @@ def main(argv: list[str] | None = None) -> None:
     if not (args.module and args.training_script == WORKER):
         raise SystemExit(f"jobs.lab.launcher.elastic runs only -m {WORKER}")
     experiment = args.training_script_args[0] if args.training_script_args else ""
-    preload = [AGENT, WORKER]
+    preload = [FORKSERVER, AGENT, WORKER]
     if experiment in worker.IMPLEMENTATIONS:
         importlib.import_module(worker.IMPLEMENTATIONS[experiment])
         preload.append(worker.IMPLEMENTATIONS[experiment])

@@ -190,6 +190,21 @@ def test_communication_advice_is_the_strategys_own(name, words):
     assert advice.communication(name, "hostile", 0.001, None)  # whatever a runner sent
 
 
+def test_communication_priced_far_above_what_was_measured_is_not_said_to_dominate():
+    # zero3 in a default ZeRO run: "off on communication: 0.375 ms measured against 29.9 ms
+    # predicted", then "Communication (28.7 ms a step) dominates zero3"
+    off = {"term": "communication", "measured_s": 0.000375, "predicted_s": 0.0299}
+    text = advice.communication("zero3", {}, 0.0287, 8, off)
+    assert text.startswith("Communication did not dominate zero3 as measured: 375 µs a step "
+                           "against the 28.7 ms it was priced at")
+    assert "dominates" not in text
+    near = {**off, "measured_s": 0.025}  # measured close to its price: it did dominate
+    assert advice.communication("zero3", {}, 0.0287, 8, near).startswith(
+        "Communication (28.7 ms a step) dominates zero3")
+    compute = {**off, "term": "compute"}
+    assert "dominates zero3" in advice.communication("zero3", {}, 0.0287, 8, compute)
+
+
 def test_on_shared_cores_the_pipeline_lesson_says_the_host_cannot_show_it(tmp_path_factory):
     result = copy.deepcopy(result_of(tmp_path_factory, "pipeline"))
     result["calibration"]["concurrency"]["slowdown_all_at_once"] = 3.7  # 8 users, 2 cores
@@ -220,6 +235,48 @@ def test_a_pipeline_slower_than_the_saving_it_was_priced_says_its_stages_did_not
                         "step), although the cost model expected micro-batches to save 166 ms "
                         "net (166 ms of bubble): its stages did not run side by side as the "
                         "formula assumes, as when other work shares the cores.")
+
+
+def _pipeline_result(steps: dict[str, float], slowdown: float = 1.0,
+                     gpipe_priced: float = 0.110) -> dict:
+    """The default pipeline run as a learner saw it (naive_mp 40.9 ms, gpipe 133 ms),
+    naive_mp explained worst and its bubble its largest term."""
+    priced = {"naive_mp": (0.0758, {"gemm": 0.010, "op_overhead": 0.030, "bubble": 0.0311}),
+              "gpipe": (gpipe_priced, {"gemm": 0.010, "op_overhead": 0.082, "bubble": 0.026})}
+    return {"params": {"world_size": 2, "micro_batches": 4, "batch_size": 8, "hidden": 64},
+            "calibration": {"concurrency": {"slowdown_all_at_once": slowdown}},
+            "strategies": [{"strategy": name, "correctness": {"passed": True},
+                            "step_time_s": {"median": step},
+                            "prediction": {"step_time_s": priced[name][0],
+                                           "terms_s": priced[name][1]}}
+                           for name, step in steps.items()]}
+
+
+def test_the_bubble_advice_never_contradicts_the_pipeline_story():
+    told = lessons.training(_pipeline_result({"naive_mp": 0.0409, "gpipe": 0.133}))
+    assert told[0].startswith("gpipe is slower than naive model parallel here")
+    assert told[-1] == ("The bubble dominates naive_mp (31.1 ms), but in this run "
+                        "micro-batching cost more than it saved, so more micro-batches would "
+                        "not help: give each more work (batch_size 8 → 32, micro_batches "
+                        "still 4) so that its compute outweighs its per-operator overhead.")
+    shared = lessons.training(_pipeline_result({"naive_mp": 0.0409, "gpipe": 0.133}, 3.7))
+    assert "cannot run the stages at once" in shared[0]
+    assert "take turns on the cores, so no micro-batching can shrink it" in shared[-1]
+    # naive model parallelism has no micro-batches: micro_batches does not move its bubble
+    won = lessons.training(_pipeline_result({"naive_mp": 0.0409, "gpipe": 0.030},
+                                            gpipe_priced=0.030))
+    assert won[-1].startswith("naive_mp's bubble (31.1 ms) is (p−1)/p = 50% of its step "
+                              "whatever micro_batches says")
+    assert "from 20% at m=4 to 6% at m=16" in won[-1]
+    # the one-device reference has no micro-batches either: slower than naive, it is no loss
+    single = _pipeline_result({"naive_mp": 0.0409, "gpipe": 0.030}, gpipe_priced=0.030)
+    single["strategies"].append({**single["strategies"][1], "strategy": "single",
+                                 "step_time_s": {"median": 0.060},
+                                 "prediction": {"step_time_s": 0.060,
+                                                "terms_s": {"gemm": 0.050}}})
+    told = lessons.training(single)
+    assert not any("single is slower" in t for t in told), told
+    assert told[-1].startswith("naive_mp's bubble (31.1 ms)"), told
 
 
 def test_the_pipeline_card_shows_bubble_layers_and_activations_per_stage(tmp_path_factory):

@@ -5,15 +5,18 @@ its own under plain torchrun."""
 from __future__ import annotations
 
 import json
+import os
+import signal
 import subprocess
 import sys
 
-from lab_helpers import PLUGINS, ROOT, TINY, launch
+from lab_helpers import PLUGINS, ROOT, TINY, launch, start
 
 from jobs.lab.catalogue import registry
 from jobs.lab.launcher.elastic import requested_device, start_method
 from jobs.lab.launcher.launch import command as launch_command
 from jobs.lab.launcher.launch import environment
+from tests.app.journal.test_journal_e2e import alive, wait_until
 
 DP = {**TINY, "world_size": 2, "strategies": ["ddp"]}
 
@@ -60,6 +63,67 @@ def test_cuda_ranks_start_by_forkserver_when_nvml_cannot_answer(tmp_path):
         assert rank["parent"] != agent
         assert "forkserver" in rank["parent_cmdline"]
         assert "jobs.lab.experiments.training" in rank["modules"]
+
+
+PRELOAD = """
+import importlib, torch
+asked = []
+for name in ("is_available", "device_count", "init", "_lazy_init", "current_device",
+             "get_device_name", "get_device_properties", "set_device"):
+    real = getattr(torch.cuda, name)
+    setattr(torch.cuda, name, lambda *a, _real=real, _name=name, **k:
+            asked.append(_name) or _real(*a, **k))
+from jobs.lab.launcher import elastic, worker
+for module in [elastic.FORKSERVER, elastic.AGENT, elastic.WORKER,
+               *worker.IMPLEMENTATIONS.values()]:
+    importlib.import_module(module)
+print("asked", sorted(set(asked)))
+"""
+
+
+def test_what_the_forkserver_preloads_never_asks_cuda():
+    """The forkserver imports the agent, the worker and every experiment before it forks a
+    rank: were any of them to ask torch.cuda at import, CUDA would be initialised in the
+    forkserver (NVML failing) and every rank forked from it broken. This CPU build cannot
+    initialise CUDA, so the test records what is asked."""
+    proc = subprocess.run([sys.executable, "-c", PRELOAD], cwd=ROOT, capture_output=True,
+                          text=True, timeout=240,
+                          env={**os.environ, "PYTORCH_NVML_BASED_CUDA_CHECK": "1"})
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip().splitlines()[-1] == "asked []"
+
+
+def test_a_killed_launcher_leaves_no_forkserver_rank_alive(tmp_path):
+    """The GPU path's ranks are the forkserver's children, not the agent's: SIGKILL of the
+    launcher must still end the agent, the forkserver and every rank (checked by PID)."""
+    pids_dir = tmp_path / "pids"
+    pids_dir.mkdir()
+    out = tmp_path / "run"
+    proc = start("data_parallel", {**DP, "device": "cuda"}, out,
+                 env={"COMMONPLACE_LAB_PLUGIN": str(PLUGINS / "sleep_before_the_device.py"),
+                      "RANK_PIDS_DIR": str(pids_dir)})
+    started: list[int] = [proc.pid]
+    try:
+        files = [pids_dir / f"rank{r}.json" for r in range(2)]
+        wait_until("both ranks to start", lambda: all(f.exists() and f.read_text()
+                                                      for f in files), 180)
+        ranks = [json.loads(f.read_text()) for f in files]
+        agent = json.loads((out / "pids.json").read_text())["torchrun_pgid"]
+        forkserver = {r["parent"] for r in ranks}
+        started += [agent, *forkserver, *(r["pid"] for r in ranks)]
+        assert agent not in forkserver and len(forkserver) == 1
+        assert all(map(alive, started))
+        os.kill(proc.pid, signal.SIGKILL)
+        proc.wait(timeout=30)
+        wait_until("the agent, the forkserver and every rank to end",
+                   lambda: not any(map(alive, started)), 60)
+    finally:
+        for pid in started:
+            try:
+                os.kill(pid, signal.SIGKILL)
+            except ProcessLookupError:
+                pass
+        proc.wait(timeout=30)
 
 
 def test_the_start_method_forks_only_where_no_rank_can_touch_cuda():

@@ -1,8 +1,9 @@
 """The correctness gate catches what a one-step, name-level, absolute-tolerance gate let
 through: a ZeRO-1 that forgets its momentum, a shard with a hole, a 1F1B that runs in
 GPipe's order, a ZeRO-2 whose hook did not fire, and in bf16 a loss or gradients off by
-the same factor everywhere (per-tensor tolerances at bf16's width let those through).
-Broken strategies are injected the way
+the same factor everywhere (per-tensor tolerances at bf16's width let those through),
+and work lost between ranks: a TP that skips an all-reduce, a pipeline that drops a
+micro-batch, a data-parallel rank that sends zeros. Broken strategies are injected the way
 broken_dp.py is (COMMONPLACE_LAB_PLUGIN)."""
 
 from __future__ import annotations
@@ -98,6 +99,28 @@ def test_gradients_one_percent_low_fail_in_bf16_on_the_gradient_norm(tmp_path):
     assert c["reason"].startswith("global gradient norm differs from the single-device "
                                   "reference at step 1 of 3: 0.990")
     assert run.strategy("dp_naive")["correctness"]["passed"]
+
+
+@pytest.mark.parametrize("experiment,params,broken", [
+    ("tensor_parallel", {"strategies": ["tp_megatron", "tp_dtensor"]}, "tp_megatron"),
+    ("pipeline", {"micro_batches": 4, "strategies": ["gpipe", "1f1b"]}, "gpipe"),
+    ("data_parallel", {"strategies": ["dp_naive", "dp_bucket"]}, "dp_naive"),
+], ids=["tp_skips_an_all_reduce", "pipeline_drops_a_micro_batch", "dp_rank_sends_zeros"])
+def test_work_lost_between_ranks_fails_the_gate_on_the_numbers(tmp_path, experiment, params,
+                                                                broken):
+    run = launch(experiment, {**TINY, "world_size": 2, "steps": 1, "warmup": 0, **params},
+                 tmp_path, env=_plugin("lost_work.py"))
+    assert run.rc == 3, run.stderr[-2000:]
+    assert run.result["reason"]["code"] == "correctness"
+    assert run.result["failed"] == [broken]
+    c = run.strategy(broken)["correctness"]
+    # caught at the first step on a gradient, not by a crash, a schedule or a shape
+    assert not c["passed"] and c["steps_checked"] == 1
+    assert c["reason"].startswith("grad:")
+    assert "differs from the single-device reference at step 1" in c["reason"]
+    assert c["max_grad_rel_error"] > 0.05 and c["coverage_exact"]
+    assert all(s["correctness"]["passed"] for s in run.result["strategies"]
+               if s["strategy"] != broken)
 
 
 def test_tolerances_are_per_tensor_relative_and_absolute():

@@ -89,6 +89,7 @@ def test_every_experiment_at_every_world_size_under_nccls_device_restriction(
             assert c["schedule"]["max_in_flight"] == c["schedule"]["bound"]
         assert s["step_time_s"]["median"] > 0 and s["ratios"]["step_time"] > 0
         assert s["mfu"]["peak_name"].startswith("measured")
+        assert s["mfu"]["value"] <= 1.0 or not s["mfu"]["valid"]
         # every strategy's bytes, PyTorch's own included (None: nothing sent or predicted)
         assert s["comm"]["all_exact"] in ((True, None) if s["ranks"] == 1 else (True,)), \
             s["comm"]["bytes_vs_predicted"]
@@ -96,6 +97,8 @@ def test_every_experiment_at_every_world_size_under_nccls_device_restriction(
             assert 0.9 <= m["peak"]["ratio"] <= 1.1, (s["strategy"], m["rank"], m["peak"])
     if "calibration" in r:
         assert r["calibration"]["n"] == world
+        tries = r["calibration"]["peak_samples"]  # a measured peak: the best of its tries
+        assert not tries or r["calibration"]["peak_flops"] == max(tries)
 
 
 RESTRICTED = """

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import pytest
 
-from jobs.lab.experiments import summary, timing
+from jobs.lab.experiments import probes, summary, timing
 from jobs.lab.predict import calibration
 
 # fsdp2 in a suggested first run: one preempted step among quick ones
@@ -61,6 +61,19 @@ def test_the_peak_is_the_best_of_its_tries_with_their_spread():
     assert cal.peak_flops == 99.8e9
     spread = cal.as_dict()["peak_spread"]
     assert spread == {"n": 3, "min": 17.8e9, "median": 60e9, "max": 99.8e9, "kept": "best"}
+
+
+def test_a_measured_peak_is_the_best_of_tries_that_include_the_models_own_gemm_rate():
+    # a data_parallel run on a busy host: the square probe's best try 17.3 GFLOP/s, the
+    # model's GEMMs 75.3 - the peak was 75.3, named and spread as the square probe's
+    peak, tries, name = probes.measured_peak(17.3e9, "measured 512^3 float32 GEMM", 75.3e9)
+    assert peak == 75.3e9 and tries == [17.3e9, 75.3e9]
+    assert name == "measured 512^3 float32 GEMM or the model's own GEMM, the faster"
+    cal = calibration.Calibration(flops=75.3e9, peak_flops=peak, peak_samples=tries)
+    cal.add_peak_samples([60e9, 80e9])
+    assert cal.peak_flops == cal.as_dict()["peak_spread"]["max"] == 80e9
+    assert probes.measured_peak(989e12, "H100 dense bf16 datasheet", 600e12) == (
+        989e12, [], "H100 dense bf16 datasheet")
 
 
 def test_outside_one_and_a_half_the_result_names_the_term_that_was_off():

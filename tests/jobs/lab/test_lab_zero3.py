@@ -1,7 +1,8 @@
 """ZeRO-3 by hand beside FSDP2: each unit gathered for forward and again for backward and
 freed after (read off its storages, and off the order of its collectives), the bytes
 against FSDP2's in the same run, and two broken variants: one that forgets a unit's
-reduce-scatter (the gate) and one that never frees (the memory check)."""
+reduce-scatter (the gate) and one that never frees (the memory check). And the lesson of
+the ZeRO run at the catalogue's defaults: each stage holds less per rank than DDP."""
 
 from __future__ import annotations
 
@@ -70,6 +71,22 @@ def test_units_are_gathered_twice_freed_and_cost_one_root_gather_more_than_fsdp2
     units = list(range(L + 2))
     assert [ev["unit"] for ev in mine if ev["kind"] == "all_gather"] == units + units[::-1]
     assert [ev["bucket"] for ev in mine if ev["kind"] == "reduce_scatter"] == units[::-1]
+
+
+def test_at_the_defaults_each_zero_stage_holds_less_per_rank_than_ddp_and_the_stage_before(
+        tmp_path):
+    """The run a learner starts with the defaults (one timed step here): ZeRO-1 once held
+    exactly DDP's model state per rank."""
+    run = launch("zero", {"device": "cpu", "steps": 1, "warmup": 0,
+                          "strategies": ["ddp", "zero1", "zero2", "zero3"]}, tmp_path)
+    assert run.rc == 0, run.stderr[-2000:]
+    held = {s["strategy"]: [(m["measured"]["total"], m["peak"]["measured"])
+                            for m in s["memory"]] for s in run.result["strategies"]}
+    for rank in range(2):
+        state = [held[name][rank][0] for name in ("ddp", "zero1", "zero2", "zero3")]
+        assert state == sorted(state, reverse=True) and len(set(state)) == 4, held
+        peaks = [held[name][rank][1] for name in ("ddp", "zero1", "zero2", "zero3")]
+        assert all(peak < peaks[0] for peak in peaks[1:]), held
 
 
 def test_a_unit_never_reduce_scattered_is_caught_by_the_gate(tmp_path):
