@@ -3,7 +3,9 @@ moved or renamed would silently lose its place at the front and could finish las
 
 from __future__ import annotations
 
-from tests.conftest import LONGEST_FIRST
+from types import SimpleNamespace
+
+from tests.conftest import LONGEST_FIRST, pytest_collection_modifyitems
 from tests.helpers import ROOT
 
 
@@ -12,9 +14,13 @@ def test_every_module_listed_first_exists():
     assert len(set(LONGEST_FIRST)) == len(LONGEST_FIRST)
 
 
-def test_the_longest_modules_are_collected_first(request):
-    collected = list(dict.fromkeys(item.nodeid.split("::", 1)[0]
-                                   for item in request.session.items))
-    listed = [path for path in collected if path in LONGEST_FIRST]
-    assert collected[:len(listed)] == listed
-    assert listed == [path for path in LONGEST_FIRST if path in listed]
+def test_the_listed_modules_come_first_and_every_module_keeps_its_tests_in_order():
+    modules = ["tests/a/test_short.py", LONGEST_FIRST[3], "tests/b/test_other.py",
+               LONGEST_FIRST[0]]
+    items = [SimpleNamespace(nodeid=f"{module}::test_{n}") for module in modules
+             for n in range(3)]
+    pytest_collection_modifyitems(items)
+    assert [item.nodeid for item in items] == [
+        f"{module}::test_{n}" for module in (LONGEST_FIRST[0], LONGEST_FIRST[3],
+                                             "tests/a/test_short.py", "tests/b/test_other.py")
+        for n in range(3)]
