@@ -101,8 +101,8 @@ class Recorder:
 
     @pytest.hookimpl(hookwrapper=True)
     def pytest_runtest_protocol(self, item, nextitem):
-        """Counted once where a module's run of tests begins and once where it ends (the
-        /proc walk costs milliseconds; a test can take less)."""
+        """Counted once where a module's run of tests begins and once where it ends: the
+        /proc walk can cost more than a quick test."""
         module = item.nodeid.split("::", 1)[0]
         if self.current is None:
             self.current = (module, *cpu(), time.time())

@@ -145,7 +145,7 @@ class Journal:
 
     def token(self, name: str, role: str = "runner") -> str:
         """A token stored as `commonplace token create` stores it, written from this process:
-        the CLI's own Python would cost a second of CPU a runner to import the app
+        the CLI would start a Python that imports the whole app for every runner
         (tests/app/web/test_tokens.py drives the command itself)."""
         database = dbmod.Database(f"sqlite:///{self.data_dir / 'commonplace.db'}")
         try:
