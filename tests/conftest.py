@@ -16,6 +16,46 @@ from app import create_app, upgrades
 from app import db as dbmod
 from tests.helpers import OWNER, ROOT, VIEWER, Served, commonplace_up
 
+# The modules that take longest from start to end (most of it waiting on the processes they
+# start), handed to the xdist workers first. `--dist loadfile` gives out whole modules in
+# collection order when `--no-loadscope-reorder` is set (pyproject's addopts); xdist's own
+# order puts the modules with the most tests first, which left the single long tests
+# (Lighthouse, every page) to start last and finish alone on one worker while the others
+# stood idle. Longest first: the short modules fill the gaps at the end.
+# docs/PERFORMANCE.md, *The test suite*, says how the list was measured.
+LONGEST_FIRST = (
+    "tests/jobs/lab/test_lab_matrix.py",
+    "tests/browser/test_lighthouse.py",
+    "tests/app/journal/test_journal_e2e.py",
+    "tests/app/notebook/test_render_bounds.py",
+    "tests/cpl/test_client_e2e.py",
+    "tests/app/web/test_fuzz.py",
+    "tests/jobs/runner/test_gang_agents.py",
+    "tests/app/test_deploy.py",
+    "tests/app/journal/test_trend_runs.py",
+    "tests/jobs/lab/test_lab_failures.py",
+    "tests/browser/test_every_page.py",
+    "tests/app/journal/test_alerts.py",
+    "tests/app/web/test_server.py",
+    "tests/app/web/test_floods.py",
+    "tests/jobs/lab/test_lab_gate.py",
+    "tests/app/notebook/test_real_vaults.py",
+    "tests/app/journal/test_cards.py",
+    "tests/jobs/lab/test_lab_gang.py",
+    "tests/app/test_backup_drill.py",
+    "tests/app/journal/test_own_e2e.py",
+    "tests/app/publishing/test_publish.py",
+    "tests/app/journal/test_sharding.py",
+    "tests/jobs/lab/test_lab_mesh.py",
+)
+
+
+def pytest_collection_modifyitems(items):
+    """LONGEST_FIRST ahead of the rest; otherwise collection order (a stable sort keeps
+    every module's tests together and in their own order)."""
+    rank = {path: n for n, path in enumerate(LONGEST_FIRST)}
+    items.sort(key=lambda item: rank.get(item.nodeid.split("::", 1)[0], len(rank)))
+
 
 def pytest_configure(config):
     """Compile the project's modules to bytecode once, before any test starts a process.

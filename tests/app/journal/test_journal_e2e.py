@@ -22,7 +22,8 @@ from pathlib import Path
 
 import pytest
 
-from tests.helpers import ROOT, free_port, stop_process, wait_for_http
+from app import db as dbmod
+from tests.helpers import ROOT, add_token, free_port, stop_process, wait_for_http
 from tests.tailnet import migrate
 
 TTL, REAPER = 4, 1
@@ -142,8 +143,18 @@ class Journal:
         with contextlib.closing(sqlite3.connect(self.data_dir / "commonplace.db")) as db:
             return db.execute("SELECT status FROM run WHERE id = ?", (run_id,)).fetchone()[0]
 
+    def token(self, name: str, role: str = "runner") -> str:
+        """A token stored as `commonplace token create` stores it, written from this process:
+        the CLI would start a Python that imports the whole app for every runner
+        (tests/app/web/test_tokens.py drives the command itself)."""
+        database = dbmod.Database(f"sqlite:///{self.data_dir / 'commonplace.db'}")
+        try:
+            return add_token(database, name, role)
+        finally:
+            database.engine.dispose()
+
     def runner(self, name: str, plugin: str | None = None) -> subprocess.Popen:
-        token = self.cli("token", "create", name, "--role", "runner").strip()
+        token = self.token(name)
         env = {"COMMONPLACE_RUNNER_TOKEN": token}
         if plugin:
             env["COMMONPLACE_LAB_PLUGIN"] = str(PLUGINS / plugin)

@@ -49,7 +49,7 @@ def server(tmp_path_factory):
     runner = None
     try:
         journal.start()
-        token = journal.cli("token", "create", "ownhost", "--role", "runner").strip()
+        token = journal.token("ownhost")
         runner = journal.spawn("runner-ownhost", [
             "runner", "--server", journal.base, "--work-dir", str(journal.data_dir / "work")],
             {"COMMONPLACE_RUNNER_TOKEN": token, "COMMONPLACE_EXPERIMENTS": str(folder)})
