@@ -204,6 +204,7 @@ class LinkDrift:
                  burst: int = 4) -> None:
         self.items: list[tuple[str, list[Callable[[], None]], Callable[[], None] | None,
                                float]] = []
+        self.ratios: dict[str, list[float]] = {}
         if ctx.is_cuda or ctx.world == 1:
             return
         for key, largest in sorted(needs["links"].items()):
@@ -217,7 +218,7 @@ class LinkDrift:
             priced = (after or cal.links[key]).per_call(op, message_bytes(op, largest, n), n)
             segment = compute_segment(ctx, cal.segment_s.get(key)) if after else None
             self.items.append((key, fns, segment, priced))
-        self.ratios: dict[str, list[float]] = {key: [] for key, *_ in self.items}
+        self.ratios = {key: [] for key, *_ in self.items}
 
     def sample(self, ctx: Context) -> None:
         if not self.items:

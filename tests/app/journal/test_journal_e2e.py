@@ -271,7 +271,7 @@ def test_a_web_outage_does_not_lose_a_healthy_run_but_a_dead_runner_is_still_los
     steady = journal.runner("steady", plugin="slow_steps.py")
     run_id = journal.create("data_parallel", strategies=["dp_naive"], **QUICK)
     journal.wait_status(run_id, "RUNNING", 60)
-    wait_until("the scheduler to have seen the web up", lambda: "is up" in (
+    wait_until("the scheduler to have seen the web up", lambda: "answers" in (
         journal.data_dir / "scheduler.log").read_text(), 30)
     stop_process(journal.web)  # gunicorn alone goes down, mid-run, for two lease lifetimes
     down = time.monotonic()
