@@ -90,10 +90,12 @@ GUIDES: dict[str, Guide] = {
         {**_PIPELINE, "strategies": ["naive_mp", "gpipe", "1f1b"]},
         "Now the model itself is split, by layers: stages wait on each other, and "
         "micro-batches are how you keep them busy.",
-        caveat="On a CPU host whose ranks share fewer free cores than there are stages "
-               "(a small shared machine), the stages take turns on the cores instead of "
-               "working at once: GPipe and 1F1B then need not beat naive model parallel "
-               "there, though their bubble still shows.",
+        caveat="On a CPU host, each micro-batch costs every stage its operators' fixed "
+               "overhead and a message handshake of a millisecond or more, which a small "
+               "model's micro-batch may not outweigh; and where the ranks share fewer free "
+               "cores than there are stages, the stages take turns instead of working at "
+               "once. GPipe and 1F1B then need not beat naive model parallel here, though "
+               "their bubble still shows: the card weighs that overhead against the bubble.",
         elsewhere=_PIPELINE_ON_GPUS[0], calculator=_PIPELINE_ON_GPUS[1],
     ),
     "tensor_parallel": Guide(
