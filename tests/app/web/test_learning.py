@@ -76,8 +76,9 @@ def test_the_first_run_opens_the_form_filled_in_small(client):
 
 def test_the_pipeline_says_before_the_run_what_a_cpu_cannot_show_and_a_gpu_would(client):
     """Pipelining needs each stage to have its own core or GPU, and micro-batches that
-    outweigh their fixed cost: the form and the catalogue say both before the run, with the calculator's prediction for GPUs, and the link opens
-    the calculator on the pipelined configuration, whose answer is the sentence's."""
+    outweigh their fixed cost: the form and the catalogue say both before the run, with
+    the calculator's prediction for GPUs, and the link opens the calculator on the
+    pipelined configuration, whose answer is the sentence's."""
     guide = learning.guide("pipeline")
     for url in ("/experiments/pipeline/run?first=1", "/experiments"):
         page = client.get(url).text
