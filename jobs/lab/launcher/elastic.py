@@ -63,6 +63,12 @@ AGENT = "jobs.lab.launcher.elastic"
 FORKSERVER = "jobs.lab.launcher.forkserver"  # imported by the forkserver only, first
 RDZV_FD_ENV = "COMMONPLACE_RDZV_FD"  # launch.py's: node 0's reserved listening socket
 RESERVED = "reserved-static"
+# Where a one-host run's ranks reach the agent's store: a number, not the host's name
+# (torchrun's default). A forked rank that looks up a name can wait for ever: glibc's
+# resolver lock, held at the fork by another of the agent's threads, stays held in the
+# child, where no thread will release it (a rank seen stuck in getaddrinfo under
+# TCPStore's connect, on a loaded host).
+STORE_ADDRESS = "127.0.0.1"
 
 
 class ReservedStaticRendezvous(StaticTCPRendezvous):
@@ -127,6 +133,7 @@ def main(argv: list[str] | None = None) -> None:
     if args.standalone:  # as torchrun's own run() resolves --standalone
         args.rdzv_backend, args.rdzv_endpoint = "c10d", "localhost:0"
         args.rdzv_id = str(uuid.uuid4())
+        args.local_addr = STORE_ADDRESS
     if args.master_port is None:
         args.master_port = 29500
     config, _, _ = config_from_args(args)

@@ -37,6 +37,8 @@ def test_ranks_are_forked_from_the_agent_with_the_experiment_loaded(tmp_path):
         assert {"torch._dynamo", "jobs.lab.experiments.training"} <= set(rank["modules"])
         assert rank["nvml_check"] == "1"  # the agent asked NVML, never cuInit
         assert rank["sigterm_default"]  # not the agent's handler, which raises
+        # a number: a forked rank that looked up a name could hang on the resolver's lock
+        assert rank["master_addr"] == "127.0.0.1"
 
 
 def test_cuda_ranks_start_by_forkserver_when_nvml_cannot_answer(tmp_path):

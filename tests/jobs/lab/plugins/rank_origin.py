@@ -1,5 +1,6 @@
-"""Each rank writes where it came from: its parent, what was loaded before it ran, and
-whether SIGTERM would end it as it ends a new Python."""
+"""Each rank writes where it came from: its parent, what was loaded before it ran,
+whether SIGTERM would end it as it ends a new Python, and the address it was given for
+the agent's store."""
 
 import json
 import os
@@ -12,4 +13,5 @@ with open(os.path.join(os.environ["RANK_ORIGIN_DIR"], f"rank{os.environ['RANK']}
     json.dump({"parent": os.getppid(), "parent_cmdline": parent_cmdline,
                "modules": sorted(sys.modules),
                "nvml_check": os.environ.get("PYTORCH_NVML_BASED_CUDA_CHECK"),
-               "sigterm_default": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL}, fh)
+               "sigterm_default": signal.getsignal(signal.SIGTERM) == signal.SIG_DFL,
+               "master_addr": os.environ.get("MASTER_ADDR")}, fh)
