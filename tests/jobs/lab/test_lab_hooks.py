@@ -7,33 +7,15 @@ import dataclasses
 import math
 
 import pytest
-import torch
-import torch.distributed as dist
 from lab_helpers import NCCL_LIKE, TINY, shared
 
 from jobs.lab import strategies
 from jobs.lab.components.census import OpCensus
 from jobs.lab.components.context import Context
-from jobs.lab.components.instrument import Comm, Timeline
 from jobs.lab.components.model import make_batch
 from jobs.lab.experiments import hooks
 from jobs.lab.experiments.training import spec_from
 from jobs.lab.predict import calibration
-
-
-@pytest.fixture
-def one_rank(tmp_path):
-    """A real one-rank gloo group and the context a rank of a run gets."""
-    if dist.is_initialized():
-        pytest.skip("a process group already exists in this process")
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1),
-                            rank=0, world_size=1)
-    tl, group, cpu = Timeline(0), dist.group.WORLD, torch.device("cpu")
-    try:
-        yield Context(0, 1, cpu, "gloo", tl, Comm(tl, group, cpu), out_dir=str(tmp_path),
-                      group=group, cpu_group=group)
-    finally:
-        dist.destroy_process_group()
 
 
 def _operators(ctx: Context, name: str, spec) -> dict[str, int]:

@@ -7,56 +7,39 @@ import time
 
 import pytest
 import torch
-import torch.distributed as dist
 
-from jobs.lab.components.context import Context
-from jobs.lab.components.instrument import Comm, Timeline
 from jobs.lab.experiments import links, probes
 from jobs.lab.predict import calibration
 
 CPU = torch.device("cpu")
 
 
-@pytest.fixture
-def ctx(tmp_path):
-    if dist.is_initialized():
-        pytest.skip("a process group already exists in this process")
-    dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1),
-                            rank=0, world_size=1)
-    timeline = Timeline(0)
-    try:
-        yield Context(0, 1, CPU, "gloo", timeline, Comm(timeline, None, CPU), out_dir="",
-                      group=dist.group.WORLD, cpu_group=dist.group.WORLD)
-    finally:
-        dist.destroy_process_group()
-
-
-def test_each_call_after_compute_is_timed_by_itself_after_its_segment(ctx):
+def test_each_call_after_compute_is_timed_by_itself_after_its_segment(one_rank):
     order: list[str] = []
     fns = [lambda i=i: order.append(f"call {i}") for i in range(3)]
-    times = links.after_compute_calls(ctx, fns, lambda: order.append("compute"))
+    times = links.after_compute_calls(one_rank, fns, lambda: order.append("compute"))
     # every call comes after compute of its own, and gets a time of its own
     assert order == ["compute", "call 0", "compute", "call 1", "compute", "call 2"]
     assert len(times) == 3 and all(t >= 0 for t in times)
 
 
-def test_the_sweep_fits_calls_after_compute_beside_the_burst_never_below_it(ctx):
+def test_the_sweep_fits_calls_after_compute_beside_the_burst_never_below_it(one_rank):
     sizes = [1024, 4096]
     for op in ("all_reduce", "all_gather"):
-        burst, after = links.sweep_link(ctx, op, sizes, repeats=1, burst=2)
+        burst, after = links.sweep_link(one_rank, op, sizes, repeats=1, burst=2)
         assert after is not None  # on CPU every collective has its after-compute fit
         assert [S for S, _ in after.samples] == [S for S, _ in burst.samples]
         for (_, t_burst), (_, t_after) in zip(burst.samples, after.samples, strict=True):
             assert t_after >= t_burst > 0
 
 
-def test_a_segment_of_known_length_computes_at_least_that_much_of_this_threads_time(ctx):
+def test_a_segment_of_known_length_computes_at_least_that_much_of_this_threads_time(one_rank):
     # the step's own compute before a call (segment_seconds), counted in CPU time
-    segment = links.compute_segment(ctx, 0.002)
+    segment = links.compute_segment(one_rank, 0.002)
     t0 = time.thread_time()
     segment()
     assert time.thread_time() - t0 >= 0.002
-    links.compute_segment(ctx)()  # none known: the fixed GEMMs
+    links.compute_segment(one_rank)()  # none known: the fixed GEMMs
 
 
 def test_each_link_is_probed_after_the_compute_its_steps_run_before_a_call():
