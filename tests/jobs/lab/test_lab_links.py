@@ -6,12 +6,9 @@ from __future__ import annotations
 import time
 
 import pytest
-import torch
 
 from jobs.lab.experiments import links, probes
 from jobs.lab.predict import calibration
-
-CPU = torch.device("cpu")
 
 
 def test_each_call_after_compute_is_timed_by_itself_after_its_segment(one_rank):
