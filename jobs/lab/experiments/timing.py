@@ -16,6 +16,7 @@ published. Plain arithmetic on recorded samples: tests feed it numbers, not cloc
 from __future__ import annotations
 
 import statistics
+from collections.abc import Callable
 from typing import Any
 
 MIN_STEPS = 5  # fewer (asked for explicitly: quick checks) are kept, but never "settled"
@@ -66,6 +67,34 @@ def verdict(times: list[float], asked: int, elapsed_s: float) -> str | None:
     if elapsed_s >= TIME_CAP_S:
         return "time cap"
     return None
+
+
+def most_steps(asked: int) -> int:
+    """The most timed steps `verdict` lets a strategy take when `asked` were asked."""
+    return asked if asked < MIN_STEPS else STEP_CAP_FACTOR * asked
+
+
+class StepCount:
+    """What a training run's progress lines count: the steps done (each strategy's gate,
+    warm-up and timed steps) of the most it may still take. That total is the largest at
+    the start and shrinks as a strategy fails its gate or stops short of the step cap, so
+    a page or a terminal never shows a denominator that later grows."""
+
+    def __init__(self, say: Callable[..., None], strategies: int, warmup: int,
+                 asked: int) -> None:
+        self.say = say  # Context.progress: (step, total, **fields)
+        self.each = 1 + warmup + most_steps(asked)
+        self.done, self.total = 0, strategies * self.each
+
+    def __call__(self, counted: bool = True, **fields: Any) -> None:
+        """A step done (counted), or what starts now before the next one is."""
+        self.done += counted
+        self.say(self.done, self.total, **fields)
+
+    def ended(self, rounds: int) -> None:
+        """A strategy took its last step: its gate, then `rounds` rounds of timing (warm-up
+        included; none when it failed its gate)."""
+        self.total -= self.each - 1 - rounds
 
 
 def validity(mfu: float | None, step_s: float, gemm_floor_s: float,

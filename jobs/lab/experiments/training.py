@@ -165,14 +165,14 @@ def time_step(ctx: Context, state: dict, i: int, warmup: int, spec: TrainSpec, b
 
 
 def timing_rounds(ctx: Context, timed: list[dict], cal, overhead, warmup: int, steps: int,
-                  dtype: str, step, drift: LinkDrift | None = None) -> None:
+                  dtype: str, step, ended, drift: LinkDrift | None = None) -> None:
     """Round-robin: step i of every strategy before step i+1 of any, so that a noisy
     machine slows all of them alike and their ratios stay meaningful; past the steps
     asked, only the strategies whose times have not settled go on (timing.verdict, on
     the slowest rank's times: every rank decides alike). A measured peak is probed again
     after every timed round, in the same conditions as the steps around it, and so is the
     per-operator overhead (`overhead`, probes.OverheadProbe), to record how far it moved
-    while the steps ran."""
+    while the steps ran. `ended` is told how many rounds a strategy took when it stops."""
     measured_peak = bool(cal.peak_samples)
     samples: list[float] = []
     op_samples: list[float] = []
@@ -198,6 +198,8 @@ def timing_rounds(ctx: Context, timed: list[dict], cal, overhead, warmup: int, s
             st["stopped"] = timing.verdict(slowest, steps, elapsed)
             if st["stopped"] is None:
                 still.append(st)
+            else:
+                ended(i)
         going = still
     # each round's figure is its slowest rank's (they probe at once, as they compute)
     rounds = ctx.gather((samples, op_samples))
@@ -351,18 +353,12 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
     ref = reference_steps(spec.cfg, batches, ctx.device, spec.precision)
     names = params["strategies"]
     warmup, steps = params["warmup"], params["steps"]
-    total = len(names) * (1 + warmup + steps)
-    counter = [0]
-
-    def progress(counted: bool = True, **fields: Any) -> None:
-        """A step done (counted), or what starts now before the next one is."""
-        counter[0] += counted  # steps beyond those asked (timing.py) raise the total
-        ctx.progress(counter[0], max(total, counter[0]), **fields)
-
+    progress = timing.StepCount(ctx.progress, len(names), warmup, steps)
     states = [prepare(ctx, n, spec, batches, ref, tol, progress) for n in names]
     del ref, batches
     timed = [st for st in states if st["verdict"]["passed"]]
-    counter[0] += (len(states) - len(timed)) * (warmup + steps)
+    for _ in range(len(states) - len(timed)):
+        progress.ended(0)  # failed its gate: never timed
     progress(counted=False, phase="calibrating")
     for st in timed:
         census_step(ctx, st, batch)
@@ -376,7 +372,7 @@ def run(ctx: Context, experiment: str, params: dict[str, Any]) -> dict[str, Any]
                         f"(fit rms {f.rms_rel_error:.0%})" for op, f in cal.links.items()))
     timing_rounds(ctx, timed, cal, overhead, warmup, steps, spec.cfg.dtype,
                   lambda st, i: time_step(ctx, st, i, warmup, spec, batch, progress),
-                  LinkDrift(ctx, cal, needs))
+                  progress.ended, LinkDrift(ctx, cal, needs))
     for st in timed:
         timed_report(ctx, st, cal, params)
     for st in states:
