@@ -22,7 +22,7 @@ from sqlalchemy.orm import Session
 
 from app.errors import Invalid, TooLarge, Unsupported
 from app.models import Attachment, Entry
-from app.notebook import note_paths, vault_uploads
+from app.notebook import note_paths, vault_names, vault_uploads
 
 MAX_BYTES = 10 * 1024 * 1024
 IMAGE_TYPES = {"image/png", "image/jpeg", "image/gif", "image/webp", "image/svg+xml"}
@@ -183,6 +183,10 @@ def import_file(session: Session, data_dir: Path, root: Path, path: Path, *,
     row = session.scalar(sa.select(Attachment).where(Attachment.path == where))
     if row is not None and row.sha256 == sha:
         return "unchanged"
+    if row is None and any(vault_names.windows_safe(p) == where for p in session.scalars(
+            sa.select(Attachment.path).where(Attachment.sha256 == sha,
+                                             Attachment.path.is_not(None)))):
+        return "unchanged"  # an export's copy of a file, under a name Windows can create
     exported = vault_uploads.HASH_FOLDER_RE.fullmatch(where)
     if row is None and exported and exported[1] == sha and session.scalar(
             sa.select(Attachment.id).where(Attachment.sha256 == sha,
@@ -216,16 +220,27 @@ def _nearest(key: str, found: list) -> Attachment | None:
         if found else None
 
 
+def _keys(name: str) -> list[str]:
+    """What ![[name]] is looked for by: its key, then that of the name an export gives a
+    file Windows cannot name ("aux.png" written "aux_.png": vault_names)."""
+    key = file_key(name.strip().lstrip("/"))
+    safe = file_key(vault_names.windows_safe(key))
+    return [key] if safe == key else [key, safe]
+
+
 def find(session: Session, name: str) -> Attachment | None:
     """The attachment ![[name]] shows, as Obsidian finds it: by its path in the imported
-    folder, or by its file name, case aside (the shortest path among several); else the
-    newest upload of that file name, case aside (uploads keep a safe form of their name,
-    so the name written is compared in that form)."""
-    key = file_key(name.strip().lstrip("/"))
-    found = _nearest(key, session.scalars(sa.select(Attachment).where(
-        Attachment.name_key == key.rsplit("/", 1)[-1])).all())
-    if found is not None or "/" in key:
-        return found
+    folder, or by its file name, case aside (the shortest path among several), or as an
+    export names it for Windows; else the newest upload of that file name, case aside
+    (uploads keep a safe form of their name, so the name written is compared in that
+    form)."""
+    for key in _keys(name):
+        found = _nearest(key, session.scalars(sa.select(Attachment).where(
+            Attachment.name_key == key.rsplit("/", 1)[-1])).all())
+        if found is not None:
+            return found
+    if "/" in key:
+        return None
     return session.scalar(
         sa.select(Attachment).where(sa.func.lower(Attachment.filename)
                                     == safe_filename(name).lower())
@@ -251,9 +266,11 @@ class Index:
             self.named.setdefault(found[0] or "", []).append(_Row(*found[1:]))
 
     def url(self, name: str) -> str | None:
-        key = file_key(name.strip().lstrip("/"))
-        found = _nearest(key, self.named.get(key.rsplit("/", 1)[-1], []))
-        return url_for_attachment(found) if found is not None else None
+        for key in _keys(name):
+            found = _nearest(key, self.named.get(key.rsplit("/", 1)[-1], []))
+            if found is not None:
+                return url_for_attachment(found)
+        return None
 
 
 def resolver(session: Session) -> Callable[[str], str | None]:

@@ -28,7 +28,7 @@ import yaml
 from sqlalchemy.orm import Session
 
 from app.models import Entry
-from app.notebook import embeds, note_paths, vault_uploads
+from app.notebook import embeds, note_paths, vault_names, vault_uploads
 from base.durable import write_atomic
 
 log = logging.getLogger(__name__)
@@ -53,10 +53,10 @@ def _short_and_plain(title: str, tags: list[str]) -> bool:
         c.isascii() or (c.isprintable() and not c.isspace() and c <= "\uffff") for c in text)
 
 
-# The keys to_text writes (and "commonplace-id", the export's: vault.py); a file's other
-# keys are kept with its entry as they were (Entry.front_matter) and written after these.
+# The keys to_text writes (and the export's: "commonplace-id", vault_names.KEY); a file's
+# other keys are kept with its entry as they were (Entry.front_matter), written after these.
 WRITTEN_KEYS = frozenset(("title", "date", "kind", "week", "tags", "status", "publish",
-                          "aliases", "commonplace-id"))
+                          "aliases", "commonplace-id", vault_names.KEY))
 MAX_FRONT_MATTER = 20_000  # characters of kept keys, as YAML
 
 
@@ -334,6 +334,7 @@ def parse_file(path: Path, follow_symlinks: bool = True, root: Path | None = Non
     source = note_paths.in_folder(path, root) if root is not None else path.name
     # less what an export wrote for the vault: the notes' own text, as the app keeps it
     body = vault_uploads.from_vault(embeds.without_shown(body), source)
+    body = vault_names.from_vault(body, meta.get(vault_names.KEY))
     stem = unicodedata.normalize("NFC", path.stem)  # as note_paths.in_folder
     letter = LETTER_FILE_RE.match(stem)
     kind = meta.get("kind") or ("week" if letter else "entry")

@@ -2,13 +2,14 @@
 `commonplace import` reads back as the same notebook.
 
 A file per entry, named by its title (characters no file name may hold left out, a
-number added where two would share a name, a device's name Windows keeps made one it can
-create: windows_safe), an imported note at its own path again (so
+number added where two would share a name), an imported note at its own path again (so
 its [[links]] reach it as they did), a letter by its week ([[2024-W13]]); front matter
 with its title, date, tags, status and aliases (mirror.to_text's, which import reads);
 attachments beside the notes, an imported one at its own path, an upload under
 attachments/<its hash>/, and links to an upload's address made links to that file
-(vault_uploads.py, which import reads back); after each ```run block, its card as
+(vault_uploads.py, which import reads back); a note or an attachment named as a device
+Windows keeps given a name it can create, and the links to it made to reach it
+(vault_names.py, which import reads back too); after each ```run block, its card as
 markdown with its chart (embeds.in_files: run-cards/), and the runs a card or a week's
 changes name linked to the file where their card is (embeds.linker), never to the app.
 """
@@ -22,7 +23,7 @@ import sqlalchemy as sa
 import yaml
 
 from app.models import Attachment, Entry, EntryAlias
-from app.notebook import embeds, vault_uploads
+from app.notebook import embeds, vault_names, vault_uploads
 from app.notebook.attachments import path_for
 from app.notebook.mirror import export_id, to_text
 from base.durable import write_atomic
@@ -40,26 +41,6 @@ def file_name(title: str) -> str:
     name = " ".join(_FORBIDDEN_RE.sub(" ", title).split()).strip(". ")[:120]
     name = name.encode()[:MAX_NAME_BYTES].decode(errors="ignore").rstrip(". ")
     return name or "Untitled"
-
-
-# What Windows keeps for its devices, whatever follows a dot ("CON.md" is CON, as is
-# "aux.txt.md"): no file or folder may be so named there.
-_DEVICE_RE = re.compile(r"(?i)(?:con|prn|aux|nul|com[1-9]|lpt[1-9]) *(?:\..*)?")
-
-
-def windows_safe(path: str) -> str:
-    """A note's path as Windows can create it: a part named as a device gets "_" after
-    its name ("CON_.md"), a folder ending in a dot or a space loses them (a file name
-    ends in ".md"). Its title stays in its front matter, so it imports as the same note."""
-    parts = path.split("/")
-    for i, part in enumerate(parts):
-        if i < len(parts) - 1:
-            part = part.rstrip(". ") or "_"
-        if _DEVICE_RE.fullmatch(part):
-            name, dot, rest = part.partition(".")
-            part = f"{name.rstrip()}_{dot}{rest}"
-        parts[i] = part
-    return "/".join(parts)
 
 
 def _inside(path: str) -> bool:
@@ -86,6 +67,7 @@ class _Names:
 
 def _text(entry: Entry, aliases: list[str], uploads: set[tuple[str, str]], body: str,
           up: int) -> str:
+    body, rewritten = vault_names.to_vault(body)
     text = to_text(entry, body)
     # after the front matter's first line (mirror.to_text owns the rest): what names the
     # entry, so importing this folder into the same notebook finds it (import_plan.plan)
@@ -94,6 +76,9 @@ def _text(entry: Entry, aliases: list[str], uploads: set[tuple[str, str]], body:
     if aliases:
         listed += yaml.safe_dump({"aliases": aliases}, allow_unicode=True,
                                  default_flow_style=None)
+    if rewritten:
+        listed += yaml.safe_dump({vault_names.KEY: rewritten}, allow_unicode=True,
+                                 default_flow_style=False)
     return vault_uploads.to_vault("---\n" + listed + text[4:], uploads, up)
 
 
@@ -112,7 +97,7 @@ def export_vault(db, folder: Path) -> tuple[int, int]:
         for found in session.scalars(sa.select(Attachment).where(Attachment.path.is_not(None))
                                      .order_by(Attachment.path, Attachment.id)):
             if found.sha256 in stored and _inside(found.path):
-                where = names.take(found.path)
+                where = names.take(vault_names.windows_safe(found.path))
                 written[where.lower()] = found.sha256
                 write_atomic(folder / where, stored[found.sha256].read_bytes())
                 files += 1
@@ -148,7 +133,7 @@ def export_vault(db, folder: Path) -> tuple[int, int]:
                 wanted = f"{entry.iso_week}.md"
             else:
                 wanted = f"{file_name(entry.title)}.md"
-            placed.append((entry, names.take(windows_safe(wanted))))
+            placed.append((entry, names.take(vault_names.windows_safe(wanted))))
         anchored: dict[str, str] = {}  # anchor -> the first file that shows it (a run's card)
         for entry, path in placed:
             for anchor in embeds.anchors(entry.body_md):
