@@ -13,7 +13,8 @@ here (an import-linter contract in pyproject.toml says so).
     outbox.py           the offline capture queue, each capture with its Idempotency-Key
     editor_loop.py      $EDITOR and a save from a base revision; a conflict keeps a draft
     watching.py         following a run (a progress bar on a terminal, lines in a pipe), logs
-    run_views.py        runs, experiments and result cards for the terminal
+    run_views.py        runs, experiments and comparisons for the terminal; their numbers
+    run_card.py         a run's result card for the terminal (`cpl runs show`)
     terminal.py         TTY or pipe, colour (the terminal's 16-colour palette), markdown
     shapes.py           the documented --json shapes
 

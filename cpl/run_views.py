@@ -1,6 +1,6 @@
-"""Runs and experiments for the terminal: the catalogue, the run list, a run's result card
-(measured against predicted, with its chart drawn as text bars and sparklines) and a
-comparison of runs. Each has a table for a person and tab-separated lines for a pipe.
+"""Runs and experiments for the terminal: the catalogue, the run list and a comparison of
+runs (a run's result card is run_card.py), and the numbers and text charts they all
+draw. Each has a table for a person and tab-separated lines for a pipe.
 """
 
 from __future__ import annotations
@@ -10,7 +10,6 @@ import math
 from rich.table import Table
 from rich.text import Text
 
-from base import statuses
 from cpl.terminal import Out, duration, local_time, status_text
 
 SPARKS = "▁▂▃▄▅▆▇█"
@@ -75,7 +74,7 @@ def show_experiments(out: Out, experiments: list[dict], detailed: bool) -> None:
     if not out.tty:
         for exp in experiments:
             for name, spec in exp["params"].items():
-                out.tsv(exp["name"], name, spec.get("type"), _value(spec.get("default")),
+                out.tsv(exp["name"], name, spec.get("type"), param_text(spec.get("default")),
                         spec.get("min"), spec.get("max"), ",".join(map(str, spec.get("choices")
                                                                        or [])))
         return
@@ -87,7 +86,7 @@ def show_experiments(out: Out, experiments: list[dict], detailed: bool) -> None:
         for column in ("param", "type", "default", "bounds") + (("meaning",) if detailed else ()):
             table.add_column(column, overflow="fold")
         for name, spec in exp["params"].items():
-            row = [name, spec.get("type", ""), _value(spec.get("default")), bounds(spec)]
+            row = [name, spec.get("type", ""), param_text(spec.get("default")), bounds(spec)]
             table.add_row(*row, *((spec.get("description") or "",) if detailed else ()))
         out.print(table)
         out.print("")
@@ -96,7 +95,7 @@ def show_experiments(out: Out, experiments: list[dict], detailed: bool) -> None:
                        "cpl run NAME --param KEY=VALUE", style="muted"))
 
 
-def _value(value) -> str:
+def param_text(value) -> str:
     if isinstance(value, list):
         return ",".join(map(str, value))
     if isinstance(value, bool):
@@ -133,184 +132,6 @@ def show_runs(out: Out, runs: list[dict]) -> None:
             cells += [local_time(r.get("created_at")), took, r.get("reason") or ""]
         table.add_row(*cells)
     out.print(table)
-
-
-# -- one run's card -----------------------------------------------------------------------
-
-
-def show_card(out: Out, run: dict, title: str, metrics: dict) -> None:
-    env = (run.get("result") or {}).get("environment") or run.get("environment") or {}
-    ranks = (run.get("params") or {}).get("world_size", "?")
-    where = " · ".join(str(x) for x in (env.get("backend"), f"{ranks} rank(s)",
-                                         env.get("device_model") if env.get("device") == "cuda"
-                                         else env.get("device"), run.get("runner")) if x)
-    when = local_time(run.get("finished_at") or run.get("started_at") or run.get("created_at"))
-    took = duration(run.get("started_at"), run.get("finished_at"))
-    out.print(Text.assemble((f"Run {run['id']}", "id"), " · ", (title, "title"), "  ",
-                            status_text(run["status"])))
-    out.print(Text(" · ".join(x for x in (when, where, took and f"took {took}") if x),
-                   style="muted"))
-    out.print(Text("params: " + " ".join(f"{k}={_value(v)}" for k, v in
-                                         (run.get("params") or {}).items())))
-    if run["status"] != statuses.SUCCEEDED and run.get("reason"):
-        failed = run["status"] in (statuses.FAILED, statuses.LOST)
-        out.print(Text(run["reason"], style="red" if failed else ""))
-    if run["status"] in statuses.UNFINISHED:
-        out.print(f"step {steps(run) or '0/?'}" + (f" · {run['waiting']}" if run.get("waiting")
-                                                   else ""))
-    result = run.get("result") or {}
-    if isinstance(result.get("strategies"), list):
-        _strategies(out, result)
-    elif result.get("experiment") == "collectives" or "fits" in result:
-        _collectives(out, result)
-    elif isinstance(result.get("table"), list) and "peak_flops" in result:
-        _roofline(out, result)
-    elif isinstance(result.get("reported"), dict):
-        _own(out, result["reported"], result.get("reports") or {})
-    if run.get("since"):
-        _since(out, run["since"])
-    for key, points in sorted(metrics.items()):
-        values = [p[1] for p in points if isinstance(p, list) and len(p) == 2]
-        if values:
-            out.print(Text.assemble(f"{key:<18} ", (sparkline(values[-60:]), "cyan"),
-                                    f"  {si(values[-1])} (last of {len(values)})"))
-    out.print(Text(f"on the web: {run.get('url', '')}", style="muted"))
-
-
-def _since(out: Out, since: dict) -> None:
-    """What the card says of the runs before this one, in the server's words."""
-    if since.get("edited_from"):
-        names = ", ".join(since.get("edited") or []) or "parameters"
-        out.print(Text(f"Parameters changed since #{since['edited_from']} ({names}): not "
-                       "compared with it.", style="muted"))
-    if not since.get("previous"):
-        out.print(Text("The first successful run of these parameters: nothing to compare "
-                       "yet.", style="muted"))
-        return
-    out.print(Text(f"Since run {since['previous']} (the trend: {since.get('trend_url', '')}):"))
-    for line in since.get("lines") or []:
-        if line.get("regression"):
-            out.print(Text.assemble("  ", ("Regression:", "bold red"), " ", str(line["text"])))
-        else:
-            out.print(Text(f"  {line['text']}"))
-
-
-def _table(*columns: str, names: list[str] | None = None) -> Table:
-    """A table whose first column holds `names` whole (a strategy's name cut in two reads
-    as two names); the others fold to fit."""
-    table = Table(box=None, pad_edge=False, header_style="bold")
-    for i, column in enumerate(columns):
-        if i == 0 and names is not None:
-            table.add_column(column, no_wrap=True,
-                             min_width=max(map(len, names), default=len(column)))
-        else:
-            table.add_column(column, overflow="fold")
-    return table
-
-
-# The strategy table's number columns at their natural width, the p10-p90 range included.
-NUMBERS_WIDTH = 82
-
-
-def _strategies(out: Out, result: dict) -> None:
-    rows = [s for s in result["strategies"] if isinstance(s, dict)]
-    labels = [str(s.get("label") or s.get("strategy")) for s in rows]
-    # Where the labels and the numbers do not fit side by side (an 80-column terminal, a
-    # pipe), each row is named by its strategy's id, the labels follow as a key, and the
-    # step time goes without its range: numbers folded over several lines do not read.
-    wide = out.console.width >= max(map(len, labels), default=0) + NUMBERS_WIDTH
-    names = labels if wide else [str(s.get("strategy") or label)
-                                 for s, label in zip(rows, labels, strict=True)]
-    table = _table("strategy", "correct", "step time (p10–p90)" if wide else "step time",
-                   "predicted", "meas/pred", "dominant", "tokens/s", "MFU", names=names)
-    bars = []
-    for s, name in zip(rows, names, strict=True):
-        check, step = s.get("correctness") or {}, s.get("step_time_s") or {}
-        pred = s.get("prediction") or {}
-        ok = Text("✓", style="green") if check.get("passed") else Text(
-            "✗ " + str(check.get("reason") or "failed"), style="red")
-        ratio = (s.get("ratios") or {}).get("step_time")
-        spread = f" ({seconds(step.get('p10'))}–{seconds(step.get('p90'))})" if wide else ""
-        table.add_row(name, ok, seconds(step.get("median")) + spread,
-                      seconds(pred.get("step_time_s")),
-                      "–" if ratio is None else f"{ratio:.2f}×", str(pred.get("dominant") or "–"),
-                      si(s.get("tokens_per_s")), percent((s.get("mfu") or {}).get("value")))
-        bars.append((name, step.get("median"), pred.get("step_time_s")))
-    out.print(table)
-    for name, label in zip(names, labels, strict=True):
-        if name != label:
-            out.print(Text.assemble((f"{name:<16} ", "muted"), label))
-    _bars(out, bars, "step time: measured █ vs predicted ░", seconds)
-
-
-def _collectives(out: Out, result: dict) -> None:
-    table = _table("collective", "latency α", "bus bandwidth (fit)")
-    for op, fit in (result.get("fits") or {}).items():
-        if isinstance(fit, dict):
-            table.add_row(op, seconds(fit.get("alpha_s")), si(fit.get("busbw_Bps"), "B/s"))
-    out.print(table)
-    peak: dict[str, float] = {}
-    for row in result.get("table") or []:
-        if isinstance(row, dict) and isinstance(row.get("busbw_Bps"), (int, float)):
-            peak[str(row.get("op"))] = max(peak.get(str(row.get("op")), 0.0), row["busbw_Bps"])
-    _bars(out, [(op, v, None) for op, v in peak.items()], "best measured bus bandwidth",
-          lambda v: si(v, "B/s"))
-
-
-def _roofline(out: Out, result: dict) -> None:
-    out.print(f"peak {si(result.get('peak_flops'), 'FLOP/s')} · copy bandwidth "
-              f"{si(result.get('copy_bandwidth_Bps'), 'B/s')}")
-    table = _table("GEMM M×N×K", "measured", "of roofline", "bound by")
-    bars = []
-    for r in result.get("table") or []:
-        if isinstance(r, dict):
-            shape = f"{r.get('M')}×{r.get('N')}×{r.get('K')}"
-            table.add_row(shape, si(r.get("flops_per_s"), "FLOP/s"),
-                          percent(r.get("fraction_of_bound")), str(r.get("bound_by", "–")))
-            bars.append((shape, r.get("flops_per_s"), r.get("roofline_bound_flops")))
-    out.print(table)
-    _bars(out, bars, "FLOP/s: measured █ vs roofline bound ░", lambda v: si(v, "FLOP/s"))
-
-
-def _own(out: Out, reported: dict, declared: dict) -> None:
-    """An own experiment's report: its scalars (with their declared units), a sparkline
-    per series, and its tables."""
-    units = {n: (d or {}).get("unit", "") for n, d in (declared.get("scalars") or {}).items()}
-    table = _table("reported", "value", names=list(reported.get("scalars") or {}))
-    for name, value in (reported.get("scalars") or {}).items():
-        unit = units.get(name, "")
-        table.add_row(name, seconds(value) if unit == "s" else si(value, unit))
-    out.print(table)
-    for name, points in (reported.get("series") or {}).items():
-        values = [p[1] for p in points if isinstance(p, list) and len(p) == 2
-                  and isinstance(p[1], (int, float))]
-        if values:
-            out.print(Text.assemble(f"{name:<18} ", (sparkline(values[-60:]), "cyan"),
-                                    f"  {si(values[-1])} (last of {len(values)})"))
-    for name, grid in (reported.get("tables") or {}).items():
-        if not isinstance(grid, dict):
-            continue
-        shown = _table(*(str(c) for c in grid.get("columns") or []) or ("(empty)",))
-        shown.title = name
-        for row in grid.get("rows") or []:
-            shown.add_row(*(v if isinstance(v, str) else si(v) for v in row))
-        out.print(shown)
-
-
-def _bars(out: Out, bars: list, caption: str, fmt) -> None:
-    bars = [(label, v, o) for label, v, o in bars if isinstance(v, (int, float)) and v > 0]
-    if not bars:
-        return
-    top = max(max(v, o if isinstance(o, (int, float)) else 0) for _, v, o in bars)
-    width = max(10, min(40, out.console.width - 40))
-    out.print(Text(caption, style="muted"))
-    for label, value, other in bars:
-        measured = bar(value, top, width)
-        out.print(Text.assemble(f"{label[:16]:<16} ", (f"{measured:<{width}}", "blue"),
-                                f" {fmt(value)}"))
-        if isinstance(other, (int, float)) and other > 0:
-            outline = bar(other, top, width).replace("█", "░")
-            out.print(Text.assemble(" " * 17, (f"{outline:<{width}}", "red"), f" {fmt(other)}"))
 
 
 # -- comparing runs -----------------------------------------------------------------------
@@ -352,7 +173,7 @@ def show_comparison(out: Out, data: dict) -> None:
         out.tsv("", *(r["id"] for r in runs))
         out.tsv("status", *(r["status"] for r in runs))
         for name, values in {**params, **results}.items():
-            out.tsv(name, *(_value(v) if v is not None else "" for v in values))
+            out.tsv(name, *(param_text(v) if v is not None else "" for v in values))
         return
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("")
@@ -361,7 +182,7 @@ def show_comparison(out: Out, data: dict) -> None:
     table.add_row("experiment", *(r["experiment"] for r in runs))
     table.add_row("status", *(status_text(r["status"]) for r in runs))
     for name, values in params.items():
-        table.add_row(Text(name, style="bold"), *(_value(v) for v in values))
+        table.add_row(Text(name, style="bold"), *(param_text(v) for v in values))
     if results:
         table.add_section()
     for label, values in results.items():

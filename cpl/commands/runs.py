@@ -10,7 +10,8 @@ from base import statuses
 from cpl.context import Ctx, complete_from, done, json_option, pass_ctx, print_json
 from cpl.failures import NOT_FOUND, ApiError, CplError
 from cpl.profile import recall, remember
-from cpl.run_views import comparison, show_card, show_comparison, show_experiments, show_runs
+from cpl.run_card import show_card
+from cpl.run_views import comparison, show_comparison, show_experiments, show_runs
 from cpl.shapes import experiment as experiment_shape
 from cpl.shapes import run_full, run_summary
 from cpl.terminal import status_text

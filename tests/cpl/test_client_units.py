@@ -153,7 +153,7 @@ def test_runs_show_keeps_strategy_names_whole_on_a_narrow_terminal():
 
     from rich.console import Console
 
-    from cpl import run_views
+    from cpl import run_card
     from cpl.terminal import Out
 
     out = Out(color="never")
@@ -161,7 +161,7 @@ def test_runs_show_keeps_strategy_names_whole_on_a_narrow_terminal():
     result = {"strategies": [{"strategy": "dp", "label": "data parallel, no overlap",
                               "correctness": {"passed": True},
                               "step_time_s": {"median": 0.01, "p10": 0.009, "p90": 0.012}}]}
-    run_views._strategies(out, result)
+    run_card._strategies(out, result)
     assert "data parallel, no overlap" in out.console.file.getvalue()
 
 
@@ -172,7 +172,7 @@ def test_runs_show_fits_data_parallel_in_80_columns():
 
     from rich.console import Console
 
-    from cpl import run_views
+    from cpl import run_card
     from cpl.terminal import Out
 
     out = Out(color="never")
@@ -185,7 +185,7 @@ def test_runs_show_fits_data_parallel_in_80_columns():
          "prediction": {"step_time_s": 0.0365, "dominant": "op_overhead"},
          "ratios": {"step_time": 4.55}, "tokens_per_s": 1540.0, "mfu": {"value": 0.03}}
         for (key, label), median in zip(labels.items(), (0.0107, 0.166), strict=True)]}
-    run_views._strategies(out, result)
+    run_card._strategies(out, result)
     lines = out.console.file.getvalue().splitlines()
     assert all(len(line) <= 80 for line in lines)
     rows = {line.split()[0]: line.split() for line in lines[1:3]}
@@ -194,3 +194,43 @@ def test_runs_show_fits_data_parallel_in_80_columns():
     assert rows["single"][2:4] == ["10.7", "ms"]
     for key, label in labels.items():
         assert any(line.split(None, 1) == [key, label] for line in lines)
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_runs_show_keeps_each_strategy_on_one_line_whatever_its_terms_are_called(width):
+    """A cost-model term's name longer than its column, or a failed gate's reason, never
+    folds through the numbers: the term is cut with an ellipsis to the room the numbers
+    leave (on a phone's terminal tokens/s and MFU go first), the reason follows the table."""
+    import io
+
+    from rich.console import Console
+
+    from cpl import run_card
+    from cpl.terminal import Out
+
+    out = Out(color="never")
+    out.console = Console(file=io.StringIO(), width=width, color_system=None)
+    terms = {"single": "op_overhead", "tp_megatron": "memory_traffic",
+             "dp_overlap": "all_reduce_exposed_after_the_last_bucket"}
+    result = {"strategies": [
+        {"strategy": key, "label": f"{key}, in more words than fit beside the numbers",
+         "correctness": {"passed": key != "dp_overlap",
+                         "reason": "the loss is 3e-2 off the reference's"},
+         "step_time_s": {"median": 0.166, "p10": 0.15, "p90": 0.18},
+         "prediction": {"step_time_s": 0.0365, "dominant": term},
+         "ratios": {"step_time": 4.55}, "tokens_per_s": 1540.0, "mfu": {"value": 0.03}}
+        for key, term in terms.items()]}
+    run_card._strategies(out, result)
+    lines = out.console.file.getvalue().splitlines()
+    assert all(len(line) <= width for line in lines)
+    rows = {line.split()[0]: line.split() for line in lines[1:4]}
+    assert list(rows) == list(terms)
+    for key, cells in rows.items():
+        assert cells[1:7] == ["✗" if key == "dp_overlap" else "✓", "166", "ms", "36.5", "ms",
+                              "4.55×"]
+    assert (rows["single"][7], rows["tp_megatron"][7]) == ("op_overhead", "memory_traffic")
+    cut = rows["dp_overlap"][7]
+    assert cut.startswith("all_reduce_ex") and cut.endswith("…")
+    assert all(row[8:] == (["1.54", "k", "3%"] if width == 80 else []) for row in rows.values())
+    assert any(line.split(None, 1) == ["dp_overlap", "✗ the loss is 3e-2 off the reference's"]
+               for line in lines[4:])
