@@ -32,7 +32,14 @@ from sqlalchemy.orm import Session
 from app.journal import trends
 from app.journal.numbers import finite, percent, ratio, seconds, si
 from app.journal.trends import Trend
-from app.journal.views import card_own, card_training, card_trend, charts, lessons
+from app.journal.views import (
+    card_own,
+    card_training,
+    card_trend,
+    charts,
+    hardware_lessons,
+    lessons,
+)
 from app.journal.views.card_training import Body
 from app.models import Run
 from app.notebook import render
@@ -106,8 +113,8 @@ def _kind(result: dict) -> str:
 
 
 def _teach(kind: str, result: dict) -> list[str]:
-    rules = {"training": lessons.training, "collectives": lessons.collectives,
-             "roofline": lessons.roofline, "mfu": lessons.mfu,
+    rules = {"training": lessons.training, "collectives": hardware_lessons.collectives,
+             "roofline": hardware_lessons.roofline, "mfu": hardware_lessons.mfu,
              "own": lambda _result: []}  # only the owner knows what its numbers teach
     return rules[kind](result) if kind else []
 

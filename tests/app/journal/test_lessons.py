@@ -11,7 +11,7 @@ import json
 import pytest
 
 from app.journal import numbers
-from app.journal.views import advice, card_training, lessons
+from app.journal.views import advice, card_training, hardware_lessons, lessons
 from tests.real_runs import lab_output
 
 
@@ -184,14 +184,14 @@ def test_the_pipeline_card_shows_bubble_layers_and_activations_per_stage(tmp_pat
 def test_collective_and_roofline_lessons_quote_their_fits(tmp_path_factory):
     coll = result_of(tmp_path_factory, "collectives")
     fit = coll["fits"]["all_reduce"]
-    text = " ".join(lessons.collectives(coll))
+    text = " ".join(hardware_lessons.collectives(coll))
     assert f"α = {numbers.seconds(fit['alpha_s'])}" in text
     assert f"W = {numbers.si(fit['busbw_Bps'], 'B/s')}" in text
     roof = result_of(tmp_path_factory, "gemm_roofline")
-    text = " ".join(lessons.roofline(roof))
+    text = " ".join(hardware_lessons.roofline(roof))
     assert f"{roof['peak_flops'] / roof['copy_bandwidth_Bps']:.3g} FLOP/B" in text
     mfu = result_of(tmp_path_factory, "gpt_mfu")
-    text = " ".join(lessons.mfu(mfu))
+    text = " ".join(hardware_lessons.mfu(mfu))
     assert numbers.percent(mfu["mfu"]) in text and mfu["peak_name"] in text
 
 
