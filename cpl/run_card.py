@@ -113,7 +113,7 @@ def _fitted(header: list[str], rows: list[list], width: int, squeezed: int,
     table = Table(box=None, pad_edge=False, header_style="bold")
     for i in keep:
         table.add_column(header[i], no_wrap=True, overflow="ellipsis",
-                         max_width=max(least, room()) if i == squeezed else None)
+                         max_width=max(room(), 4) if i == squeezed else None)
     for r in rows:
         table.add_row(*(r[i] for i in keep))
     return table
@@ -158,7 +158,7 @@ def _strategies(out: Out, result: dict) -> None:
                       "–" if ratio is None else f"{ratio:.2f}×", str(pred.get("dominant") or "–"),
                       si(s.get("tokens_per_s")), percent((s.get("mfu") or {}).get("value"))])
         bars.append((name, step.get("median"), pred.get("step_time_s")))
-    out.print(_fitted(header, cells, out.console.width, squeezed=5, droppable=(6, 7)))
+    out.print(_fitted(header, cells, out.console.width, squeezed=5, droppable=(6, 7, 3)))
     _key(out, [(name, Text(label)) for name, label in zip(names, labels, strict=True)
                if name != label] + [(name, Text("✗ " + why, style="red")) for name, why in failed])
     _bars(out, bars, "step time: measured █ vs predicted ░", seconds)
