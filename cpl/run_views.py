@@ -61,9 +61,9 @@ def sparkline(values: list[float]) -> str:
 # -- the catalogue ------------------------------------------------------------------------
 
 
-def bounds(spec: dict) -> str:
+def bounds(spec: dict, between: str = "|") -> str:
     if spec.get("choices"):
-        return "|".join(str(c) for c in spec["choices"])
+        return between.join(str(c) for c in spec["choices"])
     low, high = spec.get("min"), spec.get("max")
     if low is None and high is None:
         return ""
@@ -82,17 +82,51 @@ def show_experiments(out: Out, experiments: list[dict], detailed: bool) -> None:
         out.print(Text.assemble((exp["name"], "id"), "  ", (exp.get("title") or "", "title")))
         if detailed and exp.get("description"):
             out.print(Text(exp["description"]))
-        table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
-        for column in ("param", "type", "default", "bounds") + (("meaning",) if detailed else ()):
-            table.add_column(column, overflow="fold")
+        rows = []
         for name, spec in exp["params"].items():
-            row = [name, spec.get("type", ""), param_text(spec.get("default")), bounds(spec)]
-            table.add_row(*row, *((spec.get("description") or "",) if detailed else ()))
+            default = spec.get("default")
+            rows.append([name, spec.get("type", ""), ", ".join(map(str, default))
+                         if isinstance(default, list) else param_text(default),
+                         bounds(spec, " | "), *([spec.get("description") or ""] * detailed)])
+        table, meanings = _params_table(rows, out.console.width)
         out.print(table)
+        if meanings:  # too narrow to read them beside: under the table, each wrapped whole
+            key = Table.grid(padding=(0, 2))
+            key.add_column(no_wrap=True)
+            key.add_column()
+            for name, meaning in meanings:
+                key.add_row(Text(name, style="id"), meaning)
+            out.print(key)
         out.print("")
     if not detailed:
         out.print(Text("details and meanings: cpl experiments NAME; start one: "
                        "cpl run NAME --param KEY=VALUE", style="muted"))
+
+
+def _params_table(rows: list[list[str]], width: int) -> tuple[Table, list[tuple[str, str]]]:
+    """Parameters, their names whole; a default or bounds list wraps between its items,
+    never through a name ("dp_b / ucket"), and a meaning, prose, keeps room beside them,
+    or where there is none (a phone), is handed back to follow the table."""
+    header = ["param", "type", "default", "bounds", "meaning"][:len(rows[0]) if rows else 4]
+    natural = [max(len(c) for c in [h, *(r[i] for r in rows)]) for i, h in enumerate(header)]
+    word = [max(len(w) for c in [h, *(r[i] for r in rows)] for w in c.split())
+            for i, h in enumerate(header)]
+    sizes: list[int | None] = [None] * len(header)
+    if len(header) == 5 and sum(natural) + 8 > width:
+        room = width - natural[0] - natural[1] - 8  # two spaces between columns
+        left = room - min(30, room // 2)  # what the meaning leaves the lists
+        sizes[2] = min(natural[2], max(word[2], left * 2 // 5))
+        sizes[3] = min(natural[3], max(word[3], left - sizes[2]))
+        sizes[4] = room - sizes[2] - sizes[3]
+    apart = sizes[4] is not None and sizes[4] < 20
+    if apart:
+        header, sizes = header[:4], [None] * 4
+    table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")
+    for i, column in enumerate(header):
+        table.add_column(column, width=sizes[i], no_wrap=i < 2, overflow="fold")
+    for row in rows:
+        table.add_row(*row[:len(header)])
+    return table, [(row[0], row[4]) for row in rows if row[4]] if apart else []
 
 
 def param_text(value) -> str:

@@ -239,3 +239,39 @@ def test_runs_show_keeps_each_strategy_on_one_line_whatever_its_terms_are_called
     # under the table, the reason in words, wrapped in its own column where it must be
     assert "dp_overlap ✗ the loss is 3e-2 off the reference's" in " ".join(
         " ".join(lines[4:]).split())
+
+
+@pytest.mark.parametrize("width", [80, 60])
+def test_an_experiments_parameters_keep_their_names_whole(width):
+    """`cpl experiments NAME`: a parameter's name, a default's or a choice's never folds
+    ("dp_b / ucket"); a list wraps between its items, and the meanings read beside them,
+    or on a phone's terminal under the table."""
+    import io
+
+    from rich.console import Console
+
+    from cpl import run_views
+    from cpl.terminal import Out
+
+    out = Out(color="never")
+    out.tty, out.console = True, Console(file=io.StringIO(), width=width, color_system=None)
+    names = ["single", "dp_naive", "dp_bucket", "ddp"]
+    params = {
+        "bucket_cap_mb": {"type": "float", "default": 0.25, "min": 0.001, "max": 1024.0,
+                          "description": "Bucket size for the bucketed strategy and DDP (MB)."},
+        "precision": {"type": "str", "default": "fp32_sgd", "choices": ["fp32_sgd", "bf16_adamw"],
+                      "description": "Training recipe: fp32 weights with SGD and momentum, "
+                                     "or bf16 compute with fp32 master weights and AdamW."},
+        "strategies": {"type": "str_list", "default": names, "choices": names,
+                       "description": "Strategies to check and time."}}
+    run_views.show_experiments(out, [{"name": "data_parallel", "title": "Data parallel",
+                                      "description": "Every rank holds the model.",
+                                      "params": params}], detailed=True)
+    lines = out.console.file.getvalue().splitlines()
+    assert all(len(line) <= width for line in lines)
+    words = {w.strip(",|") for line in lines for w in line.split()}
+    assert {"bucket_cap_mb", "0.001..1024.0", "fp32_sgd", "bf16_adamw", *names} <= words
+    beside = next(line for line in lines if line.startswith("bucket_cap_mb"))
+    assert ("Bucket size" in beside) == (width == 80)
+    assert " ".join(" ".join(lines).split()).count(
+        "Bucket size for the bucketed strategy and DDP (MB).") == 1
