@@ -118,7 +118,7 @@ def _params_table(rows: list[list[str]], width: int) -> tuple[Table, list[tuple[
         sizes[2] = min(natural[2], max(word[2], left * 2 // 5))
         sizes[3] = min(natural[3], max(word[3], left - sizes[2]))
         sizes[4] = room - sizes[2] - sizes[3]
-    apart = sizes[4] is not None and sizes[4] < 20
+    apart = len(sizes) == 5 and sizes[4] is not None and sizes[4] < 20
     if apart:
         header, sizes = header[:4], [None] * 4
     table = Table(box=None, pad_edge=False, show_header=True, header_style="bold")

@@ -275,3 +275,8 @@ def test_an_experiments_parameters_keep_their_names_whole(width):
     assert ("Bucket size" in beside) == (width == 80)
     assert " ".join(" ".join(lines).split()).count(
         "Bucket size for the bucketed strategy and DDP (MB).") == 1
+    out.console.file = io.StringIO()  # the whole catalogue: no meanings
+    run_views.show_experiments(out, [{"name": "data_parallel", "params": params}], False)
+    lines = out.console.file.getvalue().splitlines()
+    assert lines[1].split() == ["param", "type", "default", "bounds"]
+    assert all(len(line) <= width for line in lines) and "Bucket" not in "".join(lines)
