@@ -4,7 +4,7 @@ not a key number: no JavaScript, no style attributes, so the same card works und
 page's strict CSP and is stored inside entries as it is.
 
 A card reads: the caption (run, experiment, status, when, where); what the run teaches in
-two or three sentences (app/journal/views/lessons.py); then its body, marked for the feed
+two or three sentences (lessons.py, hardware_lessons.py); then its body, marked for the feed
 (app.notebook.atom.feed_alternative): a reader gets the body's charts as one standalone
 SVG, served at /runs/<id>/card.svg (`image`), with the lesson beside it.
 
