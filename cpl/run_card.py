@@ -49,9 +49,17 @@ def show_card(out: Out, run: dict, title: str, metrics: dict) -> None:
     for key, points in sorted(metrics.items()):
         values = [p[1] for p in points if isinstance(p, list) and len(p) == 2]
         if values:
-            out.print(Text.assemble(f"{key:<18} ", (sparkline(values[-60:]), "cyan"),
-                                    f"  {si(values[-1])} (last of {len(values)})"))
+            _series(out, key, values)
     out.print(Text(f"on the web: {run.get('url', '')}", style="muted"))
+
+
+def _series(out: Out, name: str, values: list) -> None:
+    """A series on one line: its name, a sparkline of its last values (60, fewer where the
+    line would wrap), the latest value and how many there are."""
+    head = f"{name if len(name) <= 18 else name[:17] + '…':<18} "
+    tail = f"  {si(values[-1])} (last of {len(values)})"
+    shown = values[-max(8, min(60, out.console.width - len(head) - len(tail))):]
+    out.print(Text.assemble(head, (sparkline(shown), "cyan"), tail))
 
 
 def _since(out: Out, since: dict) -> None:
@@ -206,8 +214,7 @@ def _own(out: Out, reported: dict, declared: dict) -> None:
         values = [p[1] for p in points if isinstance(p, list) and len(p) == 2
                   and isinstance(p[1], (int, float))]
         if values:
-            out.print(Text.assemble(f"{name:<18} ", (sparkline(values[-60:]), "cyan"),
-                                    f"  {si(values[-1])} (last of {len(values)})"))
+            _series(out, name, values)
     for name, grid in (reported.get("tables") or {}).items():
         if not isinstance(grid, dict):
             continue

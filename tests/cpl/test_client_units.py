@@ -280,3 +280,27 @@ def test_an_experiments_parameters_keep_their_names_whole(width):
     lines = out.console.file.getvalue().splitlines()
     assert lines[1].split() == ["param", "type", "default", "bounds"]
     assert all(len(line) <= width for line in lines) and "Bucket" not in "".join(lines)
+
+
+@pytest.mark.parametrize("width", [80, 50])
+def test_a_runs_series_stays_on_its_line(width):
+    """`cpl runs show`'s sparklines: the last values that fit beside the name (cut with an
+    ellipsis past 18 columns) and the latest value, never wrapped onto a second line."""
+    import io
+
+    from rich.console import Console
+
+    from cpl import run_card
+    from cpl.terminal import Out
+
+    out = Out(color="never")
+    out.console = Console(file=io.StringIO(), width=width, color_system=None)
+    run = {"id": 7, "status": "SUCCEEDED", "params": {"steps": 100}, "url": "/runs/7"}
+    run_card.show_card(out, run, "Data parallel", {
+        "tokens_per_s": [[i, 1000.0 + i] for i in range(100)],
+        "a_series_named_at_length": [[i, float(i % 7)] for i in range(100)]})
+    lines = out.console.file.getvalue().splitlines()
+    assert all(len(line) <= width for line in lines)
+    series = [line for line in lines if "(last of 100)" in line]
+    assert [line.split()[0] for line in series] == ["a_series_named_at…", "tokens_per_s"]
+    assert all(line.endswith("(last of 100)") for line in series)
