@@ -11,7 +11,7 @@ from rich.table import Table
 from rich.text import Text
 
 from base import statuses
-from cpl.run_views import bar, param_text, percent, seconds, si, sparkline, steps
+from cpl.run_views import bar, legend, param_text, percent, seconds, si, sparkline, steps
 from cpl.terminal import Out, duration, local_time, status_text
 
 
@@ -127,18 +127,6 @@ def _fitted(header: list[str], rows: list[list], width: int, squeezed: int,
     return table
 
 
-def _key(out: Out, lines: list[tuple[str, Text]]) -> None:
-    """Lines under a table, each a row's name and what it says of it, wrapped in a column
-    of its own (a label, a gate's reason: prose that wraps at its words)."""
-    if lines:
-        grid = Table.grid(padding=(0, 1))
-        grid.add_column(no_wrap=True, min_width=16)
-        grid.add_column()
-        for name, text in lines:
-            grid.add_row(Text(name, style="muted"), text)
-        out.print(grid)
-
-
 def _strategies(out: Out, result: dict) -> None:
     rows = [s for s in result["strategies"] if isinstance(s, dict)]
     labels = [str(s.get("label") or s.get("strategy")) for s in rows]
@@ -167,7 +155,7 @@ def _strategies(out: Out, result: dict) -> None:
                       si(s.get("tokens_per_s")), percent((s.get("mfu") or {}).get("value"))])
         bars.append((name, step.get("median"), pred.get("step_time_s")))
     out.print(_fitted(header, cells, out.console.width, squeezed=5, droppable=(6, 7, 3)))
-    _key(out, [(name, Text(label)) for name, label in zip(names, labels, strict=True)
+    legend(out, [(name, Text(label)) for name, label in zip(names, labels, strict=True)
                if name != label] + [(name, Text("✗ " + why, style="red")) for name, why in failed])
     _bars(out, bars, "step time: measured █ vs predicted ░", seconds)
 

@@ -171,13 +171,15 @@ def show_runs(out: Out, runs: list[dict]) -> None:
 # -- comparing runs -----------------------------------------------------------------------
 
 
-def headline(result: dict | None) -> dict[str, float]:
-    """A run's result as a few named numbers that compare across runs."""
+def headline(result: dict | None, by_id: bool = False) -> dict[str, float]:
+    """A run's result as a few named numbers that compare across runs (a strategy's
+    named by its label, or by its id)."""
     result = result or {}
     out: dict[str, float] = {}
     for s in result.get("strategies") or []:
         if isinstance(s, dict):
-            label = str(s.get("label") or s.get("strategy"))
+            label = str((s.get("strategy") if by_id else None) or s.get("label")
+                        or s.get("strategy"))
             out[f"{label} step time"] = (s.get("step_time_s") or {}).get("median")
             out[f"{label} meas/pred"] = (s.get("ratios") or {}).get("step_time")
             out[f"{label} tokens/s"] = s.get("tokens_per_s")
@@ -192,11 +194,12 @@ def headline(result: dict | None) -> dict[str, float]:
     return {k: v for k, v in out.items() if isinstance(v, (int, float))}
 
 
-def comparison(data: dict) -> tuple[list[dict], dict[str, list], dict[str, list]]:
+def comparison(data: dict, by_id: bool = False) \
+        -> tuple[list[dict], dict[str, list], dict[str, list]]:
     runs = data.get("runs") or []
     params = {name: [(r.get("params") or {}).get(name) for r in runs]
               for name in data.get("differing_params") or []}
-    heads = [headline(r.get("result")) for r in runs]
+    heads = [headline(r.get("result"), by_id) for r in runs]
     labels = list(dict.fromkeys(k for h in heads for k in h))
     return runs, params, {label: [h.get(label) for h in heads] for label in labels}
 
@@ -209,6 +212,36 @@ def show_comparison(out: Out, data: dict) -> None:
         for name, values in {**params, **results}.items():
             out.tsv(name, *(param_text(v) if v is not None else "" for v in values))
         return
+    table = _comparison_table(runs, params, results)
+    if table.__rich_measure__(out.console, out.console.options).maximum > out.console.width:
+        # the strategies' labels beside the numbers do not fit: their ids, and a key
+        runs, params, results = comparison(data, by_id=True)
+        table = _comparison_table(runs, params, results)
+        named = {str(s.get("strategy")): str(s.get("label")) for r in runs
+                 for s in (r.get("result") or {}).get("strategies") or []
+                 if isinstance(s, dict) and s.get("strategy") and s.get("label")}
+        out.print(table)
+        legend(out, [(name, Text(label)) for name, label in named.items() if name != label])
+    else:
+        out.print(table)
+    if not params:
+        out.print(Text("the runs have the same parameters", style="muted"))
+    out.print(Text("(×) is against the first run, the baseline", style="muted"))
+
+
+def legend(out: Out, lines: list[tuple[str, Text]]) -> None:
+    """Lines under a table, each a row's name and what it says of it, wrapped in a column
+    of its own (a label, a gate's reason: prose that wraps at its words)."""
+    if lines:
+        grid = Table.grid(padding=(0, 1))
+        grid.add_column(no_wrap=True, min_width=16)
+        grid.add_column()
+        for name, text in lines:
+            grid.add_row(Text(name, style="muted"), text)
+        out.print(grid)
+
+
+def _comparison_table(runs: list[dict], params: dict, results: dict) -> Table:
     table = Table(box=None, pad_edge=False, header_style="bold")
     table.add_column("")
     for r in runs:
@@ -227,7 +260,4 @@ def show_comparison(out: Out, data: dict) -> None:
         cells = ["–" if v is None else fmt(v) + (f" ({v / base:.2f}×)" if i and base else "")
                  for i, v in enumerate(values)]
         table.add_row(label, *cells)
-    out.print(table)
-    if not params:
-        out.print(Text("the runs have the same parameters", style="muted"))
-    out.print(Text("(×) is against the first run, the baseline", style="muted"))
+    return table

@@ -304,3 +304,32 @@ def test_a_runs_series_stays_on_its_line(width):
     series = [line for line in lines if "(last of 100)" in line]
     assert [line.split()[0] for line in series] == ["a_series_named_at…", "tokens_per_s"]
     assert all(line.endswith("(last of 100)") for line in series)
+
+
+@pytest.mark.parametrize("width", [80, 200])
+def test_runs_compare_names_strategies_by_id_where_their_labels_do_not_fit(width):
+    """`cpl runs compare` at 80 columns: a row named by a long label wrapped, its metric
+    landing under the numbers as if a row of its own. Where the labels do not fit, the
+    rows are named by the strategies' ids, and the labels follow as a key."""
+    import io
+
+    from rich.console import Console
+
+    from cpl import run_views
+    from cpl.terminal import Out
+
+    out = Out(color="never")
+    out.tty, out.console = True, Console(file=io.StringIO(), width=width, color_system=None)
+    label = "data parallel, naive (all-reduce after backward)"
+    runs = [{"id": n, "experiment": "data_parallel", "status": "SUCCEEDED", "result": {
+        "strategies": [{"strategy": "dp_naive", "label": label,
+                        "step_time_s": {"median": median}, "tokens_per_s": 3480.0}]}}
+        for n, median in ((1, 0.0735), (3, 0.0641))]
+    run_views.show_comparison(out, {"runs": runs, "differing_params": []})
+    lines = out.console.file.getvalue().splitlines()
+    assert all(len(line) <= width for line in lines)
+    name = "dp_naive" if width == 80 else label
+    rows = {line.rsplit("  ", 2)[0].strip(): line for line in lines if " ms" in line}
+    assert list(rows) == [f"{name} step time"]
+    assert rows[f"{name} step time"].endswith("73.5 ms  64.1 ms (0.87×)")
+    assert any(line.split(None, 1) == ["dp_naive", label] for line in lines) == (width == 80)
