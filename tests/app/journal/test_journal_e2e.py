@@ -135,11 +135,20 @@ class Journal:
     def start(self) -> None:
         migrate(self.env)  # `commonplace db upgrade`, in this process
         self.start_web()
-        self.scheduler = self.spawn("scheduler", ["scheduler"])
+        self.start_scheduler()
 
     def start_web(self) -> None:
         self.web = self.spawn("web", ["web"])
         wait_for_http(self.base + "/healthz", proc=self.web)
+
+    def start_scheduler(self) -> None:
+        """The scheduler, once its first work is done: on a loaded host, this week's letter
+        made while a test was counting entries was an entry it had not made."""
+        self.scheduler = self.spawn("scheduler", ["scheduler"])
+        log = self.data_dir / "scheduler.log"
+        wait_until("the scheduler to start", lambda: self.scheduler.poll() is not None or
+                   "scheduler started" in log.read_text(), 120)
+        assert self.scheduler.poll() is None, log.read_text()[-3000:]
 
     def status_in_db(self, run_id: int) -> str:
         """A run's status read from the database itself (while the web is down)."""
@@ -210,7 +219,7 @@ class Journal:
         for run in queued:
             api(self.base, f"/api/v1/runs/{run['id']}/cancel", {}, "POST")
         if self.scheduler.poll() is not None:
-            self.scheduler = self.spawn("scheduler", ["scheduler"])
+            self.start_scheduler()
 
 
 def _end(procs: list[subprocess.Popen]) -> None:
