@@ -19,7 +19,6 @@ from html import unescape
 
 import click
 from rich.console import Console
-from rich.markdown import Markdown
 from rich.text import Text
 from rich.theme import Theme
 
@@ -101,6 +100,10 @@ class Out:
 
     def markdown(self, text: str) -> None:
         if self.tty:
+            # imported here: rich's Markdown brings markdown-it and pygments, which every
+            # cpl command would otherwise load at start for output only a terminal gets
+            from rich.markdown import Markdown
+
             self.print(Markdown(for_terminal(text), code_theme="ansi_dark", hyperlinks=False,
                                 inline_code_theme="ansi_dark"))
         else:

@@ -2,8 +2,11 @@
 scheduler process, runner agents, and the lab under torchrun on CPU with gloo.
 
 Short lease settings (TTL 4 s, reaper every 1 s) make the fault drills quick; the code
-paths are the production ones. Every process a test starts is ended by PID (and process
-group) in teardown, and every wait has a deadline.
+paths are the production ones. One web and one scheduler serve the whole module (starting
+them costs seconds of CPU a test); each test starts runners of its own, reads only the runs
+it made, and hands the server back as it found it (`Journal.tidy`): its runners ended by
+PID (and process group), anything it left queued cancelled, the web and the scheduler up
+again if it stopped them. Every wait has a deadline.
 """
 
 from __future__ import annotations
@@ -132,11 +135,20 @@ class Journal:
     def start(self) -> None:
         migrate(self.env)  # `commonplace db upgrade`, in this process
         self.start_web()
-        self.scheduler = self.spawn("scheduler", ["scheduler"])
+        self.start_scheduler()
 
     def start_web(self) -> None:
         self.web = self.spawn("web", ["web"])
         wait_for_http(self.base + "/healthz", proc=self.web)
+
+    def start_scheduler(self) -> None:
+        """The scheduler, once its first work is done: on a loaded host, this week's letter
+        made while a test was counting entries was an entry it had not made."""
+        self.scheduler = self.spawn("scheduler", ["scheduler"])
+        log = self.data_dir / "scheduler.log"
+        wait_until("the scheduler to start", lambda: self.scheduler.poll() is not None or
+                   "scheduler started" in log.read_text(), 120)
+        assert self.scheduler.poll() is None, log.read_text()[-3000:]
 
     def status_in_db(self, run_id: int) -> str:
         """A run's status read from the database itself (while the web is down)."""
@@ -191,17 +203,37 @@ class Journal:
         long poll and tells the web), then the scheduler and the web together."""
         runners = [proc for proc in self.procs if "runner" in proc.args]
         for group in (runners, [proc for proc in self.procs if proc not in runners]):
-            for proc in group:
-                if proc.poll() is None:
-                    try:
-                        os.killpg(proc.pid, signal.SIGCONT)  # in case a drill froze it
-                        proc.terminate()
-                    except ProcessLookupError:
-                        pass
-            for proc in group:
-                stop_process(proc)
+            _end(group)
         for log in self.logs:
             log.close()
+
+    def tidy(self, since: int) -> None:
+        """The server as a test found it, for the next test of a shared one: the runners
+        started since `since` (an index into `procs`) ended by PID, a run still queued
+        cancelled (a scheduled fire no runner took), and the web and the scheduler running
+        again if the test stopped or killed them."""
+        _end([proc for proc in self.procs[since:] if "runner" in proc.args])
+        if self.web.poll() is not None:
+            self.start_web()
+        queued = api(self.base, "/api/v1/runs?status=QUEUED&limit=500")[1]["runs"]
+        for run in queued:
+            api(self.base, f"/api/v1/runs/{run['id']}/cancel", {}, "POST")
+        if self.scheduler.poll() is not None:
+            self.start_scheduler()
+
+
+def _end(procs: list[subprocess.Popen]) -> None:
+    """Processes we started, by PID: told to stop all at once (each may be ending a long
+    poll), then waited for, killed if they will not."""
+    for proc in procs:
+        if proc.poll() is None:
+            try:
+                os.killpg(proc.pid, signal.SIGCONT)  # in case a drill froze it
+                proc.terminate()
+            except ProcessLookupError:
+                pass
+    for proc in procs:
+        stop_process(proc)
 
 
 def _read_json(path: Path):
@@ -211,14 +243,24 @@ def _read_json(path: Path):
         return None
 
 
-@pytest.fixture
-def journal(data_dir):
-    journal = Journal(data_dir)
+@pytest.fixture(scope="module")
+def server(tmp_path_factory):
+    journal = Journal(tmp_path_factory.mktemp("journal"))
     try:
         journal.start()
         yield journal
     finally:
         journal.stop()
+
+
+@pytest.fixture
+def journal(server):
+    """The module's server, tidied after the test whatever it did (`Journal.tidy`)."""
+    since = len(server.procs)
+    try:
+        yield server
+    finally:
+        server.tidy(since)
 
 
 def test_run_from_the_api_succeeds_and_lands_in_the_letter_and_feed(journal):

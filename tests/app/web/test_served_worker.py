@@ -43,11 +43,12 @@ def malloc_arenas(pid: int) -> int:
                and rest == "---p" and stop - start == HEAP_MAX)
 
 
-@pytest.fixture
-def served(data_dir):
+@pytest.fixture(scope="module")
+def served(tmp_path_factory):
     """`commonplace web` after eight clients at once read every kind of page (every
-    worker thread busy at the same time), and its workers' process ids."""
-    server = WebServer(data_dir, COMMONPLACE_AUTH="dev")
+    worker thread busy at the same time), and its workers' process ids: one for the
+    module, whose tests only read its workers' /proc files."""
+    server = WebServer(tmp_path_factory.mktemp("data"), COMMONPLACE_AUTH="dev")
     try:
         with ThreadPoolExecutor(8) as pool:
             statuses = list(pool.map(lambda path: fetch(server.base + path)[0], PAGES * 8))
