@@ -40,6 +40,8 @@ def _migrated_db():
 
 
 def migrate(app) -> None:
+    """`app`: the web app or the backend (create_backend), which hold the same settings
+    and database."""
     from app import upgrades
     from app.notebook import rerender
 
@@ -183,8 +185,11 @@ def db() -> None:
 @db.command("upgrade")
 def db_upgrade() -> None:
     """Back up the SQLite file, then apply pending migrations."""
-    app = _app()
-    migrate(app)
+    # The backend, not the web app: migrating serves no page, and the scheduler runs this
+    # in a child at every start, which need not load Flask and the web layer for it.
+    from app import create_backend
+
+    migrate(create_backend())
     click.echo("database is up to date")
 
 
