@@ -40,6 +40,8 @@ def _migrated_db():
 
 
 def migrate(app) -> None:
+    """`app`: the web app or the backend (create_backend), which hold the same settings
+    and database."""
     from app import upgrades
     from app.notebook import rerender
 
@@ -63,24 +65,23 @@ def _ensure_this_week(app) -> None:
 MAX_SOCKET_PATH = 107
 
 
-def _listen(app, allow_non_loopback: bool) -> list[str]:
+def _listen(config: dict, allow_non_loopback: bool) -> list[str]:
     """The web's addresses, checked; in serve mode the socket's folder is made first (only
     this user may enter it: tailscaled, as root, still can)."""
-    from app.port_holder import port_problem
-    from app.web.hardening import bind_problem
+    from app.port_holder import bind_problem, port_problem
 
-    problem = (bind_problem(app.config["BIND"], app.config["AUTH_MODE"], allow_non_loopback)
-               or port_problem(app.config["BIND"]))
+    problem = (bind_problem(config["BIND"], config["AUTH_MODE"], allow_non_loopback)
+               or port_problem(config["BIND"]))
     if problem:
         raise click.UsageError(problem)
-    if app.config["AUTH_MODE"] == "serve":
-        path = Path(app.config["SERVE_SOCKET"])
+    if config["AUTH_MODE"] == "serve":
+        path = Path(config["SERVE_SOCKET"])
         if len(os.fsencode(path)) > MAX_SOCKET_PATH:
             raise click.UsageError(f"COMMONPLACE_SERVE_SOCKET={path} is longer than a unix "
                                    f"socket path may be ({MAX_SOCKET_PATH} bytes); choose a "
                                    "shorter one, e.g. /run/commonplace/web.sock")
         path.parent.mkdir(mode=0o700, parents=True, exist_ok=True)
-    return listen_addresses(app.config)
+    return listen_addresses(config)
 
 
 @click.group()
@@ -96,7 +97,7 @@ def up(allow_non_loopback: bool) -> None:
     Ctrl-C stops them all."""
     app = _app()
     bind = app.config["BIND"]
-    addresses = _listen(app, allow_non_loopback)
+    addresses = _listen(app.config, allow_non_loopback)
     migrate(app)
     _ensure_this_week(app)
     if app.config["AUTH_MODE"] == "dev":
@@ -135,9 +136,10 @@ def _local_runner_token(app) -> str:
 def web(allow_non_loopback: bool) -> None:
     """The web process alone: gunicorn on COMMONPLACE_BIND (loopback unless told otherwise)
     and, in serve mode, on COMMONPLACE_SERVE_SOCKET for `tailscale serve`."""
-    app = _app()
-    os.execve(sys.executable, gunicorn_argv(_listen(app, allow_non_loopback)),
-              web_environment(os.environ))
+    # The settings, not the app: gunicorn's master makes the app (and the data folder), and
+    # this process, which only checks where it may listen, need not load the web first.
+    addresses = _listen(from_environment(), allow_non_loopback)
+    os.execve(sys.executable, gunicorn_argv(addresses), web_environment(os.environ))
 
 
 @main.command()
@@ -183,8 +185,11 @@ def db() -> None:
 @db.command("upgrade")
 def db_upgrade() -> None:
     """Back up the SQLite file, then apply pending migrations."""
-    app = _app()
-    migrate(app)
+    # The backend, not the web app: migrating serves no page, and the scheduler runs this
+    # in a child at every start, which need not load Flask and the web layer for it.
+    from app import create_backend
+
+    migrate(create_backend())
     click.echo("database is up to date")
 
 

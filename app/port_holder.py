@@ -1,17 +1,52 @@
-"""Whether the web's TCP address is free, and if not, who holds it. Without this check a
-busy port made `commonplace up` announce a server that was someone else's: the scheduler
-talked to that one, the runner got 401s, and gunicorn gave up seconds later without a hint.
+"""Which addresses the web may listen on (loopback, unless told otherwise), whether its TCP
+address is free, and if not, who holds it. Without the second check a busy port made
+`commonplace up` announce a server that was someone else's: the scheduler talked to that
+one, the runner got 401s, and gunicorn gave up seconds later without a hint. Checked by
+the CLI before the web starts, so nothing here imports the web (docs/SECURITY.md is the
+threat model).
 """
 
 from __future__ import annotations
 
 import errno
+import ipaddress
 import os
 import re
 import socket
 from pathlib import Path
 
 LISTEN = "0A"  # the LISTEN state in /proc/net/tcp
+
+
+def bind_problem(bind: str, mode: str, allow_non_loopback: bool) -> str | None:
+    """Why the web must not listen on `bind`, or None. Loopback is the default because
+    then `tailscale serve` is the only way in from the network."""
+    if bind.startswith("unix:"):
+        return None
+    host = bind.rsplit(":", 1)[0] if ":" in bind else bind
+    host = host.strip("[]")
+    if host == "localhost" or _is_loopback(host):
+        return None
+    if mode == "dev":
+        return (f"refusing to listen on {bind} in dev mode: dev mode makes a loopback "
+                "connection the owner and is meant for one laptop. Set COMMONPLACE_OWNERS "
+                "and COMMONPLACE_AUTH=serve or whois to put the notebook on a network.")
+    if not allow_non_loopback:
+        return (f"refusing to listen on {bind or 'every address'}: that is not a loopback "
+                "address, so every device that can reach it could connect directly instead "
+                "of through `tailscale serve`. Keep COMMONPLACE_BIND=127.0.0.1:8000 and run "
+                "`tailscale serve --bg unix:<COMMONPLACE_SERVE_SOCKET>`; or, to bind the "
+                "tailnet address itself "
+                "(COMMONPLACE_AUTH=whois), pass --allow-non-loopback.")
+    return None
+
+
+def _is_loopback(host: str) -> bool:
+    try:
+        ip = ipaddress.ip_address(host.split("%")[0])
+    except ValueError:  # a name: only "localhost" is taken as loopback
+        return False
+    return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback
 
 
 def port_problem(bind: str) -> str | None:

@@ -5,8 +5,10 @@ otherwise; `served` is serve mode. Plain helpers are in tests/helpers.py."""
 from __future__ import annotations
 
 import compileall
+import re
 import shutil
 from collections.abc import Iterator
+from importlib import metadata
 from pathlib import Path
 
 import pytest
@@ -63,11 +65,38 @@ def pytest_configure(config):
     lab's ranks), and with PYTHONDONTWRITEBYTECODE set, as in this project's sandboxes,
     none of them writes the bytecode it compiles: each compiled every module it imported
     from source again. compileall writes the files whatever that variable says; a
-    process then reads them as it reads the installed packages'. Once, in the controller
-    (an xdist worker has `workerinput`)."""
+    process then reads them as it reads the installed packages'. Both levels the processes
+    run at: plain, and the web's -OO (app/supervisor.py WEB_PYTHON), whose `.opt-2.pyc`
+    files pip writes for no package, so that every gunicorn the suite starts compiled
+    Flask, SQLAlchemy, gunicorn and the app from source (docs/PERFORMANCE.md, *The test
+    suite*). Once, in the controller (an xdist worker has `workerinput`)."""
     if not hasattr(config, "workerinput"):
         for package in ("app", "base", "cpl", "jobs", "migrations"):
-            compileall.compile_dir(ROOT / package, quiet=1)
+            compileall.compile_dir(ROOT / package, quiet=1, optimize=[0, 2])
+        for path in served_libraries():
+            compileall.compile_file(path, quiet=1, optimize=2)
+
+
+def served_libraries() -> list[Path]:
+    """The installed modules of the project's dependencies and theirs (not its extras'):
+    what the web's processes may import."""
+    seen, todo, paths = set(), ["commonplace"], []
+    while todo:
+        name = todo.pop()
+        try:
+            dist = metadata.distribution(name)
+        except metadata.PackageNotFoundError:  # a requirement of another platform
+            continue
+        if name != "commonplace":
+            paths += [Path(file.locate()) for file in dist.files or () if file.suffix == ".py"]
+        for requirement in dist.requires or ():
+            if "extra ==" in requirement:
+                continue
+            required = re.match(r"[A-Za-z0-9._-]+", requirement)[0].lower().replace("_", "-")
+            if required not in seen:
+                seen.add(required)
+                todo.append(required)
+    return paths
 
 
 @pytest.fixture

@@ -1,6 +1,6 @@
 """HTTP defences that are not about who is asking: response headers (a strict CSP with
 no inline script, nosniff, frame denial, HSTS over HTTPS), ids bounded to SQLite's range,
-a clean 400 for an untrusted Host, which addresses the web may listen on, and how long a
+a clean 400 for an untrusted Host, and how long a
 request may hold one of the web's few threads (long polls here, bodies in bodies.py).
 docs/SECURITY.md is the threat model.
 """
@@ -13,7 +13,6 @@ from flask import Flask, current_app, g, request
 from werkzeug.exceptions import SecurityError
 from werkzeug.routing import IntegerConverter
 
-from app.web.auth.listeners import is_loopback
 from app.web.bodies import (
     Slots,
     SlowBodies,
@@ -24,32 +23,6 @@ from app.web.bodies import (
 from app.web.lingering import linger_in_a_thread
 
 log = logging.getLogger(__name__)
-
-
-# -- what the server may be bound to -------------------------------------------------------
-
-
-def bind_problem(bind: str, mode: str, allow_non_loopback: bool) -> str | None:
-    """Why the web must not listen on `bind`, or None. Loopback is the default because
-    then `tailscale serve` is the only way in from the network."""
-    if bind.startswith("unix:"):
-        return None
-    host = bind.rsplit(":", 1)[0] if ":" in bind else bind
-    host = host.strip("[]")
-    if host == "localhost" or is_loopback(host):
-        return None
-    if mode == "dev":
-        return (f"refusing to listen on {bind} in dev mode: dev mode makes a loopback "
-                "connection the owner and is meant for one laptop. Set COMMONPLACE_OWNERS "
-                "and COMMONPLACE_AUTH=serve or whois to put the notebook on a network.")
-    if not allow_non_loopback:
-        return (f"refusing to listen on {bind or 'every address'}: that is not a loopback "
-                "address, so every device that can reach it could connect directly instead "
-                "of through `tailscale serve`. Keep COMMONPLACE_BIND=127.0.0.1:8000 and run "
-                "`tailscale serve --bg unix:<COMMONPLACE_SERVE_SOCKET>`; or, to bind the "
-                "tailnet address itself "
-                "(COMMONPLACE_AUTH=whois), pass --allow-non-loopback.")
-    return None
 
 
 # -- response headers ----------------------------------------------------------------------

@@ -124,6 +124,38 @@ def test_the_scheduler_holds_no_orm_while_its_children_do_the_work(db, data_dir)
     assert bad == []
 
 
+def test_db_upgrade_migrates_without_the_web(db, data_dir):
+    """`commonplace db upgrade`, which the scheduler runs in a child at every start (and
+    systemd and compose before the web), migrates with the backend: no Flask, no pages."""
+    code = "from app.cli import main\nmain(['db', 'upgrade'], standalone_mode=False)"
+    env = {key: value for key, value in os.environ.items() if key != "COMMONPLACE_DATABASE_URL"}
+    out = subprocess.run([sys.executable, "-c", code + "\nimport sys; print(*sys.modules)"],
+                         cwd=ROOT, capture_output=True, text=True, timeout=120,
+                         env={**env, "COMMONPLACE_DATA_DIR": str(data_dir),
+                              "COMMONPLACE_TIMEZONE": "UTC"})
+    assert out.returncode == 0, out.stderr
+    assert out.stdout.startswith("database is up to date")
+    held = set(out.stdout.split())
+    assert {"alembic", "app.upgrades", "app.notebook.rerender"} <= held
+    assert not {m for m in held if m.split(".")[0] in ("flask", "werkzeug", "jinja2", "torch")
+                or m.startswith("app.web")}
+
+
+def test_commonplace_web_checks_its_addresses_without_the_web(data_dir):
+    """`commonplace web` checks where it may listen and execs gunicorn, whose master makes
+    the app: the check itself loads no Flask. Refused here (dev mode on every address), so
+    `-X importtime` lists what the command loaded up to the check and nothing after."""
+    env = {**os.environ, "COMMONPLACE_DATA_DIR": str(data_dir), "COMMONPLACE_AUTH": "dev",
+           "COMMONPLACE_BIND": f"0.0.0.0:{free_port()}", "COMMONPLACE_TIMEZONE": "UTC"}
+    out = subprocess.run([sys.executable, "-X", "importtime", "-m", "app.cli", "web"], cwd=ROOT,
+                         env=env, capture_output=True, text=True, timeout=60)
+    assert out.returncode == 2 and "refusing to listen on" in out.stderr, out.stderr[-500:]
+    held = set(re.findall(r"^import time:\s+\d+ \|\s+\d+ \|\s*(\S+)$", out.stderr, re.MULTILINE))
+    assert {"click", "app.config", "app.port_holder"} <= held
+    assert not {m for m in held if m.split(".")[0] in ("flask", "werkzeug", "sqlalchemy")
+                or m.startswith("app.web")}
+
+
 def test_making_the_app_opens_no_connection_and_starts_no_thread(data_dir):
     """gunicorn makes the app in its master and forks the workers from it (preload_app):
     a connection or a thread made there would be shared by every worker, or lost."""

@@ -16,7 +16,7 @@ import time
 import pytest
 from werkzeug.exceptions import ClientDisconnected, RequestTimeout
 
-from app import config
+from app import config, port_holder
 from app.models import Entry
 from app.web import bodies, hardening
 from tests.helpers import AS_OWNER, OWNER, ROOT, add_token, bearer, count
@@ -309,7 +309,7 @@ def test_oversized_bodies_are_413_and_change_nothing(served, data_dir):
     ("0.0.0.0:8000", "dev", True, True), ("notes.example:8000", "serve", False, True),
 ])
 def test_bind_policy(bind, mode, allow, refused):
-    assert (hardening.bind_problem(bind, mode, allow) is not None) == refused
+    assert (port_holder.bind_problem(bind, mode, allow) is not None) == refused
 
 
 @pytest.mark.parametrize("bind, mode", [("0.0.0.0:18080", "serve"), (":18080", "whois"),
