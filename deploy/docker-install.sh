@@ -74,6 +74,9 @@ assert "torch" not in sys.modules, "the web imported torch"
 print("app ok: /healthz answers, serve mode, no torch in the web")
 '
 run "$PYTHON" -c "$check_app"
+# Bytecode for the web's -OO and for the project, written now: at run time the image's user
+# can write neither here nor to site-packages (app/bytecode.py).
+run "$PYTHON" -m app.bytecode
 run "$PYTHON" -m gunicorn --check-config --config "$SOURCE/gunicorn.conf.py" "app:create_app()"
 if [ "$TORCH_SPEC" != none ]; then
     run "$PYTHON" -c 'import torch; print("torch", torch.__version__, "cuda", torch.version.cuda)'

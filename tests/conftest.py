@@ -4,19 +4,16 @@ otherwise; `served` is serve mode. Plain helpers are in tests/helpers.py."""
 
 from __future__ import annotations
 
-import compileall
-import re
 import shutil
 from collections.abc import Iterator
-from importlib import metadata
 from pathlib import Path
 
 import pytest
 import sqlalchemy as sa
 
-from app import create_app, upgrades
+from app import bytecode, create_app, upgrades
 from app import db as dbmod
-from tests.helpers import OWNER, ROOT, VIEWER, Served, commonplace_up
+from tests.helpers import OWNER, VIEWER, Served, commonplace_up
 
 # The modules that take longest from start to end (most of it waiting on the processes they
 # start), handed to the xdist workers first. `--dist loadfile` gives out whole modules in
@@ -60,43 +57,13 @@ def pytest_collection_modifyitems(items):
 
 
 def pytest_configure(config):
-    """Compile the project's modules to bytecode once, before any test starts a process.
-    The suite starts hundreds of Python processes (gunicorn workers, runners, the CLI, the
-    lab's ranks), and with PYTHONDONTWRITEBYTECODE set, as in this project's sandboxes,
-    none of them writes the bytecode it compiles: each compiled every module it imported
-    from source again. compileall writes the files whatever that variable says; a
-    process then reads them as it reads the installed packages'. Both levels the processes
-    run at: plain, and the web's -OO (app/supervisor.py WEB_PYTHON), whose `.opt-2.pyc`
-    files pip writes for no package, so that every gunicorn the suite starts compiled
-    Flask, SQLAlchemy, gunicorn and the app from source (docs/PERFORMANCE.md, *The test
-    suite*). Once, in the controller (an xdist worker has `workerinput`)."""
+    """Compile the project's modules and the web's libraries to bytecode once, before any
+    test starts a process (app/bytecode.py says why): the suite starts hundreds of them, and
+    with PYTHONDONTWRITEBYTECODE set, as in this project's sandboxes, each compiled what it
+    imported from source again. Once, in the controller (an xdist worker has
+    `workerinput`)."""
     if not hasattr(config, "workerinput"):
-        for package in ("app", "base", "cpl", "jobs", "migrations"):
-            compileall.compile_dir(ROOT / package, quiet=1, optimize=[0, 2])
-        for path in served_libraries():
-            compileall.compile_file(path, quiet=1, optimize=2)
-
-
-def served_libraries() -> list[Path]:
-    """The installed modules of the project's dependencies and theirs (not its extras'):
-    what the web's processes may import."""
-    seen, todo, paths = set(), ["commonplace"], []
-    while todo:
-        name = todo.pop()
-        try:
-            dist = metadata.distribution(name)
-        except metadata.PackageNotFoundError:  # a requirement of another platform
-            continue
-        if name != "commonplace":
-            paths += [Path(file.locate()) for file in dist.files or () if file.suffix == ".py"]
-        for requirement in dist.requires or ():
-            if "extra ==" in requirement:
-                continue
-            required = re.match(r"[A-Za-z0-9._-]+", requirement)[0].lower().replace("_", "-")
-            if required not in seen:
-                seen.add(required)
-                todo.append(required)
-    return paths
+        bytecode.compile_all()
 
 
 @pytest.fixture

@@ -50,6 +50,7 @@ def test_install_script_dry_run_cpu_default():
     # torch first, then the app with the lab extra (already satisfied by that torch)
     assert commands[1] == f"+ python -m pip install --editable {ROOT}[lab]"
     assert any("gunicorn --check-config" in c for c in commands)
+    assert "+ python -m app.bytecode" in commands
     assert any("import torch" in c for c in commands)
 
 
@@ -93,6 +94,11 @@ def test_install_script_installs_and_starts_in_a_fresh_venv():
                                 "print(app.__file__)"], capture_output=True, text=True,
                                timeout=60)
         assert check.returncode == 0 and check.stdout.startswith(str(ROOT)), check.stderr
+        # the bytecode the web's -OO reads, which pip writes for no package
+        cached = subprocess.run([str(python), "-c", "import flask, importlib.util as u; "
+                                 "print(u.cache_from_source(flask.__file__, optimization=2))"],
+                                capture_output=True, text=True, timeout=60)
+        assert Path(cached.stdout.strip()).is_file(), cached.stdout + cached.stderr
 
 
 def test_install_script_passes_shellcheck():
