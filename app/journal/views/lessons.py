@@ -103,21 +103,32 @@ def _pipeline(runs: list[Timed], m: float | None, slowdown: float | None) -> str
                 f"at once: computing together slowed each rank {slowdown:.2g}× (1× when each "
                 "has a core of its own), so micro-batches only add their overhead; on free "
                 "cores or GPUs the bubble formula's saving appears.")
-    extra = slow.terms.get("op_overhead", 0) - naive.terms.get("op_overhead", 0)
     saved = naive.terms.get("bubble", 0) - slow.terms.get("bubble", 0)
+    # What micro-batching added, every term but the bubble: per-operator overhead, and the
+    # smaller micro-batches' matrix multiplies where the calibration found them less
+    # efficient per token - the model's own total, not one of its terms.
+    grew = {k: v - naive.terms.get(k, 0) for k, v in slow.terms.items() if k != "bubble"}
+    cost = max(sum(grew.values()), 0)
     head = (f"{slow.name} is slower than naive model parallel here ({seconds(slow.step)} vs "
             f"{seconds(naive.step)} a step)")
-    if saved > max(extra, 0):  # the model expected a net saving: the stages did not overlap
+    if saved > cost:  # the model expected a net saving: the stages did not overlap
         return (f"{head}, although the cost model expected micro-batches to save "
-                f"{seconds(saved - max(extra, 0))} net ({seconds(saved)} of bubble): its stages "
+                f"{seconds(saved - cost)} net ({seconds(saved)} of bubble): its stages "
                 "did not run side by side as the formula assumes, as when other work shares "
                 "the cores.")
+    term, extra = max(grew.items(), key=lambda kv: kv[1], default=("", 0.0))
     if extra <= 0:
         return None
     why = (f"splitting the batch into {m:g} micro-batches adds {seconds(extra)} of "
-           f"per-operator overhead ({seconds(extra / m)} per micro-batch × {m:g})")
-    verdict = ("and in the cost model it saves no bubble time" if saved <= 0
-               else f"more than the {seconds(saved)} of bubble it saves")
+           + (f"per-operator overhead ({seconds(extra / m)} per micro-batch × {m:g})"
+              if term == "op_overhead" else TERMS.get(term, term)))
+    if saved <= 0:
+        verdict = "and in the cost model it saves no bubble time"
+    elif extra >= saved:
+        verdict = f"more than the {seconds(saved)} of bubble it saves"
+    else:
+        verdict = (f"which with the rest ({seconds(cost)} in all) outweighs the "
+                   f"{seconds(saved)} of bubble it saves")
     return f"{head}: {why}, {verdict}; each micro-batch is too small to fill the device."
 
 
