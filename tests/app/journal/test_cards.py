@@ -119,6 +119,21 @@ def test_what_the_model_leaves_out_is_named_only_beside_a_step_slower_than_its_p
     assert zero3 == "+1.6 ms (+9%) <small>not modelled: Python between the operators</small>"
 
 
+def test_the_dense_baseline_says_its_moe_time_is_from_its_own_loop():
+    """As a learner saw the first experts run: "Dense baseline, …: 112 ms a step against
+    the MoE's 26 ms (0.23×)" under a table giving ep_alltoall 42 ms a step, with nothing to
+    say the 26 ms came from the baseline's own alternating loop, nor which way 0.23× ran."""
+    from app.journal.views.card_experts import experts
+    extra = {"load_per_expert": [[12, 17, 9, 26]], "kept_per_expert": [[12, 16, 9, 9]],
+             "drop_fraction": 0.27,
+             "dense_baseline": {"what": "the dense GPT", "step_time_s": 0.112,
+                                "moe_step_time_s": 0.026, "steps": 3}}
+    html = experts([{"strategy": "ep_alltoall", "extra": [extra]}])
+    assert ("<p>Dense baseline, the dense GPT: timed step for step beside ep_alltoall (3 steps "
+            "each, apart from the step times above), 112 ms a step against ep_alltoall's 26 ms "
+            "there: ep_alltoall takes 0.23× the dense step</p>") in html
+
+
 def test_an_invalid_mfu_and_an_outlier_are_said_so_not_published(tmp_path_factory):
     """As the owner saw it: the peak probed at 17.8 GFLOP/s, MFU 445%; one step of 721 ms
     among quick ones. The figures are set so; the rest is the run's own."""
