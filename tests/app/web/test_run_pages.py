@@ -221,19 +221,6 @@ def test_the_run_page_shows_status_history_params_result_and_log(app, client, db
     assert "data-live" not in text and "runs.js" not in text  # finished: nothing to poll
 
 
-def test_the_log_size_is_in_the_kilobytes_the_cards_use(app, client, db):
-    """The run page gave a 2,500-byte log as "2.4 kB" (KiB, labelled kB) beside cards that
-    write kB as 1,000 bytes."""
-    run_id = queue(db, steps=1)
-    with db.write() as session:
-        run = session.get(Run, run_id)
-        runs.transition(session, run, runs.LEASED, actor="runner:gpu-1", reason="leased")
-        runs.transition(session, run, runs.RUNNING, actor="runner:gpu-1")
-        run_files.append_log(app.config["DATA_DIR"], session, run, 0, "x" * 2499 + "\n")
-    text = client.get(f"/runs/{run_id}").text
-    assert re.search(r'id="log-size">2\.5 kB', text), text
-
-
 def test_an_unknown_run_is_a_404_page(client):
     response = client.get("/runs/999")
     assert response.status_code == 404
