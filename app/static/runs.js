@@ -96,7 +96,7 @@
         appendLog(chunk.data);
         var moved = chunk.offset > offset;
         offset = chunk.offset;
-        setText("log-size", (chunk.size / 1024).toFixed(1) + " kB");
+        setText("log-size", (chunk.size / 1000).toFixed(1) + " kB");  // kB as cards write it
         if (moved && chunk.offset < chunk.size && rounds > 1) return pullLog(rounds - 1);
         return chunk;
       });

@@ -17,6 +17,7 @@ period, SIGKILL.
     client.py  the HTTP client and its three failures (Stale, Unreachable, Refused)
     agent.py   the lease loop, one run, its logs and its report
     host.py    host labels, and the job's process group
+    waiting.py how a silent server is waited for: quietly, then named once
 
 Stdlib only, apart from base (the lab's contract, the run statuses): no torch here (the
 lab runs in the child), and nothing of app/.

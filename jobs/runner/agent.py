@@ -28,11 +28,9 @@ from jobs.runner.client import VERSION, Busy, Client, Refused, Stale, Unreachabl
 from jobs.runner.host import die_with_parent, host_labels, signal_group
 from jobs.runner.installed import Experiments
 from jobs.runner.outcome import outcome, read_result
+from jobs.runner.waiting import PATIENCE_S, Silence
 
 log = logging.getLogger("commonplace.runner")
-# Registering retries after 1, 2, 4… s; an unreachable server is a warning only once the
-# waits before it add up past what a server starting beside the runner needs.
-QUIET_WAIT_S = 8.0
 REPO_ROOT = Path(__file__).resolve().parents[2]
 CHUNK = 60 * 1024  # below the server's 64 KiB cap
 STALE_GRACE_S = 2.0  # a stale job stops at once, but torchrun gets a moment to end its ranks
@@ -72,8 +70,10 @@ class Job:
 class Agent:
     def __init__(self, client: Client, work_dir: Path, *, labels: dict | None = None,
                  cancel_grace_s: float = 10.0, advertise: str = "127.0.0.1",
-                 rdzv_port: int = 0, poll_wait: int = 10):
+                 rdzv_port: int = 0, poll_wait: int = 10, patience_s: float = PATIENCE_S):
         self.client = client
+        # A server that does not answer is waited for quietly for patience_s (waiting.py).
+        self.silence = Silence(client.server, log, patience_s)
         self.rdzv = node.Reservation(advertise, rdzv_port)  # this host as a gang node
         self.poll_wait = poll_wait  # a stop (Ctrl-C) is never more than this away
         self.work_dir = work_dir
@@ -100,14 +100,14 @@ class Agent:
                 self.stopping.wait(exc.retry_after)
                 continue
             except Unreachable as exc:
-                log.warning("server unreachable (%s); retrying", exc)
-                self.stopping.wait(5)
+                self.stopping.wait(self.silence.failed(str(exc)))
                 continue
             except Refused as exc:
                 log.error("lease refused: %s; registering again", exc)
                 self.stopping.wait(5)
                 self.register()
                 continue
+            self.silence.answered()
             if answer and answer.get("run"):
                 self.heartbeat_s = float(answer.get("heartbeat_s", self.heartbeat_s))
                 if self.stopping.is_set():  # leased while we were being stopped: hand back
@@ -119,25 +119,26 @@ class Agent:
                 self.execute(answer["run"])
 
     def register(self) -> None:
-        delay = 1.0
+        refused_wait = 1.0
         while not self.stopping.is_set():
             try:
                 answer = self.client.call("POST", "/api/v1/runner/register", {
                     "labels": self.labels, "version": VERSION,
                     "experiments": self.experiments.read()})
-                self.heartbeat_s = float(answer.get("heartbeat_s", 15))
-                log.info("registered as %s (heartbeat %.1fs)", answer["runner"], self.heartbeat_s)
-                return
-            except (Unreachable, Refused, Stale) as exc:
-                # A server started beside us (`commonplace up`) takes a few seconds to
-                # listen: its first refusals to connect are expected, not worth a warning.
-                if isinstance(exc, Unreachable) and delay < QUIET_WAIT_S:
-                    log.info("waiting for the server at %s (%s); retrying in %.0fs",
-                             self.client.server, exc, delay)
-                else:
-                    log.warning("register failed: %s; retrying in %.0fs", exc, delay)
-                self.stopping.wait(delay)
-                delay = min(delay * 2, 30)
+            except Unreachable as exc:  # not listening yet, or gone: wait, quietly at first
+                self.stopping.wait(self.silence.failed(str(exc)))
+                continue
+            except (Refused, Stale) as exc:  # it answered no: a wrong token, an old runner
+                self.silence.answered()
+                log.warning("the server at %s refused this runner (%s); trying again in %.0f s",
+                            self.client.server, exc, refused_wait)
+                self.stopping.wait(refused_wait)
+                refused_wait = min(refused_wait * 2, 30)
+                continue
+            self.silence.answered()
+            self.heartbeat_s = float(answer.get("heartbeat_s", 15))
+            log.info("registered as %s (heartbeat %.1fs)", answer["runner"], self.heartbeat_s)
+            return
 
     # -- one run --------------------------------------------------------------------------
 

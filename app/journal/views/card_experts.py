@@ -59,8 +59,14 @@ def experts(strategies: list[dict]) -> str:
             num(e, "dense_baseline", "moe_step_time_s")
         if dense and moe:
             what = escape(str((e.get("dense_baseline") or {}).get("what") or "dense")[:120])
-            line += (f"<p>Dense baseline, {what}: {seconds(dense)} a step against the "
-                     f"MoE's {seconds(moe)} ({moe / dense:.2f}×)</p>")
+            # Timed in a loop of its own, alternating with the MoE: its MoE time is not the
+            # step time in the table above, and a learner comparing the two must know why.
+            steps = num(e, "dense_baseline", "steps")
+            over = f"{steps:g} steps each, " if steps else ""
+            line += (f"<p>Dense baseline, {what}: timed step for step beside {name} ({over}"
+                     f"apart from the step times above), {seconds(dense)} a step against "
+                     f"{name}'s {seconds(moe)} there: {name} takes {moe / dense:.2f}× the "
+                     "dense step</p>")
         parts.append(line + _table(e))
     return ("<details><summary>Experts: load per expert and drops</summary>"
             + "".join(parts) + "</details>") if parts else ""

@@ -62,6 +62,15 @@ def _residual(s: dict) -> str:
     return text + (f" ({share:+.0%})".replace("-", "−") if share is not None else "")
 
 
+def _unexplained_note(s: dict, missing: list[str]) -> str:
+    """What the model leaves out can only explain a step slower than its price: beside a
+    step faster than priced, the note says the model priced too much instead."""
+    residual = num(s, "prediction", "residual_s")
+    if residual is not None and residual < 0:
+        return " <small>faster than priced: the model overestimates this step</small>"
+    return f" <small>not modelled: {escape('; '.join(missing))}</small>" if missing else ""
+
+
 def _spread(s: dict) -> str:
     """The median's spread, as ±half the interquartile range over the median."""
     iqr = num(s, "step_time_s", "iqr_fraction")
@@ -309,8 +318,7 @@ def _facts(s: dict) -> str:
         ("predicted", seconds(num(pred, "step_time_s"))),
         ("measured/predicted", ratio(num(s, "ratios", "step_time"))),
         ("dominant term", escape(str(pred.get("dominant") or "–")[:40])),
-        ("unexplained", escape(_residual(s)) + (
-            f" <small>not modelled: {escape('; '.join(missing))}</small>" if missing else "")),
+        ("unexplained", escape(_residual(s)) + _unexplained_note(s, missing)),
         ("tokens/s", si(num(s, "tokens_per_s"))),
         ("MFU", ("invalid (see above)" if mfu.get("valid") is False
                  else percent(num(mfu, "value"))) + (

@@ -10,6 +10,9 @@ from __future__ import annotations
 from app.journal.numbers import finite, percent, seconds, si
 from app.journal.views.lessons import name_of, num
 
+# An α–β fit that misses its samples by more than this (rms) is not read as the link's.
+ROUGH = 0.3
+
 
 def collectives(result: dict) -> list[str]:
     fits = result.get("fits") if isinstance(result.get("fits"), dict) else {}
@@ -24,6 +27,9 @@ def collectives(result: dict) -> list[str]:
     half = alpha * bw / (finite(factors.get(op)) or 1.0)  # where latency = bandwidth time
     mine = [r for r in rows if str(r.get("op")) == op and (num(r, "bytes") or 0) > 0
             and num(r, "busbw_Bps") is not None]
+    rms = num(fitted[op], "rms_rel_error")
+    if rms and rms > ROUGH:
+        return _rough(result, op, alpha, bw, rms, mine)
     out = [f"{op}: latency α = {seconds(alpha)} and bus bandwidth W = {si(bw, 'B/s')}, so a "
            f"message must reach about {si(half, 'B')} before moving it costs more than "
            "starting it"]
@@ -35,7 +41,7 @@ def collectives(result: dict) -> list[str]:
     out[0] += "."
     rough = max(fitted.items(), key=lambda kv: num(kv[1], "rms_rel_error") or 0)
     rms = num(rough[1], "rms_rel_error")
-    if rms and rms > 0.3:
+    if rms and rms > ROUGH:
         out.append(f"The α–β line misses {rough[0]}'s samples by {percent(rms)} (rms): this "
                    "link is not a straight line, so read the points, not the fit.")
     largest = max((num(r, "bytes") or 0 for r in rows), default=0)
@@ -46,6 +52,23 @@ def collectives(result: dict) -> list[str]:
         out.append("To see the latency floor, lower min_bytes: below "
                    f"{si(half, 'B')} every {op} costs about {seconds(alpha)}.")
     return out
+
+
+def _rough(result: dict, op: str, alpha: float, bw: float, rms: float,
+           mine: list[dict]) -> list[str]:
+    """A fit that misses its own samples: its α and W describe no link (where the times
+    did not grow with the size, the lab's fit falls back to a W a thousand times the
+    largest sample's), so the lesson is the best point measured and how to measure again."""
+    text = (f"{op}: the α–β fit (α = {seconds(alpha)}, W = {si(bw, 'B/s')}) misses its "
+            f"samples by {percent(rms)} (rms), so neither number is this link's")
+    if mine:
+        best = max(mine, key=lambda r: num(r, "busbw_Bps"))
+        text += (f"; the best measured was {si(num(best, 'busbw_Bps'), 'B/s')} "
+                 f"({si(num(best, 'bytes'), 'B')} in {seconds(num(best, 'time_s'))})")
+    iters = num(result, "params", "iters")
+    more = f"more iters (now {iters:g})" if iters else "more iters"
+    return [text + ".", f"To measure the link, run it again on an idle machine or with "
+                        f"{more}: every other prediction is built on these numbers."]
 
 
 def roofline(result: dict) -> list[str]:

@@ -103,21 +103,33 @@ def _pipeline(runs: list[Timed], m: float | None, slowdown: float | None) -> str
                 f"at once: computing together slowed each rank {slowdown:.2g}× (1× when each "
                 "has a core of its own), so micro-batches only add their overhead; on free "
                 "cores or GPUs the bubble formula's saving appears.")
-    extra = slow.terms.get("op_overhead", 0) - naive.terms.get("op_overhead", 0)
     saved = naive.terms.get("bubble", 0) - slow.terms.get("bubble", 0)
+    # What micro-batching added, every term but the bubble: per-operator overhead, and the
+    # smaller micro-batches' matrix multiplies where the calibration found them less
+    # efficient per token - the model's own total, not one of its terms.
+    grew = {k: v - naive.terms.get(k, 0) for k, v in slow.terms.items() if k != "bubble"}
+    cost = max(sum(grew.values()), 0)
     head = (f"{slow.name} is slower than naive model parallel here ({seconds(slow.step)} vs "
             f"{seconds(naive.step)} a step)")
-    if saved > max(extra, 0):  # the model expected a net saving: the stages did not overlap
+    if saved > cost:  # the model expected a net saving: the stages did not overlap
         return (f"{head}, although the cost model expected micro-batches to save "
-                f"{seconds(saved - max(extra, 0))} net ({seconds(saved)} of bubble): its stages "
+                f"{seconds(saved - cost)} net ({seconds(saved)} of bubble): its stages "
                 "did not run side by side as the formula assumes, as when other work shares "
                 "the cores.")
-    if extra <= 0:
+    # Per-operator overhead first (what more work per micro-batch outweighs), then the
+    # largest other term that grew.
+    named = sorted(((k, v) for k, v in grew.items() if v > 0),
+                   key=lambda kv: (kv[0] != "op_overhead", -kv[1]))[:2]
+    if not named:
         return None
-    why = (f"splitting the batch into {m:g} micro-batches adds {seconds(extra)} of "
-           f"per-operator overhead ({seconds(extra / m)} per micro-batch × {m:g})")
-    verdict = ("and in the cost model it saves no bubble time" if saved <= 0
-               else f"more than the {seconds(saved)} of bubble it saves")
+    why = f"splitting the batch into {m:g} micro-batches adds " + " and ".join(
+        f"{seconds(v)} of per-operator overhead ({seconds(v / m)} per micro-batch × {m:g})"
+        if k == "op_overhead" else f"{seconds(v)} of {TERMS.get(k, k)}" for k, v in named)
+    if saved <= 0:
+        verdict = "and in the cost model it saves no bubble time"
+    else:
+        verdict = (f"{seconds(cost)} in all, " if len(named) > 1 else "") + \
+            f"more than the {seconds(saved)} of bubble it saves"
     return f"{head}: {why}, {verdict}; each micro-batch is too small to fill the device."
 
 
@@ -176,6 +188,19 @@ def _off(t: Timed) -> str:
     return f"; off on {name_of(why, 160)}" if isinstance(why, str) else ""
 
 
+def _underpriced(t: Timed, residual: float) -> tuple[str, float, float] | None:
+    """The priced term the lab measured taking more than its price, where that excess is
+    most of the residual (the model priced the cost too low rather than lacking it): its
+    name, measured and priced seconds."""
+    off = (t.raw.get("prediction") or {}).get("off")
+    if not isinstance(off, dict):
+        return None
+    measured, priced = num(off, "measured_s"), num(off, "predicted_s")
+    if measured is None or priced is None or residual <= 0 or measured - priced < residual / 2:
+        return None
+    return name_of(off.get("term"), 40), measured, priced
+
+
 def _model(runs: list[Timed]) -> str | None:
     """The strategy the model explains worst, and whether its residual outweighs every term."""
     worst = _worst(runs)
@@ -193,7 +218,12 @@ def _model(runs: list[Timed]) -> str | None:
     residual = worst.step - worst.predicted
     text = (f"{worst.name} took {seconds(worst.step)} against {seconds(worst.predicted)} "
             f"predicted ({ratio(r)}){_off(worst)}")
-    if dom and residual > dom[1]:
+    under = _underpriced(worst, residual) if dom and residual > dom[1] else None
+    if under:
+        text += (f": those {seconds(under[1] - under[2])} beyond its price are most of the "
+                 f"{seconds(residual)} the model leaves unexplained, so what dominated is "
+                 f"{under[0]}, priced too low")
+    elif dom and residual > dom[1]:
         missing = (worst.raw.get("prediction") or {}).get("unmodelled") or []
         lacks = f" ({name_of(missing[0], 90)})" if isinstance(missing, list) and missing else ""
         text += (f": the {seconds(residual)} the model leaves unexplained is more than its "
@@ -253,6 +283,11 @@ def _change_training(result: dict, runs: list[Timed]) -> str | None:
     if found is None:
         return None
     term, value = found.term, found.seconds
+    under = _underpriced(found.subject, value) if term == "unexplained" else None
+    if under:
+        return (f"To see where {found.subject.name}'s unexplained {seconds(value)} went, open "
+                f"its timeline: most of it is {under[0]}, measured at {seconds(under[1])} "
+                f"against the {seconds(under[2])} it was priced at.")
     if term == "unexplained":
         missing = (found.subject.raw.get("prediction") or {}).get("unmodelled") or []
         lacks = name_of(missing[0], 90) if isinstance(missing, list) and missing else \

@@ -101,6 +101,39 @@ def test_the_numbers_step_by_step_say_when_they_are_the_first_ones():
     assert zero1.startswith("10 ms, 20 ms,") and "of 12" not in zero1
 
 
+def test_what_the_model_leaves_out_is_named_only_beside_a_step_slower_than_its_price():
+    """As a learner saw the first runs' cards: "−2 ms (−40%) not modelled: Python between
+    the operators…" beside zero2, which ran faster than priced - a cost the model leaves
+    out cannot make a step faster than its price."""
+    def strategy(name, measured, residual):
+        return {"strategy": name, "correctness": {"passed": True},
+                "step_time_s": {"median": measured},
+                "prediction": {"step_time_s": measured - residual, "residual_s": residual,
+                               "residual_fraction": residual / measured,
+                               "unmodelled": ["Python between the operators"]}}
+    html = card_training.body({"strategies": [strategy("zero2", 0.00495, -0.002),
+                                              strategy("zero3", 0.018, 0.0016)]}).html
+    zero2, zero3 = re.findall(r"<dt>unexplained</dt><dd>(.*?)</dd>", html)
+    assert zero2 == ("−2 ms (−40%) <small>faster than priced: the model overestimates this "
+                     "step</small>")
+    assert zero3 == "+1.6 ms (+9%) <small>not modelled: Python between the operators</small>"
+
+
+def test_the_dense_baseline_says_its_moe_time_is_from_its_own_loop():
+    """As a learner saw the first experts run: "Dense baseline, …: 112 ms a step against
+    the MoE's 26 ms (0.23×)" under a table giving ep_alltoall 42 ms a step, with nothing to
+    say the 26 ms came from the baseline's own alternating loop, nor which way 0.23× ran."""
+    from app.journal.views.card_experts import experts
+    extra = {"load_per_expert": [[12, 17, 9, 26]], "kept_per_expert": [[12, 16, 9, 9]],
+             "drop_fraction": 0.27,
+             "dense_baseline": {"what": "the dense GPT", "step_time_s": 0.112,
+                                "moe_step_time_s": 0.026, "steps": 3}}
+    html = experts([{"strategy": "ep_alltoall", "extra": [extra]}])
+    assert ("<p>Dense baseline, the dense GPT: timed step for step beside ep_alltoall (3 steps "
+            "each, apart from the step times above), 112 ms a step against ep_alltoall's 26 ms "
+            "there: ep_alltoall takes 0.23× the dense step</p>") in html
+
+
 def test_an_invalid_mfu_and_an_outlier_are_said_so_not_published(tmp_path_factory):
     """As the owner saw it: the peak probed at 17.8 GFLOP/s, MFU 445%; one step of 721 ms
     among quick ones. The figures are set so; the rest is the run's own."""

@@ -23,7 +23,7 @@ def finished_run(db, status="SUCCEEDED"):
                                                           "p90": 0.03},
                                           "prediction": {"step_time_s": 0.01,
                                                          "dominant": "comm",
-                                                         "residual_s": -0.002,
+                                                         "residual_s": 0.010,
                                                          "unmodelled": ["hooks"]},
                                           "ratios": {"step_time": 2.0},
                                           "memory": [{"rank": 0, "peak": {
@@ -44,7 +44,7 @@ def test_finished_runs_land_in_the_experiments_section_of_their_week(client, db)
     html = letter.get_json()["letter"]["html"]
     assert 'class="run-card run-succeeded"' in html and "<svg" in html and "DDP" in html
     # the letter's card keeps the model's residual and the memory against its formula
-    assert "−2 ms" in html and "not modelled: hooks" in html and "r0 950 B / 1 kB" in html
+    assert "+10 ms" in html and "not modelled: hooks" in html and "r0 950 B / 1 kB" in html
     assert "run-failed" in html
     revs = client.get(f"/api/v1/entries/{letter.get_json()['letter']['id']}/revisions")
     assert revs.get_json()["revisions"][0]["author"] == "scheduler"
