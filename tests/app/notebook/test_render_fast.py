@@ -22,12 +22,13 @@ from pygments.lexers import get_lexer_by_name
 
 from app.notebook.render import links, pipeline, plaintext, sanitize
 from app.notebook.render.anchors import heading_slug
-from app.notebook.render.block_skip import SkippingBlockLoop
+from app.notebook.render.block_skip import Blocks, SkippingBlockLoop
 from app.notebook.render.bounded import NumberedFootnotes
 from app.notebook.render.highlight import CodeFormatter
 from app.notebook.render.inline_skip import SkippingInlineProcessor
 from app.notebook.render.syntax import RenderState
 from app.notebook.render.toc import Toc
+from tests.pathological_markdown import CORPUS as PATHOLOGICAL
 
 NOTES = [
     "plain prose with nothing special at all",
@@ -141,6 +142,26 @@ def test_skipping_and_bounded_parts_render_as_the_stock_ones(source):
     assert _converted(source, stock=False) == _converted(source, stock=True)
 
 
+# nested past the bounds (bounded.MAX_QUOTE_DEPTH, the stack), which the stock parts lack
+_PAST_THE_BOUNDS = {"deep-blockquote", "deep-blockquote-lines", "deep-list"}
+
+
+# blocks a processor takes the start of and puts the rest back (`blocks.insert(0, ...)`)
+_PUT_BACK = ["    code\ntext\n\n", "- a\n\n    b\nc\n\n", "x[^1]\n\n[^1]: a\n    b\nc\n\n",
+             "!!! note\n    a\nb\n\n", "t\n---\nu\n***\nv\n\n"]
+
+
+@pytest.mark.parametrize("source", [
+    *(pytest.param(PATHOLOGICAL[name](3_000), id=name)
+      for name in sorted(set(PATHOLOGICAL) - _PAST_THE_BOUNDS)),
+    *(pytest.param(piece * (3_000 // len(piece)), id=f"put-back-{n}")
+      for n, piece in enumerate(_PUT_BACK)),
+])
+def test_long_notes_render_as_with_the_stock_parts(source):
+    # long enough for the parts that change their way past a length (block_skip.LONG)
+    assert _converted(source, stock=False) == _converted(source, stock=True)
+
+
 def test_heading_slug_is_the_toc_slugify_with_its_prefix():
     texts = [line for note in CORPUS for line in note.split("\n")]
     texts += ["", " ", "--", "a - b", "\t tab\u00a0nbsp\u2003em", "ÉCOLE Straße", "a_b-c d"]
@@ -223,3 +244,38 @@ def test_markers_of_another_render_are_dropped_even_inside_one():
     assert "data-cp-ref" not in inner(html)
     assert "data-cp-ref" in outer(html)
     assert "data-cp-ref" not in sanitize._clean(html)  # no render running: no marker kept
+
+
+def _list_operation(rng: random.Random, seq, n: int, tag: str):
+    """One random list operation on `seq` (a list or a Blocks), and what it gave."""
+    op, i, j = rng.randrange(8), rng.randint(-n - 2, n + 2), rng.randint(-n - 2, n + 2)
+    step = rng.choice([None, 1, 2, -1])
+    try:
+        if op == 0:
+            return seq.pop(i) if rng.random() < 0.5 else seq.pop(0)
+        if op == 1:
+            return seq.insert(i, tag)
+        if op == 2:
+            return seq[i]
+        if op == 3:
+            return list(seq[i:j:step])
+        if op == 4:
+            del seq[i:j:step]
+        elif op == 5:
+            seq[i] = tag
+        elif op == 6:
+            del seq[i]
+        return len(seq), bool(seq), list(seq)
+    except IndexError:
+        return "IndexError"
+
+
+def test_blocks_kept_back_to_front_behave_as_a_list():
+    for trial in range(2000):
+        items = [f"b{k}" for k in range(trial % 9)]
+        blocks = Blocks(items)
+        for step in range(12):
+            seed = trial * 100 + step
+            got = _list_operation(random.Random(seed), blocks, len(items), f"x{seed}")
+            expected = _list_operation(random.Random(seed), items, len(items), f"x{seed}")
+            assert got == expected and list(blocks) == items, (trial, step)
