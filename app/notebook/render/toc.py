@@ -4,10 +4,12 @@ linear in the headings.
 The stock pass renders each heading's inner HTML by serializing it and running every
 postprocessor over the result, then strips tags and slugifies with regexes looked up per
 call, and nests the tokens by popping the front of a list (a copy of the rest per
-heading). Here a heading that is plain text (no child elements, no placeholder, no
-escape) gets the same inner HTML by escaping its text, which is all that the
-serializing, unescaping and the known postprocessors do to it; anything else takes the
-stock route. tests/app/notebook/test_render_fast.py renders a corpus both ways.
+heading); then it builds the table as elements, prettifies and serializes them. Here a
+heading that is plain text (no child elements, no placeholder, no escape) gets the same
+inner HTML by escaping its text, which is all that the serializing, unescaping and the
+known postprocessors do to it, and the table is written as the text those three steps
+make; anything else takes the stock route. tests/app/notebook/test_render_fast.py
+renders a corpus both ways.
 """
 
 from __future__ import annotations
@@ -28,7 +30,8 @@ from markdown.extensions.toc import (
     unique,
 )
 from markdown.postprocessors import AndSubstitutePostprocessor, RawHtmlPostprocessor
-from markdown.serializers import _escape_cdata
+from markdown.serializers import _escape_attrib_html, _escape_cdata, to_html_string
+from markdown.treeprocessors import PrettifyTreeprocessor
 
 # The postprocessors that change nothing in text without an STX (each replaces only
 # placeholders that start with one).
@@ -75,6 +78,34 @@ def nest(tokens: list[dict[str, Any]]) -> list[dict[str, Any]]:
 
 class Toc(TocTreeprocessor):
     """TocTreeprocessor.run, its per-heading work done once for plain headings."""
+
+    def _writes_plainly(self) -> bool:
+        """Whether the table comes out as `_table` writes it: no title or marker, the stock
+        prettifier and HTML serializer, and div, ul and li block-level (a not)."""
+        md = self.md
+        prettify = md.treeprocessors["prettify"] if "prettify" in md.treeprocessors else None
+        return (not self.title and not self.marker and type(prettify) is PrettifyTreeprocessor
+                and md.serializer is to_html_string and not md.is_block_level("a")
+                and all(md.is_block_level(tag) for tag in ("div", "ul", "li")))
+
+    def _table(self, tokens: list[dict[str, Any]]) -> str:
+        """The serialized, prettified build_toc_div(tokens)."""
+        out = [f'<div class="{_escape_attrib_html(self.toc_class)}">\n']
+
+        def write(items: list[dict[str, Any]]) -> None:
+            out.append("<ul>\n" if items else "<ul>")  # prettify: a newline before a block
+            for item in items:
+                name = item.get("name", "")
+                href = _escape_attrib_html("#" + item.get("id", ""))
+                out.append(f'<li><a href="{href}">{_escape_cdata(name) if name else ""}</a>')
+                if item["children"]:
+                    write(item["children"])
+                out.append("</li>\n")
+            out.append("</ul>\n")
+
+        write(tokens)
+        out.append("</div>\n")
+        return "".join(out)
 
     def _plain_postprocessors(self) -> bool:
         return all(type(pp) in _PLAIN_POSTPROCESSORS for pp in self.md.postprocessors)
@@ -127,11 +158,13 @@ class Toc(TocTreeprocessor):
                     self.add_permalink(el, el.attrib["id"])
 
         toc_tokens = nest(toc_tokens)
-        div = self.build_toc_div(toc_tokens)
-        if self.marker:
-            self.replace_marker(doc, div)
-
-        toc = self.md.serializer(div)
+        if self._writes_plainly():
+            toc = self._table(toc_tokens)
+        else:
+            div = self.build_toc_div(toc_tokens)
+            if self.marker:
+                self.replace_marker(doc, div)
+            toc = self.md.serializer(div)
         for pp in self.md.postprocessors:
             toc = pp.run(toc)
         self.md.toc_tokens = toc_tokens  # type: ignore[attr-defined]
