@@ -13,11 +13,20 @@ from markdown.extensions.toc import slugify_unicode
 # Obsidian's block ids: letters, digits and dashes (`^my-block`).
 BLOCK_ID_RE = re.compile(r"^[A-Za-z0-9-]{1,64}$")
 
+# toc.slugify_unicode's two patterns for the "-" separator, compiled once (it looks them up
+# by string on every heading)
+_NOT_SLUG_RE = re.compile(r"[^\w\s-]")
+_SEPARATORS_RE = re.compile(r"[-\s]+")
+
 
 def heading_slug(value: str, separator: str = "-") -> str:
-    """A heading's id: the toc's slugify (it is the toc extension's `slugify`). "h-" keeps
-    heading ids out of the page template's id namespace (see sanitize)."""
-    return "h-" + (slugify_unicode(value, separator) or "section")
+    """A heading's id: the toc's slugify (it is the toc extension's `slugify`;
+    `slugify_unicode`, the same for "-"). "h-" keeps heading ids out of the page template's
+    id namespace (see sanitize)."""
+    if separator != "-":
+        return "h-" + (slugify_unicode(value, separator) or "section")
+    slug = _SEPARATORS_RE.sub("-", _NOT_SLUG_RE.sub("", value).strip().lower())
+    return "h-" + (slug or "section")
 
 
 def block_anchor(block_id: str) -> str:

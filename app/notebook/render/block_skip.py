@@ -11,11 +11,16 @@ marker first, an admonition "!!!" or an indent. Skipping a test that would have 
 (and whose no leaves nothing behind) is the stock loop exactly;
 tests/app/notebook/test_render_fast.py parses a corpus both ways. Processors it does not
 know (another class) are always asked.
+
+Each processor takes its block with `blocks.pop(0)` (and puts back what it leaves with
+`blocks.insert(0, ...)`): on a Python list a copy of every block behind it, so a text of n
+blocks cost n² moves. A long text's blocks are kept in a `Blocks`, whose front is the
+end of a list.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
+from collections.abc import Callable, Iterable, Iterator, MutableSequence
 
 from markdown import Markdown, blockprocessors
 from markdown.extensions.admonition import AdmonitionProcessor
@@ -56,6 +61,76 @@ _NEEDS: dict[str, tuple[tuple[type, ...], Rule]] = {
 }
 
 
+class Blocks(MutableSequence[str]):
+    """A list of blocks stored back to front: taking or putting back the first costs the
+    same however many follow. The rest of a list's operations work as on a list."""
+
+    def __init__(self, blocks: Iterable[str]) -> None:
+        self._back = list(blocks)[::-1]
+
+    def __len__(self) -> int:
+        return len(self._back)
+
+    def _at(self, i: int) -> int:
+        n = len(self._back)
+        if not -n <= i < n:
+            raise IndexError("list index out of range")
+        return n - 1 - (i % n)
+
+    def _span(self, key: slice) -> slice | None:
+        """Where a contiguous slice's items lie in the stored list; None if not contiguous."""
+        n = len(self._back)
+        start, stop, step = key.indices(n)
+        if step != 1:
+            return None
+        stop = max(start, stop)
+        return slice(n - stop, n - start)
+
+    def __getitem__(self, key):  # type: ignore[override]
+        if isinstance(key, slice):
+            span = self._span(key)
+            if span is None:
+                return [self[i] for i in range(*key.indices(len(self)))]
+            return self._back[span][::-1]
+        return self._back[self._at(key)]
+
+    def __setitem__(self, key, value) -> None:  # type: ignore[override]
+        if isinstance(key, slice):  # rare: as a list does it
+            items = list(self)
+            items[key] = value
+            self._back = items[::-1]
+        else:
+            self._back[self._at(key)] = value
+
+    def __delitem__(self, key) -> None:  # type: ignore[override]
+        if isinstance(key, slice) and (span := self._span(key)) is not None:
+            del self._back[span]
+        elif isinstance(key, slice):
+            items = list(self)
+            del items[key]
+            self._back = items[::-1]
+        else:
+            del self._back[self._at(key)]
+
+    def __iter__(self) -> Iterator[str]:
+        return reversed(self._back)
+
+    def insert(self, index: int, value: str) -> None:
+        n = len(self._back)
+        if index < 0:
+            index = max(0, n + index)
+        self._back.insert(n - min(index, n), value)
+
+    def pop(self, index: int = -1) -> str:
+        return self._back.pop(self._at(index))
+
+    def __repr__(self) -> str:
+        return repr(list(self))
+
+
+LONG = 64  # blocks: a shorter list is cheap to take from the front of
+
+
 class SkippingBlockLoop:
     """Stands in for `md.parser.parseBlocks` (the processors call it through the parser)."""
 
@@ -79,14 +154,18 @@ class SkippingBlockLoop:
 
     def __call__(self, parent, blocks: list[str]) -> None:
         rules = self._current()
-        while blocks:
+        todo: MutableSequence[str] = Blocks(blocks) if len(blocks) > LONG else blocks
+        while todo:
+            block = todo[0]
             for processor, may_match in rules:
-                if may_match is not None and not may_match(blocks[0]):
+                if may_match is not None and not may_match(block):
                     continue
-                if processor.test(parent, blocks[0]):  # type: ignore[attr-defined]
-                    if processor.run(parent, blocks) is not False:  # type: ignore[attr-defined]
+                if processor.test(parent, block):  # type: ignore[attr-defined]
+                    if processor.run(parent, todo) is not False:  # type: ignore[attr-defined]
                         # run returns True or None if it succeeds
                         break
+                    block = todo[0]  # a run that declines may have put back another
+        blocks.clear()  # taken, as the stock loop leaves them
 
 
 def _admonition(processor: AdmonitionProcessor) -> Rule:

@@ -9,6 +9,7 @@ from collections.abc import Callable, Mapping
 from typing import Any
 
 import markdown
+from markdown.extensions.toc import TocExtension
 
 from . import gfm, links
 from .anchors import heading_slug
@@ -23,6 +24,7 @@ from .plaintext import extract
 from .rendered import Rendered, Resolved, WikiLink, default_resolve_link, default_tag_url
 from .sanitize import MARKER_ATTR, make_cleaner
 from .syntax import CommonplaceExtension, RenderState
+from .toc import Toc
 
 # C0 controls (bar tab/newline/CR) have no place in a note, and STX/ETX would let the
 # text impersonate Python-Markdown's own stash placeholders.
@@ -39,15 +41,19 @@ _INLINE_PRIORITY = 20  # Python-Markdown's own place for "inline" (markdown/tree
 _HTML_BLOCK_PRIORITY = 20  # and for "html_block" (markdown/preprocessors.py)
 _FOOTNOTE_PRIORITY = 175  # and for "footnote" (markdown/extensions/footnotes.py)
 _FENCED_PRIORITY = 25  # and for "fenced_code_block" (markdown/extensions/fenced_code.py)
+_TOC_PRIORITY = 5  # and for "toc" (markdown/extensions/toc.py)
 
 _local = threading.local()  # one Markdown per thread: building one costs a good part of a render
+
+
+_TOC_CONFIG = {"permalink": True, "slugify": heading_slug, "marker": ""}
 
 
 def _new_markdown(state: RenderState) -> tuple[markdown.Markdown, CommonplaceExtension]:
     configs: dict[str, dict[str, Any]] = {
         "codehilite": {"css_class": "highlight", "guess_lang": False, "noclasses": False,
                        "pygments_formatter": CodeFormatter},
-        "toc": {"permalink": True, "slugify": heading_slug, "marker": ""},
+        "toc": _TOC_CONFIG,
         "tables": {"use_align_attribute": True},  # not style="text-align: ..."
         "pymdownx.tasklist": {"custom_checkbox": False, "clickable_checkbox": False},
     }
@@ -55,6 +61,9 @@ def _new_markdown(state: RenderState) -> tuple[markdown.Markdown, CommonplaceExt
     md = markdown.Markdown(extensions=[*_EXTENSIONS, ext, ObsidianExtension(ext)],
                            extension_configs=configs, output_format="html")
     links.install(md)  # the stock link patterns, less their scans to the end
+    # the stock toc pass (same place, same options), its per-heading work linear (toc.py)
+    md.treeprocessors.register(Toc(md, TocExtension(**_TOC_CONFIG).getConfigs()), "toc",
+                               _TOC_PRIORITY)
     gfm.install(md)  # strikethrough and bare URLs
     stock = md.inlinePatterns["footnote"]  # the same, numbered from a table
     md.inlinePatterns.register(NumberedFootnotes(stock.pattern, stock.footnotes), "footnote",

@@ -139,6 +139,8 @@ def _url_ok(value: str, schemes: set[str]) -> bool:
     # also ignores *inner* spaces and controls ("java    script:" is a harmless relative
     # URL to a browser, but nothing we need), and applies per-attribute schemes: nh3 has
     # one scheme list for every URL attribute, and images must not be mailto:.
+    if value[:1] in ("#", "/"):  # a fragment or a path (most links here): no scheme
+        return True
     m = _SCHEME_RE.match(_URL_NOISE_RE.sub("", value).lower())
     return m is None or m.group(1) in schemes
 
@@ -153,21 +155,31 @@ def _math_value(attr: str, value: str) -> str | None:
     return value if ok else None
 
 
+def _marker(value: str) -> str | None:
+    prefix = getattr(_rendering, "marker_prefix", None)
+    return value if prefix and value.startswith(prefix) else None
+
+
+def _digits(value: str) -> str | None:
+    return value if _DIGITS_RE.match(value.strip()) else None
+
+
+# attribute -> its check (the value, or None to drop it); an attribute not named passes
+_CHECKS: dict[str, Callable[[str], str | None]] = {
+    MARKER_ATTR: _marker,
+    "id": lambda value: value if _ID_RE.match(value) else None,
+    **dict.fromkeys(("width", "height", "start", "colspan", "rowspan"), _digits),
+    "href": lambda value: value if _url_ok(value, URL_SCHEMES) else None,
+    "src": lambda value: value if _url_ok(value, IMAGE_URL_SCHEMES) else None,
+}
+
+
 def _attribute_filter(tag: str, attr: str, value: str) -> str | None:
+    # nh3 calls this for every attribute it keeps: one lookup, not a test per name
     if tag in MATHML_ATTRIBUTES:
         return _math_value(attr, value)
-    if attr == MARKER_ATTR:
-        prefix = getattr(_rendering, "marker_prefix", None)
-        return value if prefix and value.startswith(prefix) else None
-    if attr == "id":
-        return value if _ID_RE.match(value) else None
-    if attr in ("width", "height", "start", "colspan", "rowspan"):
-        return value if _DIGITS_RE.match(value.strip()) else None
-    if attr == "href":
-        return value if _url_ok(value, URL_SCHEMES) else None
-    if attr == "src":
-        return value if _url_ok(value, IMAGE_URL_SCHEMES) else None
-    return value
+    check = _CHECKS.get(attr)
+    return value if check is None else check(value)
 
 
 _OPTIONS = {

@@ -61,6 +61,7 @@ class RenderState:
     tags: list[str] = field(default_factory=list)  # as written
     embed_html: list[str | Callable[[bool], str]] = field(default_factory=list)
     _resolved: dict[str, tuple[str, bool]] = field(default_factory=dict)
+    _tag_hrefs: dict[str, str] = field(default_factory=dict)
 
     def marker(self, kind: str, index: int) -> str:
         return f"{self.nonce}:{kind}:{index}"
@@ -74,6 +75,13 @@ class RenderState:
         if target not in self._resolved:
             self._resolved[target] = self.resolve_link(target)
         return self._resolved[target]
+
+    def tag_href(self, tag: str) -> str:
+        """tag_url(tag), asked once per tag a render (a note repeats its tags)."""
+        href = self._tag_hrefs.get(tag)
+        if href is None:
+            href = self._tag_hrefs[tag] = self.tag_url(tag)
+        return href
 
 
 class _ReadsState:
@@ -100,13 +108,14 @@ class TagProcessor(_ReadsState, InlineProcessor):
         self.ext = ext
 
     def handleMatch(self, m: re.Match[str], data: str):  # type: ignore[override]
+        state = self.state
         tag = m.group(1).rstrip("/-_")
         el = etree.Element("a")
         el.set("class", "tag")
-        el.set("href", self.state.tag_url(tag.lower()))
-        el.set(MARKER_ATTR, self.state.marker("t", len(self.state.tags)))
+        el.set("href", state.tag_href(tag.lower()))
+        el.set(MARKER_ATTR, state.marker("t", len(state.tags)))
         el.text = AtomicString("#" + tag)
-        self.state.tags.append(tag)
+        state.tags.append(tag)
         return el, m.start(0), m.start(1) + len(tag)
 
 

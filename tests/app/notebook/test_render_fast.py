@@ -1,7 +1,7 @@
 """The render's shortcuts give exactly what the stock parts give: the inline processor that
 skips tries which cannot match (and takes a pattern's matches in one pass), the bounded
 parts (link brackets matched in one pass, footnote numbers from a table, blocks split up
-front, the raw HTML finder), the
+front, the raw HTML finder), the toc pass that escapes a plain heading's text, the
 regex walk of sanitized HTML for the plain text, the Pygments formatter that shares its
 style table, and the sanitizer built once. Each is compared with the stock part on a
 corpus of tricky notes and a seeded jumble of them."""
@@ -13,6 +13,7 @@ import random
 import nh3
 import pytest
 from markdown.extensions.footnotes import FootnoteInlineProcessor
+from markdown.extensions.toc import TocExtension, TocTreeprocessor, slugify_unicode
 from markdown.preprocessors import HtmlBlockPreprocessor
 from markdown.treeprocessors import InlineProcessor
 from pygments import highlight
@@ -20,11 +21,14 @@ from pygments.formatters import HtmlFormatter
 from pygments.lexers import get_lexer_by_name
 
 from app.notebook.render import links, pipeline, plaintext, sanitize
-from app.notebook.render.block_skip import SkippingBlockLoop
+from app.notebook.render.anchors import heading_slug
+from app.notebook.render.block_skip import Blocks, SkippingBlockLoop
 from app.notebook.render.bounded import NumberedFootnotes
 from app.notebook.render.highlight import CodeFormatter
 from app.notebook.render.inline_skip import SkippingInlineProcessor
 from app.notebook.render.syntax import RenderState
+from app.notebook.render.toc import Toc
+from tests.pathological_markdown import CORPUS as PATHOLOGICAL
 
 NOTES = [
     "plain prose with nothing special at all",
@@ -79,6 +83,12 @@ NOTES = [
     "> a\n> # h\n> b\n> ***\n> c\n> ===\n> > # i\n> > j\n> - k\n> # l\n>     m\n> # n\nlazy\n# o",
     "x[^b] y[^a] z[^b] w[^none]\n\n[^a]: A [^b]\n[^b]: B\n\n<a <b <c",
     "[[a]][[b]]#t[[c]]`d`[[e]] [^1][^1]\\*\\*\\[\\]\n\n[^1]: f",
+    # headings: plain ones (escaped text), and with markup, entities, HTML, escapes, notes
+    "# A\n## B\n### C\n## B\n# A\n#### D\n## B_1\n# A_1\n###### six\n# a_1\n#\n#   a   b  ",
+    "### three\n# one\n## two\n###### six\n## two\n# one\n### three",
+    "# *em* `code` [[W]] #t x[^1] **b**\n# a &amp; b <b>c</b> &copy;\n# \\*x\\* \\<y\\>\n\n[^1]: f",
+    "# a < b > c & d\n# Ünïcode — dash ½\n# <!-- c --> x\n# [l](http://x.test) <http://a.test>",
+    "T\n=\n\nT\n-\n\n> # q\n> # q\n\n- # li\n- # li\n\n!!! note\n    # in\n\n| # | h |\n|---|---|",
 ]
 
 _PIECES = ["\n---\n", "\n===\n", "1. ", "- ", "> ", "| a | b |\n|---|---|\n", "    ",
@@ -98,7 +108,7 @@ def _jumble(count: int = 300) -> list[str]:
 CORPUS = NOTES + _jumble()
 
 
-def _converted(source: str, stock: bool) -> tuple[str, str, list, list]:
+def _converted(source: str, stock: bool) -> tuple[str, str, list, list, list]:
     state = RenderState("0" * 32, pipeline.default_resolve_link, pipeline.default_tag_url, {})
     md, ext = pipeline._new_markdown(state)
     if stock:
@@ -111,6 +121,8 @@ def _converted(source: str, stock: bool) -> tuple[str, str, list, list]:
                                   pipeline._HTML_BLOCK_PRIORITY)
         md.preprocessors.deregister("cp_split_blocks")
         md.parser.blockprocessors["quote"].split = lambda lines: lines  # the stock quote's
+        toc = TocTreeprocessor(md, TocExtension(**pipeline._TOC_CONFIG).getConfigs())
+        md.treeprocessors.register(toc, "toc", pipeline._TOC_PRIORITY)
         for item in list(md.inlinePatterns._priority):
             if item.name in links.BOUNDED:
                 ours = md.inlinePatterns[item.name]
@@ -120,12 +132,46 @@ def _converted(source: str, stock: bool) -> tuple[str, str, list, list]:
     assert isinstance(md.parser.parseBlocks, SkippingBlockLoop) is not stock
     assert isinstance(md.inlinePatterns["footnote"], NumberedFootnotes) is not stock
     assert isinstance(md.inlinePatterns["link"], links.Link) is not stock
-    return md.convert(source), md.toc, state.links, state.tags
+    assert isinstance(md.treeprocessors["toc"], Toc) is not stock
+    html = md.convert(source)
+    return html, md.toc, md.toc_tokens, state.links, state.tags  # type: ignore[attr-defined]
 
 
 @pytest.mark.parametrize("source", CORPUS)
 def test_skipping_and_bounded_parts_render_as_the_stock_ones(source):
     assert _converted(source, stock=False) == _converted(source, stock=True)
+
+
+# nested past the bounds (bounded.MAX_QUOTE_DEPTH, the stack), which the stock parts lack;
+# and brackets, on which the stock link patterns take seconds (links.py), with the short
+# notes above comparing those
+_PAST_THE_BOUNDS = {"deep-blockquote", "deep-blockquote-lines", "deep-list", "brackets",
+                    "brackets-then-link"}
+
+
+# blocks a processor takes the start of and puts the rest back (`blocks.insert(0, ...)`)
+_PUT_BACK = ["    code\ntext\n\n", "- a\n\n    b\nc\n\n", "x[^1]\n\n[^1]: a\n    b\nc\n\n",
+             "!!! note\n    a\nb\n\n", "t\n---\nu\n***\nv\n\n"]
+
+
+@pytest.mark.parametrize("source", [
+    *(pytest.param(PATHOLOGICAL[name](3_000), id=name)
+      for name in sorted(set(PATHOLOGICAL) - _PAST_THE_BOUNDS)),
+    *(pytest.param(piece * (3_000 // len(piece)), id=f"put-back-{n}")
+      for n, piece in enumerate(_PUT_BACK)),
+])
+def test_long_notes_render_as_with_the_stock_parts(source):
+    # long enough for the parts that change their way past a length (block_skip.LONG)
+    assert _converted(source, stock=False) == _converted(source, stock=True)
+
+
+def test_heading_slug_is_the_toc_slugify_with_its_prefix():
+    texts = [line for note in CORPUS for line in note.split("\n")]
+    texts += ["", " ", "--", "a - b", "\t tab\u00a0nbsp\u2003em", "ÉCOLE Straße", "a_b-c d"]
+    for text in texts:
+        for separator in ("-", "_"):
+            expected = "h-" + (slugify_unicode(text, separator) or "section")
+            assert heading_slug(text, separator) == expected, text
 
 
 def _events(html: str, regex: bool) -> plaintext.Extracted:
@@ -201,3 +247,38 @@ def test_markers_of_another_render_are_dropped_even_inside_one():
     assert "data-cp-ref" not in inner(html)
     assert "data-cp-ref" in outer(html)
     assert "data-cp-ref" not in sanitize._clean(html)  # no render running: no marker kept
+
+
+def _list_operation(rng: random.Random, seq, n: int, tag: str):
+    """One random list operation on `seq` (a list or a Blocks), and what it gave."""
+    op, i, j = rng.randrange(8), rng.randint(-n - 2, n + 2), rng.randint(-n - 2, n + 2)
+    step = rng.choice([None, 1, 2, -1])
+    try:
+        if op == 0:
+            return seq.pop(i) if rng.random() < 0.5 else seq.pop(0)
+        if op == 1:
+            return seq.insert(i, tag)
+        if op == 2:
+            return seq[i]
+        if op == 3:
+            return list(seq[i:j:step])
+        if op == 4:
+            del seq[i:j:step]
+        elif op == 5:
+            seq[i] = tag
+        elif op == 6:
+            del seq[i]
+        return len(seq), bool(seq), list(seq)
+    except IndexError:
+        return "IndexError"
+
+
+def test_blocks_kept_back_to_front_behave_as_a_list():
+    for trial in range(500):
+        items = [f"b{k}" for k in range(trial % 9)]
+        blocks = Blocks(items)
+        for step in range(12):
+            seed = trial * 100 + step
+            got = _list_operation(random.Random(seed), blocks, len(items), f"x{seed}")
+            expected = _list_operation(random.Random(seed), items, len(items), f"x{seed}")
+            assert got == expected and list(blocks) == items, (trial, step)
