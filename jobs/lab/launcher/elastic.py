@@ -5,7 +5,7 @@
 
 Plain torchrun starts each rank as a new Python, which imports torch and, at its
 optimizer's first step, torch._dynamo: seconds of CPU each, on every rank. Here the agent imports
-both once (torch._dynamo only for a run that will use it: needs_dynamo), with the
+both once (torch._dynamo only for a run that will use it: preloads), with the
 experiment's own code, freezes it all out of the garbage collector, and starts the ranks
 the way torchrun starts a function entry point with `--start-method fork`: each rank
 begins with all of it loaded and runs worker.rank. Everything else is torchrun's: its
@@ -113,22 +113,29 @@ def requested_device(script_args: list[str]) -> str:
     return str(requested_params(script_args).get("device", "auto"))
 
 
-def needs_dynamo(experiment: str, params: dict) -> bool:
-    """Whether the ranks will import torch._dynamo (seconds of CPU, with inductor and
-    sympy): a training run with one of PyTorch's own strategies (DDP, torch.optim,
-    checkpoint, pipelining import it as they build; training.run imports it for them), or
-    an owner's own experiment, whose code may. The lab's hand-written strategies, the
-    collectives, the roofline and the MFU run never do (tests/jobs/lab/test_lab_memory.py),
-    and importing it here for them would only cost the agent that CPU on every run."""
+# what autograd imports at the first backward given a gradient (a pipeline stage's, the
+# attention probe's): with sympy, half a second of CPU a process
+AUTOGRAD_LAZY = "torch.fx.experimental.symbolic_shapes"
+
+
+def preloads(experiment: str, params: dict) -> list[str]:
+    """What the ranks will import on their own besides the experiment's code, for the agent
+    to import once: torch._dynamo (seconds of CPU, with inductor and sympy) for a training
+    run with one of PyTorch's own strategies (DDP, torch.optim, checkpoint, pipelining
+    import it as they build; training.run imports it for them) or an owner's own
+    experiment, whose code may; for the lab's hand-written strategies only what their
+    backward imports. The collectives, the roofline and the MFU run import neither
+    (tests/jobs/lab/test_lab_memory.py has the hand-written strategies' side)."""
     module = worker.IMPLEMENTATIONS.get(experiment)
     if module is None:
-        return True
+        return ["torch._dynamo"]
     if not module.endswith(".training"):
-        return False
+        return []
     try:
-        return any(strategies.get(name).builtin for name in params["strategies"])
+        builtin = any(strategies.get(name).builtin for name in params["strategies"])
     except (KeyError, TypeError, AttributeError, ImportError):
-        return True  # not the launcher's resolved parameters: load what any run may need
+        builtin = True  # not the launcher's resolved parameters: load what any run may need
+    return ["torch._dynamo"] if builtin else [AUTOGRAD_LAZY]
 
 
 def start_method(device: str, cuda_built: bool) -> str:
@@ -148,9 +155,9 @@ def main(argv: list[str] | None = None) -> None:
     if experiment in worker.IMPLEMENTATIONS:
         importlib.import_module(worker.IMPLEMENTATIONS[experiment])
         preload.append(worker.IMPLEMENTATIONS[experiment])
-    if needs_dynamo(experiment, requested_params(args.training_script_args)):
-        importlib.import_module("torch._dynamo")  # what an optimizer's first step imports
-        preload.append("torch._dynamo")
+    for name in preloads(experiment, requested_params(args.training_script_args)):
+        importlib.import_module(name)
+        preload.append(name)
     device = requested_device(args.training_script_args)
     args.start_method = start_method(device, torch.backends.cuda.is_built())
     if args.start_method == "forkserver":
