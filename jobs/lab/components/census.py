@@ -34,14 +34,13 @@ import gc
 import sys
 import threading
 import weakref
-from collections import defaultdict
+from collections import defaultdict, deque
 from collections.abc import Callable
 from typing import Any
 
 import torch
 import torch.distributed as dist
 from torch.utils._python_dispatch import TorchDispatchMode
-from torch.utils._pytree import tree_leaves
 
 aten = torch.ops.aten
 
@@ -89,7 +88,22 @@ COLLECTIVES = {
 
 
 def _tensors(x: Any) -> list[torch.Tensor]:
-    return [t for t in tree_leaves(x) if isinstance(t, torch.Tensor)]
+    """The tensors in an operator's arguments or result, as tree_leaves finds them in what
+    an operator passes (tuples - named, or a structseq -, lists, dicts, deques), without
+    pytree's lookup of every node's type: the census calls it on every operator."""
+    if isinstance(x, torch.Tensor):
+        return [x]
+    found: list[torch.Tensor] = []
+    todo = [x]
+    while todo:
+        node = todo.pop()
+        if isinstance(node, torch.Tensor):
+            found.append(node)
+        elif isinstance(node, (tuple, list, deque)):
+            todo.extend(node)
+        elif isinstance(node, dict):
+            todo.extend(node.values())
+    return found
 
 
 def _bytes(x: Any) -> int:

@@ -187,9 +187,12 @@ class MLPStack(nn.Module):
 
 
 def build_model(cfg: ModelConfig, device: torch.device | str = "cpu") -> nn.Module:
-    """The same weights on every rank and in every strategy: seeded CPU init, then moved."""
+    """The same weights on every rank and in every strategy: seeded CPU init, then moved.
+    Only the CPU generator is seeded (the init draws from it alone): torch.manual_seed
+    would also queue a seeding of every lazily initialised device's generator, each
+    recording the Python stack that asked."""
     with torch.random.fork_rng(devices=[]):
-        torch.manual_seed(cfg.seed)
+        torch.default_generator.manual_seed(cfg.seed)
         model = GPT(cfg) if cfg.kind == "gpt" else MLPStack(cfg)
     return model.to(device=device, dtype=cfg.torch_dtype)
 

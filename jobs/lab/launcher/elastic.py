@@ -5,10 +5,12 @@
 
 Plain torchrun starts each rank as a new Python, which imports torch and, at its
 optimizer's first step, torch._dynamo: seconds of CPU each, on every rank. Here the agent imports
-both once, with the experiment's own code, and starts the ranks the way torchrun starts a
-function entry point with `--start-method fork`: each rank begins with all of it loaded
-and runs worker.rank. Everything else is torchrun's: its flags, rendezvous (one host or a
-gang), log tee and prefixes, and tearing the ranks down when one fails.
+both once (torch._dynamo only for a run that will use it: preloads), with the
+experiment's own code, freezes it all out of the garbage collector, and starts the ranks
+the way torchrun starts a function entry point with `--start-method fork`: each rank
+begins with all of it loaded and runs worker.rank. Everything else is torchrun's: its
+flags, rendezvous (one host or a gang), log tee and prefixes, and tearing the ranks down
+when one fails.
 
 bench/launch.py measures both ways in one run (docs/PERFORMANCE.md, *Starting a run's
 ranks*).
@@ -45,7 +47,6 @@ import sys  # noqa: E402
 import uuid  # noqa: E402
 
 import torch  # noqa: E402
-import torch._dynamo  # noqa: E402,F401  (what an optimizer's first step imports)
 from torch.distributed import TCPStore  # noqa: E402
 from torch.distributed.elastic.multiprocessing.errors import record  # noqa: E402
 from torch.distributed.elastic.rendezvous import rendezvous_handler_registry  # noqa: E402
@@ -56,6 +57,8 @@ from torch.distributed.elastic.rendezvous.static_tcp_rendezvous import (  # noqa
 from torch.distributed.launcher.api import elastic_launch  # noqa: E402
 from torch.distributed.run import config_from_args, parse_args  # noqa: E402
 
+from jobs.lab import strategies  # noqa: E402
+from jobs.lab.components import census  # noqa: E402
 from jobs.lab.launcher import worker  # noqa: E402
 
 WORKER = "jobs.lab.launcher.worker"
@@ -96,13 +99,43 @@ def _reserved_handler(params):  # noqa: ANN001,ANN202  (torchrun's registry call
     return ReservedStaticRendezvous(create_rdzv_handler(params), int(os.environ[RDZV_FD_ENV]))
 
 
-def requested_device(script_args: list[str]) -> str:
-    """The device the worker's --params ask for ("auto" when they do not say)."""
+def requested_params(script_args: list[str]) -> dict:
+    """The worker's --params ({} when there are none to read)."""
     try:
         params = json.loads(script_args[script_args.index("--params") + 1])
     except (ValueError, IndexError):
-        return "auto"
-    return str(params.get("device", "auto")) if isinstance(params, dict) else "auto"
+        return {}
+    return params if isinstance(params, dict) else {}
+
+
+def requested_device(script_args: list[str]) -> str:
+    """The device the worker's --params ask for ("auto" when they do not say)."""
+    return str(requested_params(script_args).get("device", "auto"))
+
+
+# what autograd imports at the first backward given a gradient (a pipeline stage's, the
+# attention probe's): with sympy, half a second of CPU a process
+AUTOGRAD_LAZY = "torch.fx.experimental.symbolic_shapes"
+
+
+def preloads(experiment: str, params: dict) -> list[str]:
+    """What the ranks will import on their own besides the experiment's code, for the agent
+    to import once: torch._dynamo (seconds of CPU, with inductor and sympy) for a training
+    run with one of PyTorch's own strategies (DDP, torch.optim, checkpoint, pipelining
+    import it as they build; training.run imports it for them) or an owner's own
+    experiment, whose code may; for the lab's hand-written strategies only what their
+    backward imports. The collectives, the roofline and the MFU run import neither
+    (tests/jobs/lab/test_lab_memory.py has the hand-written strategies' side)."""
+    module = worker.IMPLEMENTATIONS.get(experiment)
+    if module is None:
+        return ["torch._dynamo"]
+    if not module.endswith(".training"):
+        return []
+    try:
+        builtin = any(strategies.get(name).builtin for name in params["strategies"])
+    except (KeyError, TypeError, AttributeError, ImportError):
+        builtin = True  # not the launcher's resolved parameters: load what any run may need
+    return ["torch._dynamo"] if builtin else [AUTOGRAD_LAZY]
 
 
 def start_method(device: str, cuda_built: bool) -> str:
@@ -122,6 +155,9 @@ def main(argv: list[str] | None = None) -> None:
     if experiment in worker.IMPLEMENTATIONS:
         importlib.import_module(worker.IMPLEMENTATIONS[experiment])
         preload.append(worker.IMPLEMENTATIONS[experiment])
+    for name in preloads(experiment, requested_params(args.training_script_args)):
+        importlib.import_module(name)
+        preload.append(name)
     device = requested_device(args.training_script_args)
     args.start_method = start_method(device, torch.backends.cuda.is_built())
     if args.start_method == "forkserver":
@@ -136,6 +172,12 @@ def main(argv: list[str] | None = None) -> None:
         args.local_addr = STORE_ADDRESS
     if args.master_port is None:
         args.master_port = 29500
+    # Everything loaded so far lives as long as the process: frozen out of the collector
+    # here, once, a forked rank's collections never walk it - nor write to its pages, each
+    # a copy-on-write fault in every rank (census.freeze_startup, which the training run
+    # calls again for what it imports itself, keeps the tensors among it for its memory
+    # measurement)
+    census.freeze_startup()
     config, _, _ = config_from_args(args)
     if config.rdzv_backend == "static" and os.environ.get(RDZV_FD_ENV, "").isdigit():
         # (after config_from_args, which gives only "static" its node rank)

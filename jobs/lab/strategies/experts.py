@@ -205,8 +205,8 @@ class DenseReplica:
         self.model = build_model(spec.cfg, ctx.device)
         h = spec.cfg.hidden
         if k > 1:
-            with torch.random.fork_rng(devices=[]):
-                torch.manual_seed(spec.cfg.seed)
+            with torch.random.fork_rng(devices=[]):  # CPU init, as build_model's
+                torch.default_generator.manual_seed(spec.cfg.seed)
                 for blk in self.model.blocks.values():
                     blk.mlp = Expert(h, 4 * k * h).to(ctx.device, spec.cfg.torch_dtype)
         self.what = ("the dense GPT, one MLP of 4h: a top-1 token's FLOPs" if k == 1 else
