@@ -1,6 +1,6 @@
 """What the terminal client's tests share: `cpl` run as a real subprocess (in a pipe or on a
 pseudo-terminal), each test with its own config and state folders, against the real
-processes of tests/app/journal/test_journal_e2e.py's `Journal` (gunicorn, the scheduler, a runner).
+processes of tests/journal_harness.py's `Journal` (gunicorn, the scheduler, a runner).
 
 Import it as `from tests.client_helpers import ...`.
 """

@@ -15,9 +15,9 @@ import urllib.request
 
 import pytest
 
-from tests.app.journal.test_journal_e2e import Journal, api
 from tests.client_helpers import Terminal, editor, lines_of, wait_line
 from tests.helpers import free_port, stop_process
+from tests.journal_harness import Journal, api
 
 # An $EDITOR during which the other side (a browser) saves a change to the same line.
 CLASH = """

@@ -13,9 +13,9 @@ import urllib.request
 
 import pytest
 
-from tests.app.journal.test_journal_e2e import Journal, api, wait_until
 from tests.client_helpers import Terminal
 from tests.helpers import ROOT, stop_process
+from tests.journal_harness import Journal, api, wait_until
 
 QUICK = {"steps": "3", "warmup": "1", "batch_per_rank": "2", "seq_len": "8", "heads": "1",
          "head_dim": "8", "layers": "1", "vocab": "16", "device": "cpu"}

@@ -23,8 +23,8 @@ import yaml
 from app import create_app, upgrades
 from app.models import Entry
 from app.notebook import bulk_import, mirror, transfer
-from tests.app.journal.test_journal_e2e import processes_of, wait_until
 from tests.helpers import ROOT
+from tests.journal_harness import processes_of, wait_until
 
 TAGS = ["ml", "gpu", "home", "work/infra"]
 

@@ -16,7 +16,7 @@ from jobs.lab.catalogue import registry
 from jobs.lab.launcher.elastic import requested_device, start_method
 from jobs.lab.launcher.launch import command as launch_command
 from jobs.lab.launcher.launch import environment
-from tests.app.journal.test_journal_e2e import alive, wait_until
+from tests.journal_harness import alive, wait_until
 
 DP = {**TINY, "world_size": 2, "strategies": ["ddp"]}
 

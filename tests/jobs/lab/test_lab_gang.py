@@ -19,7 +19,7 @@ import pytest
 from lab_helpers import PLUGINS, ROOT, TINY
 
 from jobs.lab.launcher.launch import RDZV_FD_ENV
-from tests.app.journal.test_journal_e2e import alive, processes_of, wait_until
+from tests.journal_harness import alive, processes_of, wait_until
 
 SLEEPING = {**TINY, "world_size": 2, "steps": 1, "warmup": 0, "strategies": ["dp_naive"]}
 TIMEOUT_EXIT = 5  # base/contract.py: "timeout"

@@ -15,7 +15,8 @@ import time
 
 import pytest
 
-from tests.app.journal.test_journal_e2e import (
+from tests.client_helpers import Terminal
+from tests.journal_harness import (
     REAPER,
     TTL,
     Journal,
@@ -24,7 +25,6 @@ from tests.app.journal.test_journal_e2e import (
     processes_of,
     wait_until,
 )
-from tests.client_helpers import Terminal
 
 WORLD4 = {"world_size": 4, "device": "cpu"}
 GANG_WAIT = 4
