@@ -75,6 +75,33 @@ def pytest_configure(config):
             compileall.compile_dir(ROOT / package, quiet=1, optimize=[0, 2])
         for path in served_libraries():
             compileall.compile_file(path, quiet=1, optimize=2)
+        if config.getoption("numprocesses", None):
+            rewrite_test_modules(config)
+
+
+def rewrite_test_modules(config) -> None:
+    """Every xdist worker imports every test module, and pytest rewrites a test module's
+    asserts from source unless it finds the rewritten module cached, which it writes only
+    where bytecode is written: each worker rewrote the whole suite, the larger part of its
+    collection (docs/PERFORMANCE.md, *The test suite*). The controller writes the cache
+    once, as pytest would, before the workers start; they read it whatever
+    PYTHONDONTWRITEBYTECODE says. pytest's cache functions are its own: a pytest without
+    them leaves each worker to rewrite as before."""
+    try:
+        from _pytest.assertion import rewrite
+
+        state = config.stash[rewrite.assertstate_key]
+        write, read, rewrite_one = rewrite._write_pyc, rewrite._read_pyc, rewrite._rewrite_test
+        cache_dir, tail = rewrite.get_cache_dir, rewrite.PYC_TAIL
+    except (ImportError, AttributeError, KeyError):
+        return
+    for path in sorted((ROOT / "tests").rglob("*.py")):
+        if not (path.name.startswith("test_") or path.name == "conftest.py"):
+            continue
+        pyc = cache_dir(path) / (path.name[:-3] + tail)
+        if read(path, pyc) is None and rewrite.try_makedirs(pyc.parent):
+            source_hash, code = rewrite_one(path, config)
+            write(state, code, source_hash, pyc)
 
 
 def served_libraries() -> list[Path]:
