@@ -13,7 +13,7 @@ import sqlalchemy as sa
 
 from app import bytecode, create_app, upgrades
 from app import db as dbmod
-from tests.helpers import OWNER, VIEWER, Served, commonplace_up
+from tests.helpers import OWNER, ROOT, VIEWER, Served, commonplace_up
 
 # The modules that take longest from start to end (most of it waiting on the processes they
 # start), handed to the xdist workers first. `--dist loadfile` gives out whole modules in
@@ -64,6 +64,31 @@ def pytest_configure(config):
     `workerinput`)."""
     if not hasattr(config, "workerinput"):
         bytecode.compile_all()
+        if config.getoption("numprocesses", None):
+            rewrite_test_modules(config)
+
+
+def rewrite_test_modules(config) -> None:
+    """Every xdist worker imports every test module, and pytest rewrites a test module's
+    asserts from source unless it finds the rewritten module cached, which it writes only
+    where bytecode is written: each worker rewrote the whole suite, the larger part of its
+    collection (docs/PERFORMANCE.md, *The test suite*). The controller writes the cache
+    once, as pytest would, before the workers start; they read it whatever
+    PYTHONDONTWRITEBYTECODE says. pytest's cache functions are its own: a pytest without
+    them leaves each worker to rewrite as before."""
+    try:
+        from _pytest.assertion import rewrite
+
+        state = config.stash[rewrite.assertstate_key]
+        for path in sorted((ROOT / "tests").rglob("*.py")):
+            if not (path.name.startswith("test_") or path.name == "conftest.py"):
+                continue
+            pyc = rewrite.get_cache_dir(path) / (path.name[:-3] + rewrite.PYC_TAIL)
+            if rewrite._read_pyc(path, pyc) is None and rewrite.try_makedirs(pyc.parent):
+                source_hash, code = rewrite._rewrite_test(path, config)
+                rewrite._write_pyc(state, code, source_hash, pyc)
+    except (ImportError, AttributeError, KeyError, TypeError, ValueError, SyntaxError):
+        return  # another pytest's internals, or a module it will report: workers rewrite
 
 
 @pytest.fixture

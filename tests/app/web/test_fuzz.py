@@ -9,14 +9,15 @@ from __future__ import annotations
 import re
 import sqlite3
 from pathlib import Path
+from typing import TYPE_CHECKING
 
 import pytest
-import schemathesis
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 from hypothesis.errors import Unsatisfiable
-from schemathesis import GenerationMode
-from schemathesis.config import SchemathesisConfig
+
+if TYPE_CHECKING:
+    from schemathesis import GenerationMode
 
 API_EXAMPLES = 12  # per operation and mode (valid, invalid); bounded: ~20 operations
 FORM_EXAMPLES = 40  # per form (pages get a quarter of that)
@@ -98,6 +99,11 @@ def with_peer_address(app):
 
 
 def api_operations(app) -> list:
+    # schemathesis is imported where it is used: every xdist worker imports every test
+    # module to collect it.
+    import schemathesis
+    from schemathesis.config import SchemathesisConfig
+
     config = SchemathesisConfig.from_dict({"generation": {"database": "none"}})
     schema = schemathesis.openapi.from_wsgi("/api/v1/openapi.json", with_peer_address(app),
                                             config=config)
@@ -122,6 +128,8 @@ def sweep_operation(operation, mode: GenerationMode, watch: Watch) -> None:
 
 def test_api_operations_never_fail_and_refusals_change_nothing(seeded, data_dir):
     """For each operation: valid inputs (positive) and schema-violating ones (negative)."""
+    from schemathesis import GenerationMode
+
     watch = Watch(data_dir)
     operations = api_operations(seeded)
     assert len(operations) >= 15

@@ -3,16 +3,19 @@
 from __future__ import annotations
 
 import pytest
-import torch
-import torch.distributed as dist
-
-from jobs.lab.components.context import Context
-from jobs.lab.components.instrument import Comm, Timeline
 
 
 @pytest.fixture
 def one_rank(tmp_path):
     """A real one-rank gloo group and the context a rank of a run gets."""
+    # torch is imported here, not at the top: every xdist worker loads this conftest to
+    # collect the suite, and most of the lab's modules start runs in other processes.
+    import torch
+    import torch.distributed as dist
+
+    from jobs.lab.components.context import Context
+    from jobs.lab.components.instrument import Comm, Timeline
+
     if dist.is_initialized():
         pytest.skip("a process group already exists in this process")
     dist.init_process_group("gloo", store=dist.FileStore(str(tmp_path / "store"), 1),

@@ -13,7 +13,6 @@ import sys
 from lab_helpers import PLUGINS, ROOT, TINY, launch, start
 
 from jobs.lab.catalogue import registry
-from jobs.lab.launcher.elastic import requested_device, start_method
 from jobs.lab.launcher.launch import command as launch_command
 from jobs.lab.launcher.launch import environment
 from tests.journal_harness import alive, wait_until
@@ -129,6 +128,10 @@ def test_a_killed_launcher_leaves_no_forkserver_rank_alive(tmp_path):
 
 
 def test_the_start_method_forks_only_where_no_rank_can_touch_cuda():
+    # Imported here: the agent's module imports torch, and every xdist worker imports
+    # every test module to collect it.
+    from jobs.lab.launcher.elastic import requested_device, start_method
+
     assert start_method("cpu", cuda_built=True) == "fork"
     assert start_method("auto", cuda_built=False) == "fork"
     assert start_method("auto", cuda_built=True) == "forkserver"

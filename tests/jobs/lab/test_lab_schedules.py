@@ -9,7 +9,6 @@ from __future__ import annotations
 
 import pytest
 from lab_helpers import PLUGINS, TINY, launch
-from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B
 
 from jobs.lab.catalogue import registry
 from jobs.lab.catalogue.registry import ParamError
@@ -21,6 +20,10 @@ CASES = [(p, m, v) for p in (2, 3, 4) for v in (1, 2, 3) for m in (p, 2 * p, 3 *
 
 def _torch_order(p: int, m: int, v: int, rank: int) -> list[tuple[str, int, int]]:
     """torch's own generator, without stages or a process group."""
+    # Imported here: torch costs every xdist worker, which imports every test module to
+    # collect it.
+    from torch.distributed.pipelining.schedules import ScheduleInterleaved1F1B
+
     sched = ScheduleInterleaved1F1B.__new__(ScheduleInterleaved1F1B)
     sched.pp_group_size, sched.n_local_stages, sched._n_microbatches = p, v, m
     sched.microbatches_per_round = m // max(1, m // p)
