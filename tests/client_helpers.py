@@ -11,7 +11,6 @@ import json
 import os
 import pty
 import select
-import signal
 import subprocess
 import sys
 import threading
@@ -20,7 +19,7 @@ from dataclasses import dataclass
 from pathlib import Path
 from queue import Empty, Queue
 
-from tests.helpers import ROOT
+from tests.helpers import ROOT, interruptible
 
 CPL = [sys.executable, "-m", "cpl"]
 # Settings of the person running the tests that would change what cpl does.
@@ -37,10 +36,6 @@ class Done:
 
     def json(self):
         return json.loads(self.out)
-
-
-def _interruptible() -> None:
-    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 class Terminal:
@@ -76,13 +71,11 @@ class Terminal:
         return Done(done.returncode, done.stdout, done.stderr)
 
     def popen(self, *args: str, env: dict | None = None) -> subprocess.Popen:
-        """cpl as started from a terminal, where Ctrl-C (SIGINT) interrupts: a suite run in
-        the background (`cmd &` in a script) ignores SIGINT, and a child would inherit that
-        and never see the Ctrl-C a test sends."""
+        """cpl as started from a terminal, where Ctrl-C (SIGINT) interrupts."""
         return subprocess.Popen([*CPL, *args], cwd=ROOT, env={**self.env, **(env or {})},
                                 stdin=subprocess.DEVNULL, stdout=subprocess.PIPE,
                                 stderr=subprocess.PIPE, text=True,
-                                preexec_fn=_interruptible)
+                                preexec_fn=interruptible)
 
     def on_pty(self, *args: str, env: dict | None = None, timeout: float = 90) -> Done:
         """Run cpl with a pseudo-terminal as stdout and stderr (as in a terminal window,

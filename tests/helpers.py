@@ -12,6 +12,7 @@ import contextlib
 import html as html_lib
 import os
 import re
+import signal
 import socket
 import subprocess
 import sys
@@ -305,6 +306,13 @@ def wait_for_http(url: str, timeout: float = 30.0, proc: subprocess.Popen | None
         except OSError:
             time.sleep(0.2)
     raise TimeoutError(f"{url} did not answer within {timeout}s")
+
+
+def interruptible() -> None:
+    """A child's preexec_fn, for one a test stops with Ctrl-C (SIGINT) as a terminal would:
+    a suite run in the background (`cmd &` in a script) ignores SIGINT, and a child would
+    inherit that and never see the Ctrl-C."""
+    signal.signal(signal.SIGINT, signal.SIG_DFL)
 
 
 def stop_process(proc: subprocess.Popen) -> None:

@@ -32,7 +32,7 @@ from app.models import Entry, Run
 from app.notebook import attachments, entries, mirror
 from app.publishing import output
 from app.publishing.command import publish
-from tests.helpers import OWNER, SMALL, add_token, load, stop_process
+from tests.helpers import OWNER, SMALL, add_token, interruptible, load, stop_process
 
 BASE = "https://notes.example.org/site/"
 PNG = b"\x89PNG\r\n\x1a\n" + b"\x00" * 64
@@ -311,7 +311,8 @@ def test_publish_serve_previews_on_loopback_until_ctrl_c(notebook, tmp_path):
            "COMMONPLACE_AUTH": "dev", "COMMONPLACE_PRIVATE_TAGS": "clients"}
     command = [str(Path(sys.executable).parent / "commonplace"), "publish", "--to",
                str(tmp_path / "site"), "--base-url", BASE, "--serve"]
-    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(command, env=env, stdout=subprocess.PIPE, text=True,
+                            preexec_fn=interruptible)
     try:
         lines = iter(proc.stdout.readline, "")
         assert next(lines).startswith("published 13 files")
