@@ -4,17 +4,13 @@ the agent forwards the end of a run that the lab's launcher has already classifi
 (the classification itself is tested with the launcher, in tests/jobs/lab)."""
 
 import json
-import logging
-import socket
 import threading
-import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import pytest
 
 from app.journal import runs
 from base.contract import LAB_REASONS
-from jobs.runner.agent import Agent
 from jobs.runner.client import Busy, Client, Refused, Stale, Unreachable
 from jobs.runner.outcome import outcome
 
@@ -81,49 +77,6 @@ def test_error_answers_map_to_what_the_agent_does(server):
 def test_an_unreachable_server_is_unreachable():
     with pytest.raises(Unreachable):
         Client("http://127.0.0.1:9", "cp_x", timeout=2).call("POST", "/x", {})
-
-
-class Registrar(BaseHTTPRequestHandler):
-    def do_POST(self):  # noqa: N802 (http.server's naming)
-        self.rfile.read(int(self.headers.get("Content-Length", 0)))
-        payload = json.dumps({"runner": "local", "heartbeat_s": 15}).encode()
-        self.send_response(200)
-        self.send_header("Content-Type", "application/json")
-        self.send_header("Content-Length", str(len(payload)))
-        self.end_headers()
-        self.wfile.write(payload)
-
-    def log_message(self, *args):
-        pass
-
-
-def test_a_server_still_starting_is_waited_for_without_a_warning(tmp_path, caplog):
-    """`commonplace up` starts its runner beside the web, which listens a few seconds
-    later: the runner's first refused connections say it waits, and warn of nothing."""
-    caplog.set_level(logging.INFO, logger="commonplace.runner")
-    with socket.socket() as probe:  # a free port, nothing listening on it yet
-        probe.bind(("127.0.0.1", 0))
-        port = probe.getsockname()[1]
-    agent = Agent(Client(f"http://127.0.0.1:{port}", "cp_x", timeout=5), tmp_path, labels={})
-    registering = threading.Thread(target=agent.register, daemon=True)
-    registering.start()
-    deadline = time.monotonic() + 30
-    while not caplog.records and time.monotonic() < deadline:
-        time.sleep(0.05)
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), Registrar)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        registering.join(timeout=30)
-        assert not registering.is_alive()
-    finally:
-        agent.stopping.set()
-        httpd.shutdown()
-        httpd.server_close()
-    said = [(r.levelname, r.getMessage()) for r in caplog.records]
-    assert said[-1] == ("INFO", "registered as local (heartbeat 15.0s)")
-    assert said[0][0] == "INFO" and said[0][1].startswith(
-        f"waiting for the server at http://127.0.0.1:{port} (")
-    assert all(level == "INFO" for level, _ in said)
 
 
 @pytest.mark.parametrize("rc, result, cancelled, expected", [

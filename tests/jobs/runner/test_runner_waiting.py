@@ -5,7 +5,6 @@ longer than the runner's patience is named once, in plain words."""
 
 import json
 import logging
-import socket
 import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -13,6 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 from jobs.runner.agent import Agent
 from jobs.runner.client import Client
 from jobs.runner.waiting import FIRST_S, MOST_S, Silence
+from tests.helpers import free_port
 
 
 class Registrar(BaseHTTPRequestHandler):
@@ -27,12 +27,6 @@ class Registrar(BaseHTTPRequestHandler):
 
     def log_message(self, *args):
         pass
-
-
-def _free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def _register_until(agent, caplog, ready, port):
@@ -58,9 +52,36 @@ def _register_until(agent, caplog, ready, port):
     return [(r.levelname, r.getMessage()) for r in caplog.records]
 
 
+def test_a_server_still_starting_is_waited_for_without_a_warning(tmp_path, caplog):
+    """`commonplace up` starts its runner beside the web, which listens a few seconds
+    later: the runner's first refused connections say it waits, and warn of nothing."""
+    caplog.set_level(logging.INFO, logger="commonplace.runner")
+    port = free_port()  # nothing listening on it yet
+    agent = Agent(Client(f"http://127.0.0.1:{port}", "cp_x", timeout=5), tmp_path, labels={})
+    registering = threading.Thread(target=agent.register, daemon=True)
+    registering.start()
+    deadline = time.monotonic() + 30
+    while not caplog.records and time.monotonic() < deadline:
+        time.sleep(0.05)
+    httpd = ThreadingHTTPServer(("127.0.0.1", port), Registrar)
+    threading.Thread(target=httpd.serve_forever, daemon=True).start()
+    try:
+        registering.join(timeout=30)
+        assert not registering.is_alive()
+    finally:
+        agent.stopping.set()
+        httpd.shutdown()
+        httpd.server_close()
+    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    assert said[-1] == ("INFO", "registered as local (heartbeat 15.0s)")
+    assert said[0][0] == "INFO" and said[0][1].startswith(
+        f"waiting for the server at http://127.0.0.1:{port} (")
+    assert all(level == "INFO" for level, _ in said)
+
+
 def test_a_slow_start_is_retried_quietly(tmp_path, caplog):
     caplog.set_level(logging.DEBUG, logger="commonplace.runner")
-    port = _free_port()
+    port = free_port()
     server = f"http://127.0.0.1:{port}"
     agent = Agent(Client(server, "cp_x", timeout=5), tmp_path, labels={}, patience_s=600)
 
@@ -77,7 +98,7 @@ def test_a_slow_start_is_retried_quietly(tmp_path, caplog):
 
 def test_a_server_silent_past_the_patience_is_named_once_in_plain_words(tmp_path, caplog):
     caplog.set_level(logging.DEBUG, logger="commonplace.runner")
-    port = _free_port()
+    port = free_port()
     server = f"http://127.0.0.1:{port}"
     agent = Agent(Client(server, "cp_x", timeout=5), tmp_path, labels={}, patience_s=0.2)
 
