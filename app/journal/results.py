@@ -40,7 +40,7 @@ RESULT = {
     "title": TEXT, "reports": DICT, "reported": {"scalars": DICT, "series": DICT,
                                                  "tables": DICT},
 }
-FIT = {"alpha_s": NUM, "busbw_Bps": NUM}
+FIT = {"alpha_s": NUM, "busbw_Bps": NUM, "fallback": TEXT}
 ROW = {"op": TEXT, "busbw_Bps": NUM, "flops_per_s": NUM, "fraction_of_bound": NUM,
        "bound_by": TEXT}
 

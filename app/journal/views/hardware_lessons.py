@@ -27,9 +27,9 @@ def collectives(result: dict) -> list[str]:
     half = alpha * bw / (finite(factors.get(op)) or 1.0)  # where latency = bandwidth time
     mine = [r for r in rows if str(r.get("op")) == op and (num(r, "bytes") or 0) > 0
             and num(r, "busbw_Bps") is not None]
-    rms = num(fitted[op], "rms_rel_error")
-    if rms and rms > ROUGH:
-        return _rough(result, op, alpha, bw, rms, mine)
+    rms, why = num(fitted[op], "rms_rel_error"), _fallback(fitted[op])
+    if why or (rms and rms > ROUGH):  # the flag where the lab's result has it, else the error
+        return _rough(result, op, alpha, bw, rms, mine, why)
     out = [f"{op}: latency α = {seconds(alpha)} and bus bandwidth W = {si(bw, 'B/s')}, so a "
            f"message must reach about {si(half, 'B')} before moving it costs more than "
            "starting it"]
@@ -39,11 +39,15 @@ def collectives(result: dict) -> list[str]:
                    f"{si(num(big, 'busbw_Bps'), 'B/s')}, {percent(num(big, 'busbw_Bps') / bw)} "
                    "of W")
     out[0] += "."
+    guessed = next((kv for kv in fitted.items() if _fallback(kv[1])), None)
     rough = max(fitted.items(), key=lambda kv: num(kv[1], "rms_rel_error") or 0)
     rms = num(rough[1], "rms_rel_error")
-    if rms and rms > ROUGH:
+    if rms and rms > ROUGH and not (guessed and guessed[0] == rough[0]):
         out.append(f"The α–β line misses {rough[0]}'s samples by {percent(rms)} (rms): this "
                    "link is not a straight line, so read the points, not the fit.")
+    if guessed:
+        out.append(f"No α–β line fits {guessed[0]}'s samples ({_fallback(guessed[1])}): "
+                   "its α and W are a guess, so read the points, not the fit.")
     largest = max((num(r, "bytes") or 0 for r in rows), default=0)
     if largest and largest < half:
         out.append(f"To see the bandwidth plateau, raise max_bytes past {si(half, 'B')} "
@@ -54,13 +58,25 @@ def collectives(result: dict) -> list[str]:
     return out
 
 
-def _rough(result: dict, op: str, alpha: float, bw: float, rms: float,
-           mine: list[dict]) -> list[str]:
-    """A fit that misses its own samples: its α and W describe no link (where the times
-    did not grow with the size, the lab's fit falls back to a W a thousand times the
-    largest sample's), so the lesson is the best point measured and how to measure again."""
-    text = (f"{op}: the α–β fit (α = {seconds(alpha)}, W = {si(bw, 'B/s')}) misses its "
-            f"samples by {percent(rms)} (rms), so neither number is this link's")
+def _fallback(fit: dict) -> str | None:
+    """Why the lab's fit fell back to a guess, as the result says: None where a line
+    fitted, and in a result written before the fit said so (only its error tells then)."""
+    why = fit.get("fallback")
+    return why[:200] if isinstance(why, str) and why else None
+
+
+def _rough(result: dict, op: str, alpha: float, bw: float, rms: float | None,
+           mine: list[dict], fallback: str | None = None) -> list[str]:
+    """A fit that fell back to a guess or misses its own samples: its α and W describe no
+    link (where the times did not grow with the size, the lab's fit falls back to a W a
+    thousand times the largest sample's), so the lesson is the best point measured and how
+    to measure again."""
+    if fallback:
+        text = (f"{op}: no α–β line fits the samples ({fallback}), so the fit's α = "
+                f"{seconds(alpha)} and W = {si(bw, 'B/s')} are a guess, not this link's")
+    else:
+        text = (f"{op}: the α–β fit (α = {seconds(alpha)}, W = {si(bw, 'B/s')}) misses its "
+                f"samples by {percent(rms)} (rms), so neither number is this link's")
     if mine:
         best = max(mine, key=lambda r: num(r, "busbw_Bps"))
         text += (f"; the best measured was {si(num(best, 'busbw_Bps'), 'B/s')} "

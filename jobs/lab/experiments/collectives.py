@@ -87,6 +87,7 @@ def run(ctx: Context, params: dict[str, Any]) -> dict[str, Any]:
         fit = calibration.fit_link(op, n, samples)
         fits[op] = {"alpha_s": fit.alpha, "busbw_Bps": fit.bandwidth,
                     "rms_rel_error": fit.rms_rel_error, "max_rel_error": fit.max_rel_error,
+                    "fallback": fit.fallback,
                     "formula": "t = alpha + factor(op, n) * S / W"}
         for row in table:
             if row["op"] == op:

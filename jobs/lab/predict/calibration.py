@@ -20,6 +20,9 @@ class LinkFit:
     rms_rel_error: float = 0.0  # of the fit against its own samples
     max_rel_error: float = 0.0
     samples: list[tuple[float, float]] = field(default_factory=list)  # (S, expected t)
+    # why no α–β line fitted and alpha and bandwidth are fit_link's fallback guess (None:
+    # fitted): said in the result, so a card need not guess it from the fit's error
+    fallback: str | None = None
 
     def time(self, op: str, S: float, n: int) -> float:
         return self.alpha + busbw_factor(op, n) * S / self.bandwidth
@@ -82,7 +85,9 @@ def operators(phase: dict) -> int:
 def fit_link(op: str, n: int, samples: list[tuple[float, float]]) -> LinkFit:
     """Fit t = alpha + f*S/W over (S, t) samples by least squares on the *relative*
     error (weights 1/t^2), so that sizes spanning decades all count; report how far the
-    fitted line is from each sample (rms and worst relative error)."""
+    fitted line is from each sample (rms and worst relative error). Where no line with
+    a latency and a bandwidth above zero fits, alpha and W are a guess (the smallest time,
+    the largest sample's bandwidth) and ``fallback`` says why."""
     xs = [busbw_factor(op, n) * S for S, _ in samples]
     ts = [t for _, t in samples]
     ws = [1.0 / (t * t) for t in ts]
@@ -93,14 +98,22 @@ def fit_link(op: str, n: int, samples: list[tuple[float, float]]) -> LinkFit:
     cov = sum(w * (x - mx) * (t - mt) for w, x, t in zip(ws, xs, ts, strict=True))
     slope = cov / var if var else 0.0
     alpha = mt - slope * mx
+    fallback = None
     if slope <= 0 or alpha < 0:  # noise: fall back to latency = smallest, W from largest
+        fallback = ("the times did not grow with the size" if slope <= 0
+                    else "the best line's latency was below zero")
         x_big, t_big = max(zip(xs, ts, strict=True))
         alpha = min(ts)
-        slope = max(t_big - alpha, t_big * 1e-3) / x_big if x_big else 1e-12
+        grown = t_big - alpha
+        if grown < t_big * 1e-3:  # the largest took no longer than the smallest
+            fallback += ", so W is a thousand times the largest sample's bus bandwidth"
+            grown = t_big * 1e-3
+        slope = grown / x_big if x_big else 1e-12
     errs = [(alpha + slope * x) / t - 1 for x, t in zip(xs, ts, strict=True)]
     return LinkFit(alpha=alpha, bandwidth=1.0 / slope,
                    rms_rel_error=math.sqrt(sum(e * e for e in errs) / len(errs)),
-                   max_rel_error=max(abs(e) for e in errs), samples=list(samples))
+                   max_rel_error=max(abs(e) for e in errs), samples=list(samples),
+                   fallback=fallback)
 
 
 @dataclass
@@ -236,6 +249,6 @@ class Calibration:
                 "gemm_shapes": len(self.gemm_s), "attention_shapes": len(self.attention_s),
                 "links": {k: {"alpha_s": v.alpha, "busbw_Bps": v.bandwidth,
                               "rms_rel_error": v.rms_rel_error,
-                              "max_rel_error": v.max_rel_error,
+                              "max_rel_error": v.max_rel_error, "fallback": v.fallback,
                               "samples": [{"bytes": S, "time_s": t} for S, t in v.samples]}
                           for k, v in self.links.items()}}

@@ -259,7 +259,10 @@ HOSTILE = [
                                                               "busbw_Bps": 1e308}},
      "table": [{"op": "all_reduce", "bytes": b, "busbw_Bps": v} for b, v in
                [(0, 1), (-1, 5), (1e308, 1e308), ("x", NAN), (1024, 1e-300)]] + [None, 7]},
-    {"fits": {"all_reduce": {"alpha_s": 1e-4, "busbw_Bps": 1e9}}, "factors": {"all_reduce": 0},
+    {"fits": {"all_reduce": {"alpha_s": 1e-4, "busbw_Bps": 1e9, "fallback": ["x"]},
+              "all_gather": {"alpha_s": 1e-4, "busbw_Bps": 1e9,
+                             "fallback": "<script>alert(1)</script>" * 100}},
+     "factors": {"all_reduce": 0},
      "table": [{"op": "all_reduce", "bytes": 1024, "busbw_Bps": 1e6}] * 3},
     {"table": [{"M": "<script>", "flops_per_s": 1e308, "intensity_flop_per_byte": 1e-308}],
      "peak_flops": 1e308, "copy_bandwidth_Bps": 1e-308},
@@ -272,6 +275,28 @@ HOSTILE = [
     {"mfu": 0.5, "achieved_flops": 1.0, "peak_flops": 2.0, "peak_name": "<img src=x>",
      "model": {"hidden": "64"}, "step_time_s": {"median": 0}},
 ]
+
+
+def test_a_collectives_card_says_its_fit_fell_back(app, db):
+    """A result whose fit says it fell back: the card's lesson says so, with the reason
+    (one written before the fit said so is read by its error: test_lessons.py)."""
+    why = ("the times did not grow with the size, so W is a thousand times the largest "
+           "sample's bus bandwidth")
+    result = {"experiment": "collectives",
+              "fits": {"all_reduce": {"alpha_s": 3e-4, "busbw_Bps": 2e11,
+                                      "rms_rel_error": 0.1, "fallback": why}},
+              "table": [{"op": "all_reduce", "bytes": 65536, "time_s": 3e-4,
+                         "busbw_Bps": 65536 / 3e-4}]}
+    assert results.check_result(result)  # a runner can send it
+    with db.write() as session:
+        run = Run(experiment="collectives", params={"world_size": 2}, status="SUCCEEDED",
+                  result=result, environment={"device": "cpu"})
+        session.add(run)
+        session.flush()
+        run_id = run.id
+    html = cards.card(load(db, Run, run_id))
+    assert escape(f"all_reduce: no α–β line fits the samples ({why})") in html
+    assert "bus bandwidth W =" not in html
 
 
 @pytest.mark.parametrize("result", HOSTILE, ids=range(len(HOSTILE)))

@@ -286,6 +286,31 @@ def test_a_collective_fit_that_misses_its_samples_is_not_quoted_as_the_links_ban
         "every other prediction is built on these numbers."]
 
 
+def test_a_collective_fit_that_says_it_fell_back_is_not_quoted_whatever_its_error():
+    """The lab's fit says when it fell back to a guess: the card says so and why, even
+    where the guess happens to miss its samples by less than ROUGH."""
+    coll = {"params": {"iters": 3},
+            "fits": {"all_reduce": {"alpha_s": 0.000336, "busbw_Bps": 1.953e11,
+                                    "rms_rel_error": 0.2,
+                                    "fallback": "the times did not grow with the size"},
+                     "all_gather": {"alpha_s": 0.000257, "busbw_Bps": 4.80e8,
+                                    "rms_rel_error": 0.114}},
+            "table": [{"op": "all_reduce", "bytes": 65536, "time_s": 0.000336,
+                       "busbw_Bps": 65536 / 0.000336}]}
+    told = hardware_lessons.collectives(coll)
+    assert told[0] == ("all_reduce: no α–β line fits the samples (the times did not grow "
+                       "with the size), so the fit's α = 336 µs and W = 195 GB/s are a "
+                       "guess, not this link's; the best measured was 195 MB/s (65.5 kB in "
+                       "336 µs)."), told
+    # another op's guess is named beside a fitted one
+    coll["fits"]["all_reduce"].update(fallback=None, rms_rel_error=0.01)
+    coll["fits"]["all_gather"]["fallback"] = "the best line's latency was below zero"
+    told = hardware_lessons.collectives(coll)
+    assert told[0].startswith("all_reduce: latency α = 336 µs and bus bandwidth W"), told
+    assert ("No α–β line fits all_gather's samples (the best line's latency was below "
+            "zero): its α and W are a guess, so read the points, not the fit.") in told
+
+
 def test_a_wrapper_whose_own_python_dominated_is_told_to_give_each_operator_more_work(
         tmp_path_factory):
     """FSDP2's hooks (the hook probe's term) outweigh everything else in the slowest step;

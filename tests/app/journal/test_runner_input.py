@@ -55,6 +55,7 @@ for _ in range(25):
     ({"strategies": [{"correctness": {"passed": "yes"}}]},
      "result.strategies[0].correctness.passed"),
     ({"fits": {"all_reduce": {"busbw_Bps": "1 GB/s"}}}, "result.fits.all_reduce.busbw_Bps"),
+    ({"fits": {"all_reduce": {"fallback": True}}}, "result.fits.all_reduce.fallback"),
     ({"table": [{"op": 5}]}, "result.table[0].op"),
     ({"peak_flops": True}, "result.peak_flops"),
     ({"reason": 5}, "result.reason"),

@@ -112,6 +112,25 @@ def test_fit_link_recovers_alpha_and_bandwidth_and_reports_its_error():
     noisy = [(S, t * (1.2 if i % 2 else 0.8)) for i, (S, t) in enumerate(samples)]
     rough = calibration.fit_link("all_reduce", n, noisy)
     assert 0.1 < rough.rms_rel_error <= rough.max_rel_error < 0.5
+    assert fit.fallback is None and rough.fallback is None  # lines, however rough
+
+
+def test_fit_link_says_when_no_line_fits_and_its_w_is_a_guess():
+    """Times that shrink with the size (a busy host): no line has a bandwidth above zero,
+    and the largest took no longer than the smallest, so W is a thousand times the largest
+    sample's bus bandwidth; the fit says so."""
+    n, f = 4, cost.busbw_factor("all_reduce", 4)
+    flat = [(1 << 10, 2e-3), (1 << 14, 1e-3), (1 << 18, 5e-4)]
+    fit = calibration.fit_link("all_reduce", n, flat)
+    assert fit.fallback == ("the times did not grow with the size, so W is a thousand "
+                            "times the largest sample's bus bandwidth")
+    assert fit.alpha == 5e-4 and fit.bandwidth == pytest.approx(1000 * f * (1 << 18) / 5e-4)
+    # on a line that starts below zero: the guess is from the smallest and the largest,
+    # which grew, so W is theirs
+    below = [(1000, 1e-6), (2000, 3e-6), (3000, 5e-6)]
+    fit = calibration.fit_link("all_reduce", n, below)
+    assert fit.fallback == "the best line's latency was below zero"
+    assert fit.alpha == 1e-6 and fit.bandwidth == pytest.approx(f * 3000 / (5e-6 - 1e-6))
 
 
 @pytest.mark.parametrize("cap,pad", [(10, 1), (100, 4), (10**9, 2), (1, 3)])
