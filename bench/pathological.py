@@ -26,29 +26,28 @@ sys.path.insert(0, str(Path(__file__).resolve().parent.parent))
 from tests.pathological_markdown import CORPUS, SIZE  # noqa: E402
 
 
-def _render(source: str, out) -> None:
-    from app.notebook import render
-
-    render.render("warm up")
+def _cpu_of(convert, source: str, out) -> None:
+    """convert(source)'s CPU seconds (after one warm-up call) to out, or how it failed."""
+    convert("warm up")
     start = time.process_time()
     try:
-        render.render(source)
+        convert(source)
         out.put(("ok", time.process_time() - start))
     except BaseException as exc:  # noqa: BLE001 - reported, not raised
         out.put((type(exc).__name__, time.process_time() - start))
+
+
+def _render(source: str, out) -> None:
+    from app.notebook import render
+
+    _cpu_of(render.render, source, out)
 
 
 def _baseline(source: str, out, cpu_limit: int) -> None:
     import markdown
 
     resource.setrlimit(resource.RLIMIT_CPU, (cpu_limit, cpu_limit))  # then SIGXCPU
-    markdown.markdown("warm up")
-    start = time.process_time()
-    try:
-        markdown.markdown(source)
-        out.put(("ok", time.process_time() - start))
-    except BaseException as exc:  # noqa: BLE001 - reported, not raised
-        out.put((type(exc).__name__, time.process_time() - start))
+    _cpu_of(markdown.markdown, source, out)
 
 
 def measure(source: str, limit: float, target=_render, *args) -> tuple[str, float | None]:

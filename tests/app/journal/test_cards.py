@@ -277,6 +277,17 @@ HOSTILE = [
 ]
 
 
+def _stored_card(db, experiment: str, result: dict) -> tuple[int, str]:
+    """A finished two-rank run that sent `result`: its id and its card."""
+    with db.write() as session:
+        run = Run(experiment=experiment, params={"world_size": 2}, status="SUCCEEDED",
+                  result=result, environment={"device": "cpu"})
+        session.add(run)
+        session.flush()
+        run_id = run.id
+    return run_id, cards.card(load(db, Run, run_id))
+
+
 def test_a_collectives_card_says_its_fit_fell_back(app, db):
     """A result whose fit says it fell back: the card's lesson says so, with the reason
     (one written before the fit said so is read by its error: test_lessons.py)."""
@@ -288,13 +299,7 @@ def test_a_collectives_card_says_its_fit_fell_back(app, db):
               "table": [{"op": "all_reduce", "bytes": 65536, "time_s": 3e-4,
                          "busbw_Bps": 65536 / 3e-4}]}
     assert results.check_result(result)  # a runner can send it
-    with db.write() as session:
-        run = Run(experiment="collectives", params={"world_size": 2}, status="SUCCEEDED",
-                  result=result, environment={"device": "cpu"})
-        session.add(run)
-        session.flush()
-        run_id = run.id
-    html = cards.card(load(db, Run, run_id))
+    _, html = _stored_card(db, "collectives", result)
     assert escape(f"all_reduce: no α–β line fits the samples ({why})") in html
     assert "bus bandwidth W =" not in html
 
@@ -303,13 +308,7 @@ def test_a_collectives_card_says_its_fit_fell_back(app, db):
 def test_a_card_renders_whatever_a_runner_sent(app, client, db, result):
     if result is BIGGEST:
         assert results.check_result(result)  # a runner can send it (it reads, never changes)
-    with db.write() as session:
-        run = Run(experiment="data_parallel", params={"world_size": 2}, status="SUCCEEDED",
-                  result=result, environment={"device": "cpu"})
-        session.add(run)
-        session.flush()
-        run_id = run.id
-    html = cards.card(load(db, Run, run_id))
+    run_id, html = _stored_card(db, "data_parallel", result)
     assert "could not be drawn" not in html  # handled, not caught
     assert "<script" not in html and "<img src=x" not in html and "<b>" not in html
     assert len(html) < 3_000_000

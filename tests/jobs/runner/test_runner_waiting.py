@@ -58,21 +58,7 @@ def test_a_server_still_starting_is_waited_for_without_a_warning(tmp_path, caplo
     caplog.set_level(logging.INFO, logger="commonplace.runner")
     port = free_port()  # nothing listening on it yet
     agent = Agent(Client(f"http://127.0.0.1:{port}", "cp_x", timeout=5), tmp_path, labels={})
-    registering = threading.Thread(target=agent.register, daemon=True)
-    registering.start()
-    deadline = time.monotonic() + 30
-    while not caplog.records and time.monotonic() < deadline:
-        time.sleep(0.05)
-    httpd = ThreadingHTTPServer(("127.0.0.1", port), Registrar)
-    threading.Thread(target=httpd.serve_forever, daemon=True).start()
-    try:
-        registering.join(timeout=30)
-        assert not registering.is_alive()
-    finally:
-        agent.stopping.set()
-        httpd.shutdown()
-        httpd.server_close()
-    said = [(r.levelname, r.getMessage()) for r in caplog.records]
+    said = _register_until(agent, caplog, bool, port)  # answers once it has said a word
     assert said[-1] == ("INFO", "registered as local (heartbeat 15.0s)")
     assert said[0][0] == "INFO" and said[0][1].startswith(
         f"waiting for the server at http://127.0.0.1:{port} (")
