@@ -9,6 +9,7 @@ threat model).
 from __future__ import annotations
 
 import errno
+import functools
 import ipaddress
 import os
 import re
@@ -25,7 +26,7 @@ def bind_problem(bind: str, mode: str, allow_non_loopback: bool) -> str | None:
         return None
     host = bind.rsplit(":", 1)[0] if ":" in bind else bind
     host = host.strip("[]")
-    if host == "localhost" or _is_loopback(host):
+    if host == "localhost" or is_loopback(host):
         return None
     if mode == "dev":
         return (f"refusing to listen on {bind} in dev mode: dev mode makes a loopback "
@@ -41,12 +42,20 @@ def bind_problem(bind: str, mode: str, allow_non_loopback: bool) -> str | None:
     return None
 
 
-def _is_loopback(host: str) -> bool:
+@functools.lru_cache(maxsize=1024)  # asked on every request, of the same few peers
+def ip_of(value: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
+    """An address as a dual-stack socket may write it ("[::ffff:100.64.0.1]", "fe80::1%lo")
+    as the address it is, or None if it is not one."""
     try:
-        ip = ipaddress.ip_address(host.split("%")[0])
-    except ValueError:  # a name: only "localhost" is taken as loopback
-        return False
-    return (getattr(ip, "ipv4_mapped", None) or ip).is_loopback
+        ip = ipaddress.ip_address((value or "").strip("[]").split("%")[0])
+    except ValueError:
+        return None
+    return getattr(ip, "ipv4_mapped", None) or ip
+
+
+def is_loopback(addr: str | None) -> bool:
+    ip = ip_of(addr)
+    return ip is not None and ip.is_loopback
 
 
 def port_problem(bind: str) -> str | None:

@@ -18,12 +18,12 @@ up`; it reaches the TCP door, not the socket, whose directory it is not given
 
 from __future__ import annotations
 
-import functools
-import ipaddress
 import socket
 
 from flask import Flask, request
 from werkzeug.middleware.proxy_fix import ProxyFix
+
+from app.port_holder import ip_of, is_loopback
 
 SERVE_DOOR = "commonplace.serve_door"  # environ: True when the request came by serve's socket
 # Headers only a proxy adds. serve sets X-Forwarded-* and Tailscale-*; other proxies use
@@ -33,22 +33,6 @@ SERVE_DOOR = "commonplace.serve_door"  # environ: True when the request came by 
 # Python, on every request of dev mode.
 PROXY_HEADER_PREFIXES = ("HTTP_X_FORWARDED_", "HTTP_TAILSCALE_")
 PROXY_HEADERS = ("HTTP_FORWARDED", "HTTP_X_REAL_IP", "HTTP_VIA")
-
-
-@functools.lru_cache(maxsize=1024)  # asked on every request, of the same few peers
-def ip_of(value: str | None) -> ipaddress.IPv4Address | ipaddress.IPv6Address | None:
-    """An address as a dual-stack socket may write it ("[::ffff:100.64.0.1]", "fe80::1%lo")
-    as the address it is, or None if it is not one."""
-    try:
-        ip = ipaddress.ip_address((value or "").strip("[]").split("%")[0])
-    except ValueError:
-        return None
-    return getattr(ip, "ipv4_mapped", None) or ip
-
-
-def is_loopback(addr: str | None) -> bool:
-    ip = ip_of(addr)
-    return ip is not None and ip.is_loopback
 
 
 def same_ip(a: str | None, b: str | None) -> bool:
